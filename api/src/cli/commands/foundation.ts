@@ -1,0 +1,232 @@
+// Foundation commands: run the platform, obtain credentials, administer accounts.
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { createInterface } from 'node:readline/promises';
+import { loadConfig } from '../../config.ts';
+import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../control/keys/signing.ts';
+import { functionKeyScopes, taskKeyScopes } from '../../http/scopes.ts';
+import { startPlatform } from '../../main.ts';
+import { call, CliError } from '../client.ts';
+import { fields, parseDuration, table } from '../format.ts';
+import type { Command, CommandContext } from '../main.ts';
+import { saveState } from '../state.ts';
+
+const serve: Command = {
+  summary: 'Run the whole platform (gateway, API, key service) on this machine',
+  async run({ env }) {
+    const config = loadConfig(env);
+    const platform = await startPlatform(config);
+    const port = platform.port;
+    const lines = [
+      'svc is running',
+      `  API            ${platform.url}   (Host ${platform.hosts.api})`,
+      `  Key service    Host ${platform.hosts.keys} on port ${port}`,
+      `  OpenAPI        ${platform.url}/v3/openapi`,
+      `  Health         ${platform.url}/health`,
+    ];
+    if (platform.bootstrapSecret) {
+      lines.push('', `  Bootstrap secret (shown once; it mints management tokens): ${platform.bootstrapSecret}`,
+        `  Next: npx svc init --secret ${platform.bootstrapSecret}`);
+    }
+    console.log(lines.join('\n'));
+    await new Promise<void>((resolve) => {
+      const stop = () => resolve();
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+    });
+    await platform.close();
+  },
+};
+
+const init: Command = {
+  summary: 'Obtain a management token (SVC_TOKEN) with the bootstrap secret and save it',
+  usage: '[--secret <bootstrap secret>] [--account <ncaId>] [--gateway-address <domain>]',
+  options: { secret: { type: 'string' }, account: { type: 'string' }, 'gateway-address': { type: 'string' } },
+  async run({ values, env, state, print }) {
+    if (typeof values['gateway-address'] === 'string') state.gatewayAddress = values['gateway-address'];
+    const secret = (values.secret as string | undefined) ?? env.SVC_BOOTSTRAP_SECRET ?? await prompt('Bootstrap secret: ');
+    if (!secret) throw new CliError('a bootstrap secret is required (--secret, SVC_BOOTSTRAP_SECRET, or type it)');
+    const body = values.account ? { ncaId: values.account } : {};
+    const token = await call(state, 'keys', 'POST', '/v1/admin/keys', { bearer: secret, body }) as KeyResponse;
+    saveState(env, { server: state.server, gatewayAddress: state.gatewayAddress, token: token.value, tokenExpiresAt: token.expires_at });
+    print(`Management token saved for account ${token.nca_id} (expires ${token.expires_at})`, token);
+  },
+};
+
+interface KeyResponse {
+  id: string;
+  value?: string;
+  nca_id: string;
+  type: string;
+  status: string;
+  expires_at: string;
+  authorizations: { policies: { scopes: string[] }[] };
+}
+
+const generateKey: Command = {
+  summary: 'Create an API key (SVC_API_KEY, or SVC_TASK_API_KEY with --task) and save it',
+  usage: '[--task] [--scopes a,b] [--expires-in 30d] [--description text]',
+  options: {
+    task: { type: 'boolean', default: false },
+    scopes: { type: 'string' },
+    'expires-in': { type: 'string', default: '30d' },
+    description: { type: 'string' },
+  },
+  async run({ values, env, state, print }) {
+    if (!state.token) throw new CliError('no management token: run `svc init` first (or set SVC_TOKEN)');
+    const task = values.task === true;
+    const scopes = typeof values.scopes === 'string'
+      ? values.scopes.split(',').map((scope) => scope.trim()).filter(Boolean)
+      : [...(task ? taskKeyScopes : functionKeyScopes)];
+    const seconds = parseDuration(values['expires-in'] as string, '--expires-in');
+    const expiresAt = new Date(Date.now() + seconds * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+    const serviceId = env.SVC_KEYS_SERVICE_ID ?? 'svc-api';
+    const key = await call(state, 'keys', 'POST', '/v1/keys', {
+      bearer: state.token,
+      headers: {
+        'key-issuer-service': task ? 'svct-api' : 'svc-api',
+        'key-issuer-id': serviceId,
+        'key-owner-id': env.USER ? `${env.USER}@svc-cli` : 'svc-cli',
+      },
+      body: {
+        description: (values.description as string | undefined) ?? (task ? 'task key' : 'function key'),
+        expires_at: expiresAt,
+        audience_service_ids: [serviceId],
+        authorizations: {
+          policies: [{
+            aud: serviceId, auds: [serviceId], product: task ? 'svc-cloud-tasks' : 'svc-cloud-functions',
+            resources: task ? [{ id: '*', type: 'account-tasks' }]
+              : [{ id: '*', type: 'account-functions' }, { id: '*', type: 'authorized-functions' }],
+            scopes,
+          }],
+        },
+      },
+    }) as KeyResponse;
+    saveState(env, task ? { taskApiKey: key.value } : { apiKey: key.value });
+    print(`${key.type} saved (expires ${key.expires_at}):\n${key.value}`, key);
+  },
+};
+
+/** The admin signing key this machine can read: SVC_ADMIN_SIGNING_KEY_FILE or the data directory's. */
+function adminKeyFile(env: NodeJS.ProcessEnv): string {
+  return env.SVC_ADMIN_SIGNING_KEY_FILE ?? path.join(path.resolve(env.SVC_DATA_DIR ?? './data'), 'admin-signing-key.pem');
+}
+
+async function mintAdminToken(env: NodeJS.ProcessEnv, lifetimeSeconds: number): Promise<{ token: string; expiresAt: Date }> {
+  const file = adminKeyFile(env);
+  if (!existsSync(file)) throw new CliError(`admin signing key ${file} not found (set SVC_ADMIN_SIGNING_KEY_FILE)`);
+  const key = await loadAdminKey(file, { create: false });
+  const expiresAt = new Date(Date.now() + lifetimeSeconds * 1000);
+  const token = await signJwt(key, {
+    iss: ADMIN_ISSUER, aud: env.SVC_KEYS_SERVICE_ID ?? 'svc-api', sub: env.USER ?? 'svc-admin', scope: 'account_setup',
+  }, expiresAt);
+  return { token, expiresAt };
+}
+
+const adminToken: Command = {
+  summary: 'Sign an account-administration token with the admin signing key (default lifetime 3600 s)',
+  usage: '[--expires-in 3600s]',
+  options: { 'expires-in': { type: 'string', default: '3600s' } },
+  async run({ values, env, print }) {
+    const { token, expiresAt } = await mintAdminToken(env, parseDuration(values['expires-in'] as string, '--expires-in'));
+    print(token, { token, expiresAt: expiresAt.toISOString() });
+  },
+};
+
+/** Account commands use SVC_ADMIN_TOKEN, else a short token from the local admin key, else a saved key. */
+async function adminBearer({ env, state }: CommandContext): Promise<string> {
+  if (env.SVC_ADMIN_TOKEN) return env.SVC_ADMIN_TOKEN;
+  if (existsSync(adminKeyFile(env))) return (await mintAdminToken(env, 300)).token;
+  const saved = state.token ?? state.apiKey;
+  if (!saved) throw new CliError('no admin credential: set SVC_ADMIN_TOKEN or SVC_ADMIN_SIGNING_KEY_FILE');
+  return saved;
+}
+
+const limitFlags = {
+  'max-functions': 'maxFunctionsAllowed',
+  'max-tasks': 'maxTasksAllowed',
+  'max-telemetries': 'maxTelemetriesAllowed',
+  'max-registry-credentials': 'maxRegistryCredentialsAllowed',
+} as const;
+
+const limitColumns = ['ncaId', 'name', ...Object.values(limitFlags)];
+
+function accountId(context: CommandContext): string {
+  return context.positionals[0] ?? context.env.SVC_ACCOUNT_ID ?? 'svc-default';
+}
+
+const accountGet: Command = {
+  summary: 'Show an account and its limits',
+  usage: '[ncaId]',
+  async run(context) {
+    const { account } = await call(context.state, 'api', 'GET', `/v2/svc/accounts/${encodeURIComponent(accountId(context))}`, {
+      bearer: await adminBearer(context),
+    }) as { account: Record<string, unknown> };
+    context.print(fields(account), { account });
+  },
+};
+
+const accountList: Command = {
+  summary: 'List accounts',
+  async run(context) {
+    const { accounts } = await call(context.state, 'api', 'GET', '/v2/svc/accounts', { bearer: await adminBearer(context) }) as {
+      accounts: Record<string, unknown>[];
+    };
+    context.print(table(accounts, limitColumns), { accounts });
+  },
+};
+
+const accountSetLimits: Command = {
+  summary: 'Change account limits (only the flags given change)',
+  usage: '[ncaId] [--max-functions N] [--max-tasks N] [--max-telemetries N] [--max-registry-credentials N]',
+  options: Object.fromEntries(Object.keys(limitFlags).map((flag) => [flag, { type: 'string' as const }])),
+  async run(context) {
+    const body: Record<string, number> = {};
+    for (const [flag, field] of Object.entries(limitFlags)) {
+      const value = context.values[flag];
+      if (typeof value !== 'string') continue;
+      if (!/^\d+$/.test(value)) throw new CliError(`--${flag} must be a whole number`);
+      body[field] = Number(value);
+    }
+    if (Object.keys(body).length === 0) throw new CliError(`give at least one of ${Object.keys(limitFlags).map((f) => `--${f}`).join(', ')}`);
+    const { account } = await call(context.state, 'api', 'PATCH', `/v2/svc/accounts/${encodeURIComponent(accountId(context))}`, {
+      bearer: await adminBearer(context), body,
+    }) as { account: Record<string, unknown> };
+    context.print(fields(account), { account });
+  },
+};
+
+const accountCreate: Command = {
+  summary: 'Create an account (installation administrators only)',
+  usage: '<ncaId> [--name text]',
+  options: { name: { type: 'string' } },
+  async run(context) {
+    const ncaId = context.positionals[0];
+    if (!ncaId) throw new CliError('give the new account id');
+    const { account } = await call(context.state, 'api', 'POST', `/v2/svc/accounts/${encodeURIComponent(ncaId)}`, {
+      bearer: await adminBearer(context), body: context.values.name ? { name: context.values.name } : {},
+    }) as { account: Record<string, unknown> };
+    context.print(fields(account), { account });
+  },
+};
+
+async function prompt(question: string): Promise<string | undefined> {
+  if (!process.stdin.isTTY) return undefined;
+  const readline = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return (await readline.question(question)).trim() || undefined;
+  } finally {
+    readline.close();
+  }
+}
+
+export const foundationCommands: Record<string, Command> = {
+  serve,
+  init,
+  'api-key generate': generateKey,
+  'admin token': adminToken,
+  'account get': accountGet,
+  'account list': accountList,
+  'account create': accountCreate,
+  'account set-limits': accountSetLimits,
+};

@@ -1,0 +1,74 @@
+// The `svc` command: parses the command line, runs one command, prints one clear line on failure.
+import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
+import { foundationCommands } from './commands/foundation.ts';
+import { loadState, type CliState } from './state.ts';
+
+export interface CommandContext {
+  values: Record<string, string | boolean | undefined>;
+  positionals: string[];
+  env: NodeJS.ProcessEnv;
+  state: CliState;
+  /** Prints `data` as JSON with --json, else the human rendering. */
+  print(human: string, data: unknown): void;
+}
+
+export interface Command {
+  summary: string;
+  usage?: string;
+  options?: ParseArgsOptionsConfig;
+  run(context: CommandContext): Promise<void>;
+}
+
+const commands: Record<string, Command> = { ...foundationCommands };
+
+const globalOptions: ParseArgsOptionsConfig = {
+  json: { type: 'boolean', default: false },
+  server: { type: 'string' },
+  help: { type: 'boolean', short: 'h', default: false },
+};
+
+function usage(): string {
+  const width = Math.max(...Object.keys(commands).map((name) => name.length));
+  const lines = Object.entries(commands).map(([name, command]) => `  svc ${name.padEnd(width)}  ${command.summary}`);
+  return ['Usage: svc <command> [options]   (--json for machine output, --server URL)', '', ...lines].join('\n');
+}
+
+export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const words = argv.filter((arg) => !arg.startsWith('-'));
+  const name = [3, 2, 1].map((n) => words.slice(0, n).join(' ')).find((candidate) => commands[candidate]);
+  if (!name) {
+    if (argv.length > 0 && !argv.includes('--help') && !argv.includes('-h')) {
+      console.error(`svc: unknown command '${words.join(' ')}'\n\n${usage()}`);
+      return 2;
+    }
+    console.log(usage());
+    return 0;
+  }
+  const command = commands[name];
+  try {
+    const parsed = parseArgs({
+      args: argv, options: { ...globalOptions, ...command.options }, allowPositionals: true, strict: true,
+    });
+    const values = parsed.values as CommandContext['values'];
+    if (values.help) {
+      console.log(`svc ${name}${command.usage ? ` ${command.usage}` : ''}\n  ${command.summary}`);
+      return 0;
+    }
+    const state = loadState(env);
+    if (typeof values.server === 'string') state.server = values.server;
+    await command.run({
+      values,
+      positionals: parsed.positionals.slice(name.split(' ').length),
+      env,
+      state,
+      print(human, data) {
+        console.log(values.json ? JSON.stringify(data, null, 2) : human);
+      },
+    });
+    return 0;
+  } catch (error) {
+    // One line, never a stack trace: expected failures carry their own message, others their first line.
+    console.error(`svc ${name}: ${(error as Error).message.split('\n')[0]}`);
+    return 1;
+  }
+}

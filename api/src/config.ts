@@ -1,0 +1,142 @@
+// Every setting of the platform: a YAML file (SVC_CONFIG) overlaid by environment variables, validated
+// once at start-up. A bad value stops the process with one line naming the setting.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+
+const port = z.coerce.number().int().min(0).max(65535);
+const limit = (max: number) => z.coerce.number().int().min(0).max(max);
+
+export const configSchema = z.object({
+  gateway: z.object({
+    /** Domain the gateway serves: api.<address> and api-keys.<address>. */
+    address: z.string().min(1).default('localhost'),
+    host: z.string().min(1).default('0.0.0.0'),
+    port: port.default(8080),
+    tlsCert: z.string().optional(),
+    tlsKey: z.string().optional(),
+    /** Largest JSON body accepted by management endpoints. */
+    bodyLimit: z.string().default('1mb'),
+  }).prefault({}),
+  store: z.object({
+    dataDir: z.string().default('./data'),
+    /** PostgreSQL connection string; the embedded SQLite file is used when absent. */
+    databaseUrl: z.string().url().optional(),
+  }).prefault({}),
+  api: z.object({
+    accountBootstrap: z.object({
+      ncaId: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$/).default('svc-default'),
+      name: z.string().min(1).default('svc-default'),
+      adminClientIds: z.array(z.string()).default(['svc-admin']),
+      limits: z.object({
+        maxFunctions: limit(2147483647).default(100),
+        maxTasks: limit(2147483647).default(100),
+        maxTelemetries: limit(50).default(10),
+        maxRegistryCredentials: limit(50).default(10),
+      }).prefault({}),
+    }).prefault({}),
+  }).prefault({}),
+  keys: z.object({
+    /** Audience service id carried by every credential this installation issues. */
+    serviceId: z.string().min(1).default('svc-api'),
+    /** Lifetime of the management token minted by `svc init`, in seconds. */
+    tokenLifetimeSeconds: z.coerce.number().int().min(60).max(31_536_000).default(43_200),
+    /** How long a verified credential is trusted before it is checked again (revocation latency). */
+    recheckMs: z.coerce.number().int().min(0).max(1000).default(500),
+  }).prefault({}),
+  secrets: z.object({
+    /** 32-byte AES-256-GCM key, base64. Generated into the data dir on first start when absent. */
+    key: z.string().optional(),
+    /** Retired keys, still accepted for decryption while data is re-encrypted. */
+    previousKeys: z.preprocess((v) => typeof v === 'string' ? v.split(',').filter(Boolean) : v, z.array(z.string())).default([]),
+  }).prefault({}),
+  admin: z.object({
+    /** ES256 private key (PKCS#8 PEM) that signs account-administration tokens. */
+    signingKeyFile: z.string().optional(),
+    tokenLifetimeSeconds: z.coerce.number().int().min(60).max(86_400).default(3600),
+  }).prefault({}),
+  log: z.object({
+    level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  }).prefault({}),
+});
+
+export type Config = z.infer<typeof configSchema>;
+export type ConfigInput = z.input<typeof configSchema>;
+
+/** Environment variables and the setting each one overrides. */
+export const envSettings: Record<string, string> = {
+  SVC_GATEWAY_ADDRESS: 'gateway.address',
+  SVC_HOST: 'gateway.host',
+  SVC_PORT: 'gateway.port',
+  SVC_TLS_CERT: 'gateway.tlsCert',
+  SVC_TLS_KEY: 'gateway.tlsKey',
+  SVC_DATA_DIR: 'store.dataDir',
+  SVC_DATABASE_URL: 'store.databaseUrl',
+  SVC_ACCOUNT_ID: 'api.accountBootstrap.ncaId',
+  SVC_ACCOUNT_MAX_FUNCTIONS: 'api.accountBootstrap.limits.maxFunctions',
+  SVC_ACCOUNT_MAX_TASKS: 'api.accountBootstrap.limits.maxTasks',
+  SVC_ACCOUNT_MAX_TELEMETRIES: 'api.accountBootstrap.limits.maxTelemetries',
+  SVC_ACCOUNT_MAX_REGISTRY_CREDENTIALS: 'api.accountBootstrap.limits.maxRegistryCredentials',
+  SVC_KEYS_SERVICE_ID: 'keys.serviceId',
+  SVC_SECRETS_KEY: 'secrets.key',
+  SVC_SECRETS_PREVIOUS_KEYS: 'secrets.previousKeys',
+  SVC_ADMIN_SIGNING_KEY_FILE: 'admin.signingKeyFile',
+  SVC_LOG_LEVEL: 'log.level',
+};
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** Reads SVC_CONFIG (if set), applies the environment, validates. Throws ConfigError with one line. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: ConfigInput = {}): Config {
+  let raw: Record<string, unknown> = {};
+  if (env.SVC_CONFIG) {
+    try {
+      raw = (parseYaml(readFileSync(env.SVC_CONFIG, 'utf8')) ?? {}) as Record<string, unknown>;
+    } catch (error) {
+      throw new ConfigError(`SVC_CONFIG ${env.SVC_CONFIG}: ${(error as Error).message.split('\n')[0]}`);
+    }
+    if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`SVC_CONFIG ${env.SVC_CONFIG}: not a mapping`);
+  }
+  for (const [name, setting] of Object.entries(envSettings)) {
+    const value = env[name];
+    if (value !== undefined && value !== '') setPath(raw, setting, value);
+  }
+  mergeInto(raw, overrides as Record<string, unknown>);
+  const parsed = configSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const setting = issue.path.join('.');
+    const envName = Object.keys(envSettings).find((name) => envSettings[name] === setting);
+    throw new ConfigError(`invalid setting ${setting}${envName ? ` (${envName})` : ''}: ${issue.message}`);
+  }
+  const config = parsed.data;
+  if (Boolean(config.gateway.tlsCert) !== Boolean(config.gateway.tlsKey)) {
+    throw new ConfigError('SVC_TLS_CERT and SVC_TLS_KEY must be set together');
+  }
+  config.store.dataDir = path.resolve(config.store.dataDir);
+  return config;
+}
+
+function setPath(target: Record<string, unknown>, dotted: string, value: unknown) {
+  const keys = dotted.split('.');
+  let node = target;
+  for (const key of keys.slice(0, -1)) {
+    if (typeof node[key] !== 'object' || node[key] === null) node[key] = {};
+    node = node[key] as Record<string, unknown>;
+  }
+  node[keys[keys.length - 1]] = value;
+}
+
+function mergeInto(target: Record<string, unknown>, source: Record<string, unknown>) {
+  for (const [key, value] of Object.entries(source)) {
+    if (value && typeof value === 'object' && !Array.isArray(value)) {
+      if (typeof target[key] !== 'object' || target[key] === null) target[key] = {};
+      mergeInto(target[key] as Record<string, unknown>, value as Record<string, unknown>);
+    } else if (value !== undefined) {
+      target[key] = value;
+    }
+  }
+}

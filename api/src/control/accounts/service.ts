@@ -1,0 +1,142 @@
+// Accounts and their quotas: the bootstrap account, administration (spec 4.2, 5.4), and the one quota
+// check every create endpoint calls (spec 7, 8).
+import type { Principal } from '../../http/auth.ts';
+import { conflict, forbidden, notFound, Problem } from '../../http/problem.ts';
+import { isUniqueViolation } from '../../store/store.ts';
+import type { AccountsRepo, AccountRow } from './repo.ts';
+import type { Account, AccountLimits, CreateAccount } from './schema.ts';
+
+export interface BootstrapAccount {
+  ncaId: string;
+  name: string;
+  adminClientIds: string[];
+  limits: { maxFunctions: number; maxTasks: number; maxTelemetries: number; maxRegistryCredentials: number };
+}
+
+export type QuotaKind = 'functions' | 'tasks' | 'telemetries' | 'registryCredentials';
+
+const quotas: Record<QuotaKind, { column: keyof AccountRow; what: string }> = {
+  functions: { column: 'max_functions', what: 'the number of functions allowed' },
+  tasks: { column: 'max_tasks', what: 'the number of tasks allowed' },
+  telemetries: { column: 'max_telemetries', what: 'the number of telemetries allowed' },
+  registryCredentials: { column: 'max_registry_credentials', what: 'the number of registry credentials allowed' },
+};
+
+export function toAccount(row: AccountRow): Account {
+  return {
+    ncaId: row.nca_id,
+    name: row.name,
+    adminClientIds: JSON.parse(row.admin_client_ids) as string[],
+    maxFunctionsAllowed: row.max_functions,
+    maxTasksAllowed: row.max_tasks,
+    maxTelemetriesAllowed: row.max_telemetries,
+    maxRegistryCredentialsAllowed: row.max_registry_credentials,
+  };
+}
+
+function limitColumns(limits: AccountLimits): Partial<AccountRow> {
+  const columns: Partial<AccountRow> = {};
+  if (limits.maxFunctionsAllowed !== undefined) columns.max_functions = limits.maxFunctionsAllowed;
+  if (limits.maxTasksAllowed !== undefined) columns.max_tasks = limits.maxTasksAllowed;
+  if (limits.maxTelemetriesAllowed !== undefined) columns.max_telemetries = limits.maxTelemetriesAllowed;
+  if (limits.maxRegistryCredentialsAllowed !== undefined) columns.max_registry_credentials = limits.maxRegistryCredentialsAllowed;
+  return columns;
+}
+
+export function createAccountsService(repo: AccountsRepo, now: () => Date = () => new Date()) {
+  /** Installation-wide admins reach every account; an account_setup key only its own. */
+  function assertMayAdminister(principal: Principal, ncaId: string) {
+    if (principal.ncaId !== '*' && principal.ncaId !== ncaId) {
+      throw forbidden(`The credential may administer account '${principal.ncaId}' only`);
+    }
+  }
+
+  async function requireAccount(ncaId: string): Promise<AccountRow> {
+    const row = await repo.find(ncaId);
+    if (!row) throw notFound(`Account '${ncaId}' does not exist`);
+    return row;
+  }
+
+  return {
+    requireAccount,
+
+    /** First start creates the account; an existing account counts as success and keeps its limits. */
+    async ensureBootstrapAccount(bootstrap: BootstrapAccount): Promise<{ account: Account; created: boolean }> {
+      const existing = await repo.find(bootstrap.ncaId);
+      if (existing) return { account: toAccount(existing), created: false };
+      const at = now().toISOString();
+      const row: AccountRow = {
+        nca_id: bootstrap.ncaId,
+        name: bootstrap.name,
+        admin_client_ids: JSON.stringify(bootstrap.adminClientIds),
+        max_functions: bootstrap.limits.maxFunctions,
+        max_tasks: bootstrap.limits.maxTasks,
+        max_telemetries: bootstrap.limits.maxTelemetries,
+        max_registry_credentials: bootstrap.limits.maxRegistryCredentials,
+        created_at: at,
+        updated_at: at,
+      };
+      try {
+        await repo.insert(row);
+        return { account: toAccount(row), created: true };
+      } catch (error) {
+        if (!isUniqueViolation(error)) throw error;
+        return { account: toAccount(await requireAccount(bootstrap.ncaId)), created: false };
+      }
+    },
+
+    async get(principal: Principal, ncaId: string): Promise<Account> {
+      assertMayAdminister(principal, ncaId);
+      return toAccount(await requireAccount(ncaId));
+    },
+
+    async list(principal: Principal): Promise<Account[]> {
+      const rows = await repo.list();
+      return rows.filter((row) => principal.ncaId === '*' || row.nca_id === principal.ncaId).map(toAccount);
+    },
+
+    async create(principal: Principal, ncaId: string, input: CreateAccount, defaults: BootstrapAccount['limits']): Promise<Account> {
+      if (principal.ncaId !== '*') throw forbidden('Only an installation administrator may create accounts');
+      const at = now().toISOString();
+      const row: AccountRow = {
+        nca_id: ncaId,
+        name: input.name ?? ncaId,
+        admin_client_ids: JSON.stringify(input.adminClientIds ?? []),
+        max_functions: input.maxFunctionsAllowed ?? defaults.maxFunctions,
+        max_tasks: input.maxTasksAllowed ?? defaults.maxTasks,
+        max_telemetries: input.maxTelemetriesAllowed ?? defaults.maxTelemetries,
+        max_registry_credentials: input.maxRegistryCredentialsAllowed ?? defaults.maxRegistryCredentials,
+        created_at: at,
+        updated_at: at,
+      };
+      try {
+        await repo.insert(row);
+      } catch (error) {
+        if (isUniqueViolation(error)) throw conflict(`Account '${ncaId}' already exists`);
+        throw error;
+      }
+      return toAccount(row);
+    },
+
+    async updateLimits(principal: Principal, ncaId: string, limits: AccountLimits): Promise<Account> {
+      assertMayAdminister(principal, ncaId);
+      await requireAccount(ncaId);
+      const row = await repo.update(ncaId, { ...limitColumns(limits), updated_at: now().toISOString() });
+      return toAccount(row!);
+    },
+
+    /**
+     * Refuses a create when the account already holds `existing` resources of `kind` at or above its
+     * limit. Status 400 as in the reference, code quota-exceeded; raise the limit with PATCH.
+     */
+    async checkQuota(ncaId: string, kind: QuotaKind, existing: number): Promise<void> {
+      const row = await requireAccount(ncaId);
+      const limit = row[quotas[kind].column] as number;
+      if (existing >= limit) {
+        throw new Problem('quota-exceeded', `Account '${ncaId}': Reached or exceeded the max limit for ${quotas[kind].what}: ${limit}.`);
+      }
+    },
+  };
+}
+
+export type AccountsService = ReturnType<typeof createAccountsService>;

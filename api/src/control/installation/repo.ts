@@ -1,0 +1,31 @@
+// Installation-wide settings: written once at first start, read by every replica.
+import type { Kysely } from 'kysely';
+import type { Database } from '../../store/schema.ts';
+import { isUniqueViolation } from '../../store/store.ts';
+
+export function createSettingsRepo(db: Kysely<Database>) {
+  return {
+    async get(key: string): Promise<string | undefined> {
+      const row = await db.selectFrom('settings').select('value').where('key', '=', key).executeTakeFirst();
+      return row?.value;
+    },
+    /**
+     * Stores `value` unless the key exists, and returns what is stored. Two replicas starting at once
+     * agree on one value.
+     */
+    async getOrCreate(key: string, create: () => string, now: string): Promise<{ value: string; created: boolean }> {
+      const existing = await this.get(key);
+      if (existing !== undefined) return { value: existing, created: false };
+      const value = create();
+      try {
+        await db.insertInto('settings').values({ key, value, created_at: now }).execute();
+        return { value, created: true };
+      } catch (error) {
+        if (!isUniqueViolation(error)) throw error;
+        return { value: (await this.get(key))!, created: false };
+      }
+    },
+  };
+}
+
+export type SettingsRepo = ReturnType<typeof createSettingsRepo>;

@@ -1,0 +1,52 @@
+// What an installation sets up once and every replica then shares: the secrets key ring (checked
+// against the store so a wrong key fails at start, not at first decrypt) and the bootstrap secret.
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { createSecretBox, parseKey, type SecretBox } from '../../store/encryption.ts';
+import { hashSecret, newBootstrapSecret } from '../keys/key-format.ts';
+import type { SettingsRepo } from './repo.ts';
+
+const KEY_CHECK = 'secrets.key_check';
+const KEY_CHECK_PLAINTEXT = 'svc-secrets-key-check';
+const BOOTSTRAP_HASH = 'installation.bootstrap_secret_hash';
+
+/**
+ * The key ring from configuration, or, for the embedded default, a key generated once into the data
+ * directory (mode 0600). Fails with one line when the store was sealed with a different key.
+ */
+export async function loadSecretBox(
+  settings: SettingsRepo,
+  options: { key?: string; previousKeys: string[]; dataDir: string; now: string },
+): Promise<SecretBox> {
+  const current = options.key ? parseKey(options.key, 'SVC_SECRETS_KEY') : localKey(options.dataDir);
+  const box = createSecretBox(current, options.previousKeys.map((key) => parseKey(key, 'SVC_SECRETS_PREVIOUS_KEYS')));
+  const { value } = await settings.getOrCreate(KEY_CHECK, () => box.encrypt(KEY_CHECK_PLAINTEXT), options.now);
+  let readable = false;
+  try {
+    readable = box.decrypt(value) === KEY_CHECK_PLAINTEXT;
+  } catch {
+    readable = false;
+  }
+  if (!readable) throw new Error('SVC_SECRETS_KEY does not match the key this store was sealed with (see docs/security.md)');
+  return box;
+}
+
+function localKey(dataDir: string): Buffer {
+  const file = path.join(dataDir, 'secrets.key');
+  if (!existsSync(file)) {
+    mkdirSync(dataDir, { recursive: true });
+    writeFileSync(file, randomBytes(32).toString('base64') + '\n', { mode: 0o600, flag: 'wx' });
+  }
+  return parseKey(readFileSync(file, 'utf8').trim(), file);
+}
+
+/**
+ * The bootstrap secret guards the endpoint that mints management tokens. It is generated at first
+ * start and returned only then, for the caller to print once; the store keeps its hash.
+ */
+export async function ensureBootstrapSecret(settings: SettingsRepo, now: string): Promise<{ hash: string; secret?: string }> {
+  const secret = newBootstrapSecret();
+  const { value, created } = await settings.getOrCreate(BOOTSTRAP_HASH, () => hashSecret(secret), now);
+  return created ? { hash: value, secret } : { hash: value };
+}

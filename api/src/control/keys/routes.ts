@@ -1,0 +1,53 @@
+// Routes of the key service host (api-keys.<gateway_address>).
+import { z } from 'zod';
+import { access } from '../../http/auth.ts';
+import { route } from '../../http/route.ts';
+import { createKeySchema, keyIssuerHeaders, keyListResponse, keyParams, keySchema, listKeysQuery, mintTokenSchema } from './schema.ts';
+import type { KeyService } from './service.ts';
+import type { JwtKey } from './signing.ts';
+
+const tag = 'API keys';
+
+export function keyRoutes(keys: KeyService, tokenKey: JwtKey) {
+  return [
+    route({
+      method: 'POST', path: '/v1/admin/keys', summary: 'Mint a management token (SVC_TOKEN); used by `svc init`', tag,
+      access: access.bootstrap, body: mintTokenSchema,
+      responses: { 200: { description: 'The token; its value is shown only here', schema: keySchema } },
+      handle: async ({ body }) => ({ body: await keys.mintManagementToken(body) }),
+    }),
+    route({
+      method: 'POST', path: '/v1/keys', summary: 'Create an API key', tag, access: access.keyManagement,
+      headers: keyIssuerHeaders, body: createKeySchema,
+      responses: { 200: { description: 'The key; its value is shown only here', schema: keySchema } },
+      handle: async ({ principal, headers, body }) => ({ body: await keys.issueApiKey(principal, headers, body) }),
+    }),
+    route({
+      method: 'GET', path: '/v1/keys', summary: "List the account's keys", tag, access: access.keyManagement,
+      query: listKeysQuery,
+      responses: { 200: { description: 'One page of keys, newest first', schema: keyListResponse } },
+      handle: async ({ principal, query }) => ({ body: await keys.list(principal, query.limit, query.cursor) }),
+    }),
+    route({
+      method: 'GET', path: '/v1/keys/{keyId}', summary: 'Get a key (never its value)', tag, access: access.keyManagement,
+      params: keyParams,
+      responses: { 200: { description: 'The key', schema: keySchema } },
+      handle: async ({ principal, params }) => ({ body: await keys.get(principal, params.keyId) }),
+    }),
+    route({
+      method: 'DELETE', path: '/v1/keys/{keyId}', summary: 'Revoke a key', tag, access: access.keyManagement,
+      params: keyParams,
+      responses: { 204: { description: 'Revoked; refused everywhere within a second' } },
+      handle: async ({ principal, params }) => {
+        await keys.revoke(principal, params.keyId);
+        return { status: 204 };
+      },
+    }),
+    route({
+      method: 'GET', path: '/.well-known/jwks.json', summary: 'Public key set that verifies SVC_TOKEN JWTs', tag,
+      access: access.public,
+      responses: { 200: { description: 'JWKS', schema: z.object({ keys: z.array(z.record(z.string(), z.unknown())) }) } },
+      handle: async () => ({ body: { keys: [tokenKey.publicJwk] } }),
+    }),
+  ];
+}

@@ -1,0 +1,116 @@
+// A route is declared once: path, access rule, zod schemas for what comes in and goes out, and a thin
+// handler that calls a service. The same declaration mounts the Express handler and feeds /v3/openapi.
+import type { Request, Response } from 'express';
+import { z } from 'zod';
+import type { Logger } from '../logger.ts';
+import { authorize, type Access, type CredentialVerifier, type Principal } from './auth.ts';
+import { invalid, type InvalidField } from './problem.ts';
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+type Schema = z.ZodType;
+type Out<S> = S extends Schema ? z.output<S> : undefined;
+
+export interface ResponseSpec {
+  description: string;
+  schema?: Schema;
+  contentType?: string;
+}
+
+export interface RouteInput<P, Q, B, H> {
+  params: P;
+  query: Q;
+  body: B;
+  headers: H;
+  principal: Principal;
+  requestId: string;
+  log: Logger;
+  req: Request;
+}
+
+export interface Reply {
+  status?: number;
+  body?: unknown;
+  headers?: Record<string, string | string[]>;
+}
+
+export interface RouteSpec<P extends Schema | undefined, Q extends Schema | undefined, B extends Schema | undefined, H extends Schema | undefined> {
+  method: Method;
+  /** OpenAPI form, e.g. /v2/svc/accounts/{ncaId}. */
+  path: string;
+  summary: string;
+  tag: string;
+  access: Access;
+  params?: P;
+  query?: Q;
+  body?: B;
+  /** Request headers to validate; keys in lower case. */
+  headers?: H;
+  responses: Record<number, ResponseSpec>;
+  /**
+   * Returns the reply, or `undefined` after writing `res` itself (streaming endpoints).
+   * Services never see req/res; only routes that must stream touch `res`.
+   */
+  handle(input: RouteInput<Out<P>, Out<Q>, Out<B>, Out<H>>, res: Response): Promise<Reply | undefined>;
+}
+
+// The loose form every route is stored as once declared.
+export type Route = RouteSpec<Schema | undefined, Schema | undefined, Schema | undefined, Schema | undefined>;
+
+/** Declares a route with its types inferred from the schemas. */
+export function route<P extends Schema | undefined = undefined, Q extends Schema | undefined = undefined,
+  B extends Schema | undefined = undefined, H extends Schema | undefined = undefined>(spec: RouteSpec<P, Q, B, H>): Route {
+  return spec as unknown as Route;
+}
+
+export interface RouteContext {
+  verifier: CredentialVerifier;
+  log: Logger;
+}
+
+/** Turns a route into the Express handler that authorizes, validates, runs and replies. */
+export function handlerFor(spec: Route, context: RouteContext) {
+  return async (req: Request, res: Response) => {
+    const requestId = res.locals.requestId as string;
+    const principal = await authorize(spec.access, req.headers.authorization, context.verifier);
+    res.locals.principal = principal;
+    const input = {
+      params: validate(spec.params, req.params, 'path'),
+      query: validate(spec.query, req.query, 'query'),
+      headers: validate(spec.headers, req.headers, 'header'),
+      body: validate(spec.body, req.body, 'body'),
+      principal,
+      requestId,
+      log: context.log,
+      req,
+    };
+    const reply = await spec.handle(input as never, res);
+    if (!reply) return;
+    if (reply.headers) res.set(reply.headers);
+    res.status(reply.status ?? 200);
+    if (reply.body === undefined) res.end();
+    else res.json(reply.body);
+  };
+}
+
+function validate(schema: Schema | undefined, value: unknown, where: 'path' | 'query' | 'header' | 'body') {
+  if (!schema) return undefined;
+  const result = schema.safeParse(value ?? {});
+  if (result.success) return result.data;
+  const errors: InvalidField[] = result.error.issues.map((issue) => ({
+    field: fieldName(where, issue.path),
+    message: issue.message,
+  }));
+  throw invalid(errors);
+}
+
+function fieldName(where: string, path: PropertyKey[]): string {
+  const dotted = path.map(String).join('.');
+  if (where === 'body') return dotted || 'body';
+  return dotted ? `${where === 'header' ? 'header' : where} ${dotted}` : where;
+}
+
+/** OpenAPI path template → Express path. */
+export function expressPath(path: string): string {
+  return path.replace(/\{(\w+)\}/g, ':$1');
+}

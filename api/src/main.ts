@@ -1,0 +1,105 @@
+// Composition root: config → store → planes → listen. Nothing else lives here.
+import path from 'node:path';
+import type { DestinationStream } from 'pino';
+import type { Config } from './config.ts';
+import { accountRoutes } from './control/accounts/routes.ts';
+import { createAccountsRepo } from './control/accounts/repo.ts';
+import { createAccountsService } from './control/accounts/service.ts';
+import { healthRoutes } from './control/health/routes.ts';
+import { createHealthService } from './control/health/service.ts';
+import { createSettingsRepo } from './control/installation/repo.ts';
+import { ensureBootstrapSecret, loadSecretBox } from './control/installation/service.ts';
+import { createKeysRepo } from './control/keys/repo.ts';
+import { keyRoutes } from './control/keys/routes.ts';
+import { createKeyService } from './control/keys/service.ts';
+import { loadAdminKey, loadTokenKey } from './control/keys/signing.ts';
+import { createCredentialVerifier } from './control/keys/verifier.ts';
+import { createGateway } from './gateway/gateway.ts';
+import { createApp } from './http/app.ts';
+import { buildOpenApi, openApiRoute } from './http/openapi.ts';
+import type { Route } from './http/route.ts';
+import { createLogger } from './logger.ts';
+import { openStore } from './store/store.ts';
+
+export interface Platform {
+  /** http(s)://localhost:<port> */
+  url: string;
+  port: number;
+  hosts: { api: string; keys: string };
+  /** Present only on the first start of an installation: print it once. */
+  bootstrapSecret?: string;
+  adminSigningKeyFile: string;
+  close(): Promise<void>;
+}
+
+export interface PlatformOptions {
+  logDestination?: DestinationStream;
+  now?: () => Date;
+}
+
+const VERSION = '0.1.0';
+
+export async function startPlatform(config: Config, options: PlatformOptions = {}): Promise<Platform> {
+  const now = options.now ?? (() => new Date());
+  const log = createLogger(config.log.level, options.logDestination);
+  const store = await openStore(config.store);
+  try {
+    const settings = createSettingsRepo(store.db);
+    const startedAt = now().toISOString();
+    const box = await loadSecretBox(settings, { ...config.secrets, dataDir: config.store.dataDir, now: startedAt });
+
+    const accounts = createAccountsService(createAccountsRepo(store.db), now);
+    const { account } = await accounts.ensureBootstrapAccount(config.api.accountBootstrap);
+
+    const bootstrap = await ensureBootstrapSecret(settings, startedAt);
+    const tokenKey = await loadTokenKey(settings, box, startedAt);
+    const adminSigningKeyFile = config.admin.signingKeyFile ?? path.join(config.store.dataDir, 'admin-signing-key.pem');
+    const adminKey = await loadAdminKey(adminSigningKeyFile, { create: !config.admin.signingKeyFile });
+
+    const keysRepo = createKeysRepo(store.db);
+    const verifier = createCredentialVerifier({
+      repo: keysRepo, tokenKey, adminKey, bootstrapSecretHash: bootstrap.hash,
+      serviceId: config.keys.serviceId, recheckMs: config.keys.recheckMs, now: () => now().getTime(),
+    });
+    const keys = createKeyService({
+      repo: keysRepo, accounts, tokenKey, serviceId: config.keys.serviceId, defaultAccountId: account.ncaId,
+      tokenLifetimeSeconds: config.keys.tokenLifetimeSeconds, now,
+    });
+    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }]);
+
+    const apiRoutes: Route[] = [
+      ...healthRoutes(health),
+      ...accountRoutes(accounts, config.api.accountBootstrap.limits),
+    ];
+    const keyServiceRoutes: Route[] = keyRoutes(keys, tokenKey);
+    const apiDocument = buildOpenApi(apiRoutes, { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
+    const keysDocument = buildOpenApi(keyServiceRoutes, { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });
+
+    const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit };
+    const gateway = createGateway({
+      address: config.gateway.address,
+      api: createApp({ ...appOptions, routes: [...apiRoutes, openApiRoute(() => apiDocument)] }),
+      keys: createApp({ ...appOptions, routes: [...keyServiceRoutes, openApiRoute(() => keysDocument)] }),
+      tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
+    });
+    const port = await gateway.listen(config.gateway.port, config.gateway.host);
+    const scheme = config.gateway.tlsCert ? 'https' : 'http';
+    log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
+
+    return {
+      url: `${scheme}://localhost:${port}`,
+      port,
+      hosts: gateway.hosts,
+      bootstrapSecret: bootstrap.secret,
+      adminSigningKeyFile,
+      async close() {
+        await gateway.close();
+        await store.close();
+        log.flush();
+      },
+    };
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+}

@@ -1,0 +1,75 @@
+// The store: one Kysely handle over the embedded SQLite file or PostgreSQL, migrated on open.
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import SQLite from 'better-sqlite3';
+import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
+import { Migrator } from 'kysely/migration';
+import pg from 'pg';
+import { migrations } from './migrations.ts';
+import type { Database } from './schema.ts';
+
+export type Dialect = 'sqlite' | 'postgres';
+
+export interface Store {
+  db: Kysely<Database>;
+  dialect: Dialect;
+  /** Cheap round trip used by health checks. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface StoreOptions {
+  dataDir: string;
+  databaseUrl?: string;
+}
+
+export async function openStore(options: StoreOptions): Promise<Store> {
+  const { db, dialect } = options.databaseUrl ? openPostgres(options.databaseUrl) : openSqlite(options.dataDir);
+  try {
+    await migrate(db);
+  } catch (error) {
+    await db.destroy();
+    throw error;
+  }
+  return {
+    db,
+    dialect,
+    async ping() {
+      await sql`select 1`.execute(db);
+    },
+    close: () => db.destroy(),
+  };
+}
+
+function openSqlite(dataDir: string) {
+  mkdirSync(dataDir, { recursive: true });
+  const file = new SQLite(path.join(dataDir, 'svc.db'));
+  file.pragma('journal_mode = WAL');
+  file.pragma('synchronous = NORMAL');
+  file.pragma('foreign_keys = ON');
+  // Another process (a second `svc` role on the same file) may hold the write lock briefly.
+  file.pragma('busy_timeout = 5000');
+  return { db: new Kysely<Database>({ dialect: new SqliteDialect({ database: file }) }), dialect: 'sqlite' as const };
+}
+
+function openPostgres(connectionString: string) {
+  const pool = new pg.Pool({ connectionString, max: 10 });
+  // An idle client losing its connection must not crash the process; the next query reports it.
+  pool.on('error', () => {});
+  return { db: new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), dialect: 'postgres' as const };
+}
+
+async function migrate(db: Kysely<Database>) {
+  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) {
+    const failed = results?.find((result) => result.status === 'Error')?.migrationName;
+    throw new Error(`database migration ${failed ?? ''} failed: ${(error as Error).message}`);
+  }
+}
+
+/** True when a write lost a race on a unique key (same name created twice at once). */
+export function isUniqueViolation(error: unknown): boolean {
+  const code = (error as { code?: string } | null)?.code;
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+}
