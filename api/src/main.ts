@@ -16,8 +16,7 @@ import { loadAdminKey, loadTokenKey } from './control/keys/signing.ts';
 import { createCredentialVerifier } from './control/keys/verifier.ts';
 import { createGateway } from './gateway/gateway.ts';
 import { createApp } from './http/app.ts';
-import { buildOpenApi, openApiRoute } from './http/openapi.ts';
-import type { Route } from './http/route.ts';
+import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
 import { openStore } from './store/store.ts';
 
@@ -67,19 +66,18 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     });
     const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }]);
 
-    const apiRoutes: Route[] = [
+    const apiRoutes = withOpenApi([
       ...healthRoutes(health),
       ...accountRoutes(accounts, config.api.accountBootstrap.limits),
-    ];
-    const keyServiceRoutes: Route[] = keyRoutes(keys, tokenKey);
-    const apiDocument = buildOpenApi(apiRoutes, { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
-    const keysDocument = buildOpenApi(keyServiceRoutes, { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });
+    ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
+    const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),
+      { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });
 
     const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit };
     const gateway = createGateway({
       address: config.gateway.address,
-      api: createApp({ ...appOptions, routes: [...apiRoutes, openApiRoute(() => apiDocument)] }),
-      keys: createApp({ ...appOptions, routes: [...keyServiceRoutes, openApiRoute(() => keysDocument)] }),
+      api: createApp({ ...appOptions, routes: apiRoutes }),
+      keys: createApp({ ...appOptions, routes: keyServiceRoutes }),
       tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
     });
     const port = await gateway.listen(config.gateway.port, config.gateway.host);

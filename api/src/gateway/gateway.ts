@@ -37,7 +37,7 @@ export function createGateway(options: GatewayOptions) {
     if (host === keysHost) return options.keys(req, res);
     const requestId = randomUUID();
     const problem = new Problem('not-found', `Unknown host '${host}'; this gateway serves ${apiHost} and ${keysHost}`);
-    res.writeHead(404, { 'content-type': PROBLEM_CONTENT_TYPE, 'x-request-id': requestId });
+    res.writeHead(404, { 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8`, 'x-request-id': requestId });
     res.end(JSON.stringify(problem.toBody((req.url ?? '/').split('?')[0], requestId)));
   }
 

@@ -102,11 +102,14 @@ function operationId(spec: Route): string {
   return [spec.method.toLowerCase(), ...words.map((word) => word[0].toUpperCase() + word.slice(1))].join('');
 }
 
-/** The route that serves a host's document. */
-export function openApiRoute(document: () => unknown) {
-  return route({
+/** A host's routes plus GET /v3/openapi describing all of them, itself included. */
+export function withOpenApi(routes: Route[], info: OpenApiInfo): Route[] {
+  let document: unknown;
+  const all = [...routes, route({
     method: 'GET', path: '/v3/openapi', summary: 'OpenAPI description of this host', tag: 'OpenAPI', access: access.public,
     responses: { 200: { description: 'OpenAPI 3.1 document' } },
-    handle: async () => ({ body: document() }),
-  });
+    handle: async () => ({ body: document }),
+  })];
+  document = buildOpenApi(all, info);
+  return all;
 }

@@ -1,0 +1,134 @@
+// The `svc` command as a user runs it: a real `svc serve` process, then init, api-key generate, and a
+// request with the key; plus the one-line failures (old Node, bad configuration, bad flags).
+import assert from 'node:assert/strict';
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
+import { tempDir } from './helpers/databases.ts';
+import { request } from './helpers/http.ts';
+
+const run = promisify(execFile);
+
+function olderNode(): boolean {
+  if (!existsSync('/usr/bin/node')) return false;
+  return Number(execFileSync('/usr/bin/node', ['--version']).toString().slice(1).split('.')[0]) < 24;
+}
+const svcBin = path.resolve(import.meta.dirname, '../bin/svc.js');
+
+async function svc(args: string[], env: NodeJS.ProcessEnv) {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [svcBin, ...args], { env: { ...process.env, ...env } });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code: number; stdout: string; stderr: string };
+    return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
+  }
+}
+
+describe('svc CLI against a running `svc serve`', () => {
+  let server: ChildProcess;
+  let url = '';
+  let secret = '';
+  const dataDir = tempDir();
+  const env = { SVC_STATE_FILE: path.join(dataDir, 'cli', 'state.json'), SVC_DATA_DIR: dataDir } as NodeJS.ProcessEnv;
+
+  before(async () => {
+    server = spawn(process.execPath, [svcBin, 'serve'], {
+      env: { ...process.env, SVC_PORT: '0', SVC_HOST: '127.0.0.1', SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let output = '';
+    await new Promise<void>((resolve, reject) => {
+      server.stdout!.on('data', (chunk: Buffer) => {
+        output += chunk.toString();
+        const found = /API\s+(http:\/\/localhost:\d+)/.exec(output);
+        const bootstrap = /Bootstrap secret[^:]*: (svcboot-\S+)/.exec(output);
+        if (found && bootstrap) {
+          url = found[1];
+          secret = bootstrap[1];
+          resolve();
+        }
+      });
+      server.once('exit', (code) => reject(new Error(`svc serve exited ${code}: ${output}`)));
+    });
+    env.SVC_SERVER = url;
+  });
+  after(() => {
+    server.kill('SIGTERM');
+  });
+
+  test('init → api-key generate → a request with that key answers 200', async () => {
+    const init = await svc(['init', '--secret', secret], env);
+    assert.equal(init.code, 0, init.stderr);
+    assert.match(init.stdout, /Management token saved for account svc-default/);
+    assert.equal(statSync(env.SVC_STATE_FILE!).mode & 0o777, 0o600);
+
+    const generated = await svc(['api-key', 'generate', '--scopes', 'list_functions,account_setup', '--json'], env);
+    assert.equal(generated.code, 0, generated.stderr);
+    const key = JSON.parse(generated.stdout);
+    assert.equal(key.type, 'SVC_API_KEY');
+    assert.deepEqual(key.authorizations.policies[0].scopes, ['list_functions', 'account_setup']);
+
+    const response = await request(url, 'GET', '/v2/svc/accounts', { bearer: key.value });
+    assert.equal(response.status, 200);
+    assert.equal(response.body.accounts[0].ncaId, 'svc-default');
+  });
+
+  test('a task key gets the task scopes by default', async () => {
+    const generated = await svc(['api-key', 'generate', '--task', '--json'], env);
+    const key = JSON.parse(generated.stdout);
+    assert.equal(key.type, 'SVC_TASK_API_KEY');
+    assert.ok(key.authorizations.policies[0].scopes.includes('launch_task'));
+  });
+
+  test('admin token and account commands, human and --json', async () => {
+    const token = await svc(['admin', 'token'], env);
+    assert.equal(token.code, 0, token.stderr);
+    assert.equal(token.stdout.trim().split('.').length, 3);
+    const set = await svc(['account', 'set-limits', '--max-functions', '42'], env);
+    assert.equal(set.code, 0, set.stderr);
+    assert.match(set.stdout, /maxFunctionsAllowed\s+42/);
+    const get = await svc(['account', 'get', 'svc-default', '--json'], env);
+    assert.equal(JSON.parse(get.stdout).account.maxFunctionsAllowed, 42);
+    const list = await svc(['account', 'list'], env);
+    assert.match(list.stdout, /^NCAID\s+NAME/m);
+  });
+
+  test('failures are one line and a non-zero exit', async () => {
+    const badSecret = await svc(['init', '--secret', 'svcboot-wrong'], env);
+    assert.equal(badSecret.code, 1);
+    assert.equal(badSecret.stderr.trim(), 'svc init: POST /v1/admin/keys failed (401): Invalid bootstrap secret');
+    const badLimit = await svc(['account', 'set-limits', '--max-telemetries', '51'], env);
+    assert.equal(badLimit.code, 1);
+    assert.match(badLimit.stderr.trim(), /^svc account set-limits: .*maxTelemetriesAllowed.*$/);
+    const badFlag = await svc(['api-key', 'generate', '--nope'], env);
+    assert.equal(badFlag.code, 1);
+    assert.equal(badFlag.stderr.trim().split('\n').length, 1);
+    const unknown = await svc(['frobnicate'], env);
+    assert.equal(unknown.code, 2);
+  });
+});
+
+describe('svc start-up checks', () => {
+  test('bad configuration stops `svc serve` with one line naming the setting', async () => {
+    const result = await svc(['serve'], { SVC_PORT: 'eighty', SVC_DATA_DIR: tempDir() });
+    assert.equal(result.code, 1);
+    assert.equal(result.stderr.trim().split('\n').length, 1);
+    assert.match(result.stderr, /^svc serve: invalid setting gateway\.port \(SVC_PORT\)/);
+  });
+
+  test('an unreachable PostgreSQL stops `svc serve` with one line', async () => {
+    const result = await svc(['serve'], { SVC_PORT: '0', SVC_DATA_DIR: tempDir(), SVC_DATABASE_URL: 'postgres://postgres@127.0.0.1:1/none' });
+    assert.equal(result.code, 1);
+    assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
+    assert.doesNotMatch(result.stderr, /\n\s+at /);
+  });
+
+  test('an older Node gets a clear message, not a stack trace', { skip: olderNode() ? false : 'no Node older than 24 at /usr/bin/node' }, async () => {
+    const result = await run('/usr/bin/node', [svcBin, 'serve']).catch((error) => error as { code: number; stderr: string });
+    assert.equal((result as { code: number }).code, 1);
+    assert.match((result as { stderr: string }).stderr, /^svc needs Node\.js 24 or newer; this is v\d+/);
+  });
+});

@@ -1,0 +1,106 @@
+// Starts the real platform on port 0 for a test: real store, real gateway, real sockets. Logs are
+// captured so tests can assert what was (and was not) written.
+import { Writable } from 'node:stream';
+import { loadConfig, type ConfigInput } from '../../src/config.ts';
+import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../src/control/keys/signing.ts';
+import { startPlatform, type Platform } from '../../src/main.ts';
+import { createDatabase, type TestDatabase } from './databases.ts';
+import { request, type RequestOptions, type TestResponse } from './http.ts';
+
+export const MANAGEMENT_SCOPES = [
+  'register_function', 'list_functions', 'list_functions_details', 'deploy_function', 'update_function',
+  'update_secrets', 'delete_function', 'manage_telemetries', 'manage_registry_credentials', 'cluster-management',
+];
+
+export interface TestPlatform {
+  platform: Platform;
+  database: TestDatabase;
+  url: string;
+  bootstrapSecret: string;
+  logs: string[];
+  /** Moves the platform's clock. */
+  advance(ms: number): void;
+  api(method: string, path: string, options?: RequestOptions): Promise<TestResponse>;
+  keys(method: string, path: string, options?: RequestOptions): Promise<TestResponse>;
+  /** A management token (SVC_TOKEN) for `ncaId` (default account unless given). */
+  token(options?: { ncaId?: string; scopes?: string[] }): Promise<string>;
+  /** An account-administration JWT signed with the installation's admin key. */
+  adminToken(options?: { expiresInSeconds?: number }): Promise<string>;
+  /** An opaque key minted with `token`; task keys with task: true. */
+  apiKey(token: string, scopes: string[], options?: { task?: boolean; expiresAt?: string }): Promise<string>;
+  restart(overrides?: ConfigInput): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface TestPlatformOptions {
+  backend?: 'sqlite' | 'postgres';
+  config?: ConfigInput;
+  database?: TestDatabase;
+}
+
+export async function startTestPlatform(options: TestPlatformOptions = {}): Promise<TestPlatform> {
+  const database = options.database ?? await createDatabase(options.backend ?? 'sqlite');
+  const logs: string[] = [];
+  const logDestination = new Writable({
+    write(chunk, _encoding, done) {
+      logs.push(...chunk.toString('utf8').split('\n').filter(Boolean));
+      done();
+    },
+  });
+  let offset = 0;
+  const now = () => new Date(Date.now() + offset);
+  const configFor = (overrides: ConfigInput = {}) => loadConfig({}, {
+    gateway: { port: 0, host: '127.0.0.1' },
+    store: { dataDir: database.dataDir, databaseUrl: database.databaseUrl },
+    log: { level: 'info' },
+    ...options.config,
+    ...overrides,
+  });
+  let platform = await startPlatform(configFor(), { logDestination: logDestination as never, now });
+  const bootstrapSecret = platform.bootstrapSecret!;
+
+  const test: TestPlatform = {
+    get platform() { return platform; },
+    database,
+    get url() { return platform.url; },
+    bootstrapSecret,
+    logs,
+    advance(ms) { offset += ms; },
+    api: (method, path, requestOptions = {}) => request(platform.url, method, path, { host: platform.hosts.api, ...requestOptions }),
+    keys: (method, path, requestOptions = {}) => request(platform.url, method, path, { host: platform.hosts.keys, ...requestOptions }),
+    async token(tokenOptions = {}) {
+      const response = await test.keys('POST', '/v1/admin/keys', {
+        bearer: bootstrapSecret,
+        body: { ...(tokenOptions.ncaId ? { ncaId: tokenOptions.ncaId } : {}), ...(tokenOptions.scopes ? { scopes: tokenOptions.scopes } : {}) },
+      });
+      if (response.status !== 200) throw new Error(`token: ${response.status} ${response.text}`);
+      return response.body.value;
+    },
+    async adminToken(adminOptions = {}) {
+      const key = await loadAdminKey(platform.adminSigningKeyFile, { create: false });
+      const expiresAt = new Date(now().getTime() + (adminOptions.expiresInSeconds ?? 3600) * 1000);
+      return signJwt(key, { iss: ADMIN_ISSUER, aud: 'svc-api', sub: 'tester' }, expiresAt);
+    },
+    async apiKey(token, scopes, keyOptions = {}) {
+      const response = await test.keys('POST', '/v1/keys', {
+        bearer: token,
+        headers: { 'key-issuer-service': keyOptions.task ? 'svct-api' : 'svc-api', 'key-issuer-id': 'svc-api', 'key-owner-id': 'tester' },
+        body: {
+          expires_at: keyOptions.expiresAt ?? new Date(now().getTime() + 86_400_000).toISOString(),
+          authorizations: { policies: [{ product: keyOptions.task ? 'svc-cloud-tasks' : 'svc-cloud-functions', scopes }] },
+        },
+      });
+      if (response.status !== 200) throw new Error(`apiKey: ${response.status} ${response.text}`);
+      return response.body.value;
+    },
+    async restart(overrides) {
+      await platform.close();
+      platform = await startPlatform(configFor(overrides), { logDestination: logDestination as never, now });
+    },
+    async close() {
+      await platform.close();
+      if (!options.database) await database.drop();
+    },
+  };
+  return test;
+}
