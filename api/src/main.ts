@@ -10,7 +10,7 @@ import { createHealthService } from './control/health/service.ts';
 import { createSettingsRepo } from './control/installation/repo.ts';
 import { ensureBootstrapSecret, loadSecretBox } from './control/installation/service.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
-import { keyRoutes } from './control/keys/routes.ts';
+import { keyRoutes, whoamiRoute } from './control/keys/routes.ts';
 import { createKeyService } from './control/keys/service.ts';
 import { loadAdminKey, loadTokenKey } from './control/keys/signing.ts';
 import { createCredentialVerifier } from './control/keys/verifier.ts';
@@ -69,6 +69,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const apiRoutes = withOpenApi([
       ...healthRoutes(health),
       ...accountRoutes(accounts, config.api.accountBootstrap.limits),
+      whoamiRoute(),
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),
       { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });

@@ -73,7 +73,7 @@ describe('gateway', () => {
     const api = (await svc.api('GET', '/v3/openapi')).body;
     assert.equal(api.openapi, '3.1.0');
     assert.deepEqual(Object.keys(api.paths).sort(), [
-      '/admin/health/liveness', '/admin/health/readiness', '/health', '/v2/svc/accounts', '/v2/svc/accounts/{ncaId}', '/v3/openapi',
+      '/admin/health/liveness', '/admin/health/readiness', '/health', '/v2/svc/accounts', '/v2/svc/accounts/{ncaId}', '/v2/svc/whoami', '/v3/openapi',
     ]);
     assert.deepEqual(api.paths['/v2/svc/accounts/{ncaId}'].patch['x-svc-scopes'], ['account_setup']);
     assert.ok(api.components.schemas.Account);

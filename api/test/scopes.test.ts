@@ -29,6 +29,7 @@ const rows: Row[] = [
     { method: 'GET', path: '/v3/openapi', host: 'api', expect: publicRoute },
     { method: 'GET', path: '/v3/openapi', host: 'keys', expect: publicRoute },
     { method: 'GET', path: '/.well-known/jwks.json', host: 'keys', expect: publicRoute },
+    { method: 'GET', path: '/v2/svc/whoami', host: 'api', expect: { default: 200, none: 401, bootstrap: 403 } },
     { method: 'GET', path: '/v2/svc/accounts', host: 'api', expect: accountAdmin },
     { method: 'GET', path: '/v2/svc/accounts/svc-default', host: 'api', expect: accountAdmin },
     { method: 'PATCH', path: '/v2/svc/accounts/svc-default', host: 'api', body: { maxTasksAllowed: 20 }, expect: accountAdmin },

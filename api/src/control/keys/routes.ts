@@ -8,6 +8,26 @@ import type { JwtKey } from './signing.ts';
 
 const tag = 'API keys';
 
+const whoamiSchema = z.object({
+  credentialId: z.string(),
+  kind: z.enum(['token', 'api-key', 'task-key', 'admin']),
+  ncaId: z.string(),
+  ownerId: z.string(),
+  scopes: z.array(z.string()),
+});
+
+/** GET /v2/svc/whoami (api host): the presented credential as the platform sees it; no store access. */
+export function whoamiRoute() {
+  return route({
+    method: 'GET', path: '/v2/svc/whoami', summary: 'Describe the presented credential', tag,
+    access: { anyOf: [], credentials: ['token', 'api-key', 'task-key', 'admin'] },
+    responses: { 200: { description: 'The credential', schema: whoamiSchema } },
+    handle: async ({ principal }) => ({
+      body: { credentialId: principal.credentialId, kind: principal.kind, ncaId: principal.ncaId, ownerId: principal.ownerId, scopes: [...principal.scopes] },
+    }),
+  });
+}
+
 export function keyRoutes(keys: KeyService, tokenKey: JwtKey) {
   return [
     route({
