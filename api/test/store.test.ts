@@ -111,3 +111,30 @@ for (const backend of await backends()) {
     });
   });
 }
+
+describe('secrets key ring', () => {
+  test('a wrong key fails at start; a rotation keeps old data readable and retires the old key', async () => {
+    const { loadSecretBox } = await import('../src/control/installation/service.ts');
+    const { randomBytes } = await import('node:crypto');
+    const database = await createDatabase('sqlite');
+    const store = await openStore({ dataDir: database.dataDir });
+    try {
+      const settings = createSettingsRepo(store.db);
+      const [oldKey, newKey] = [randomBytes(32).toString('base64'), randomBytes(32).toString('base64')];
+      const now = '2026-01-01T00:00:00.000Z';
+      const first = await loadSecretBox(settings, { key: oldKey, previousKeys: [], dataDir: database.dataDir, now });
+      const sealed = first.encrypt('planted-secret');
+      assert.ok(!sealed.includes('planted-secret'));
+      await assert.rejects(loadSecretBox(settings, { key: newKey, previousKeys: [], dataDir: database.dataDir, now }), /does not match/);
+      const rotated = await loadSecretBox(settings, { key: newKey, previousKeys: [oldKey], dataDir: database.dataDir, now });
+      assert.equal(rotated.decrypt(sealed), 'planted-secret');
+      const resealed = rotated.encrypt('planted-secret');
+      const retired = await loadSecretBox(settings, { key: newKey, previousKeys: [], dataDir: database.dataDir, now });
+      assert.equal(retired.decrypt(resealed), 'planted-secret');
+      assert.throws(() => retired.decrypt(sealed), /no secrets key/);
+    } finally {
+      await store.close();
+      await database.drop();
+    }
+  });
+});

@@ -9,6 +9,9 @@ export function createSettingsRepo(db: Kysely<Database>) {
       const row = await db.selectFrom('settings').select('value').where('key', '=', key).executeTakeFirst();
       return row?.value;
     },
+    async replace(key: string, value: string): Promise<void> {
+      await db.updateTable('settings').set({ value }).where('key', '=', key).execute();
+    },
     /**
      * Stores `value` unless the key exists, and returns what is stored. Two replicas starting at once
      * agree on one value.

@@ -29,6 +29,8 @@ export async function loadSecretBox(
     readable = false;
   }
   if (!readable) throw new Error('SVC_SECRETS_KEY does not match the key this store was sealed with (see docs/security.md)');
+  // After a rotation the check value moves to the new key, so the old one can later leave the ring.
+  if (value.split(':')[1] !== box.currentKeyId) await settings.replace(KEY_CHECK, box.encrypt(KEY_CHECK_PLAINTEXT));
   return box;
 }
 
