@@ -1,0 +1,149 @@
+// One werift peer connection for the session: a send-only video track and the "input" DataChannel,
+// bundled on a single ICE transport whose sockets all come from STREAMING_PORT_BINDING_RANGE.
+// The app is always the offerer (see docs/streaming-protocol.md).
+import {
+  RTCPeerConnection, RTCRtpHeaderExtensionParameters, useH264, useVP8, type RTCDataChannel, type RTCRtpSender, type RTCIceCandidate,
+} from 'werift';
+import type { IceCandidateJson } from '../client/protocol.ts';
+import { INPUT_CHANNEL_LABEL } from '../client/protocol.ts';
+import type { IceServer } from './credentials.ts';
+import type { VideoCodec } from './encoder.ts';
+import type { Logger } from './logger.ts';
+import type { PortRange } from './port-budget.ts';
+
+/**
+ * Chrome's playout-delay RTP header extension. Sending min = max = 0 switches its receiver to the
+ * low-latency renderer: frames are shown as soon as they are decoded instead of being scheduled by its
+ * render-time smoothing (the receiver-side playoutDelayHint alone only lowers the minimum).
+ */
+export const PLAYOUT_DELAY_URI = 'http://www.webrtc.org/experiments/rtp-hdrext/playout-delay';
+const PLAYOUT_DELAY_ID = 6;
+
+const MDNS_CANDIDATE = /^(?:candidate:)?\S+ \d+ \S+ \d+ \S+\.local /i;
+
+export type PeerState = 'new' | 'connecting' | 'connected' | 'disconnected' | 'failed' | 'closed';
+
+export type PeerOptions = {
+  iceServers: IceServer[];
+  portRange: PortRange;
+  bindAddress: string;
+  codec: VideoCodec;
+  log: Logger;
+  onCandidate: (candidate: IceCandidateJson | null) => void;
+  onState: (state: PeerState) => void;
+  onInput: (raw: string) => void;
+  onKeyframeRequest: () => void;
+  onInputChannelOpen: () => void;
+};
+
+export class PeerLink {
+  readonly pc: RTCPeerConnection;
+  readonly videoSender: RTCRtpSender;
+  readonly inputChannel: RTCDataChannel;
+  readonly #log: Logger;
+  #localDescriptionApplied: Promise<unknown> = Promise.resolve();
+  /** Header extension id of playout-delay if the answer accepted it. */
+  playoutDelayExtensionId: number | undefined;
+  #closed = false;
+
+  constructor(options: PeerOptions) {
+    this.#log = options.log;
+    const codec = options.codec === 'H264' ? useH264() : useVP8();
+    this.pc = new RTCPeerConnection({
+      // Exactly the platform's STUN/TURN server, or nothing: never werift's default public STUN server.
+      iceServers: options.iceServers,
+      icePortRange: [options.portRange.min, options.portRange.max],
+      // One fixed IPv4 interface: one host socket, plus one for the TURN allocation when creds exist.
+      iceInterfaceAddresses: { udp4: options.bindAddress },
+      iceUseIpv4: true,
+      iceUseIpv6: false,
+      iceUseTcp: false,
+      bundlePolicy: 'max-bundle',
+      // A STUN server that does not answer must not hold the offer back for long.
+      iceStunGatherTimeout: 2,
+      codecs: { video: [codec], audio: [] },
+      headerExtensions: { video: [new RTCRtpHeaderExtensionParameters({ id: PLAYOUT_DELAY_ID, uri: PLAYOUT_DELAY_URI })], audio: [] },
+    });
+    this.videoSender = this.pc.addTransceiver('video', { direction: 'sendonly' }).sender;
+    // Reliable and ordered: a lost key press would be a visible bug; pointer moves are coalesced per
+    // animation frame by the client, so retransmission rarely has anything to do.
+    this.inputChannel = this.pc.createDataChannel(INPUT_CHANNEL_LABEL, { ordered: true });
+    this.inputChannel.onMessage.subscribe((data) => options.onInput(typeof data === 'string' ? data : data.toString('utf8')));
+    this.inputChannel.stateChanged.subscribe((state) => { if (state === 'open') options.onInputChannelOpen(); });
+    this.videoSender.onPictureLossIndication.subscribe(() => options.onKeyframeRequest());
+    this.pc.onIceCandidate.subscribe((candidate: RTCIceCandidate | undefined) => {
+      if (this.#closed) return;
+      options.onCandidate(candidate ? {
+        candidate: candidate.candidate,
+        sdpMid: candidate.sdpMid ?? null,
+        sdpMLineIndex: candidate.sdpMLineIndex ?? null,
+      } : null);
+    });
+    this.pc.connectionStateChange.subscribe((state) => { if (!this.#closed) options.onState(state); });
+    this.pc.iceConnectionStateChange.subscribe((state) => { if (!this.#closed) this.#log.debug({ iceState: state }, 'ice connection state'); });
+  }
+
+  /**
+   * Creates the offer and returns its SDP at once; candidates follow through onCandidate while werift
+   * gathers (host sockets first, then STUN/TURN), so the browser can start working on the answer early.
+   */
+  async createOffer(): Promise<string> {
+    const offer = await this.pc.createOffer();
+    this.#localDescriptionApplied = this.pc.setLocalDescription(offer).then(() => {
+      if (!this.#closed) this.#log.debug({ candidates: this.localCandidatePorts() }, 'ice gathering complete');
+    });
+    this.#localDescriptionApplied.catch(() => { /* surfaced by applyAnswer */ });
+    return offer.sdp;
+  }
+
+  async applyAnswer(sdp: string): Promise<void> {
+    // werift applies the local description only after gathering; the answer has to wait for it.
+    await this.#localDescriptionApplied;
+    await this.pc.setRemoteDescription({ type: 'answer', sdp });
+    const extmap = new RegExp(`^a=extmap:(\\d+)(?:/\\w+)? ${PLAYOUT_DELAY_URI.replaceAll('.', '\\.')}\\s*$`, 'm').exec(sdp);
+    this.playoutDelayExtensionId = extmap ? Number(extmap[1]) : undefined;
+  }
+
+  async addCandidate(candidate: IceCandidateJson | null): Promise<void> {
+    if (candidate === null || candidate.candidate === '') return; // end of candidates: nothing to do in werift
+    // Browsers hide host addresses behind mDNS names (….local). Resolving one would open a multicast
+    // socket on port 5353, outside the port range, and can stall werift for 10 s; the browser's address
+    // is learnt anyway from its connectivity checks (peer-reflexive candidate).
+    if (MDNS_CANDIDATE.test(candidate.candidate)) return;
+    await this.pc.addIceCandidate({
+      candidate: candidate.candidate,
+      sdpMid: candidate.sdpMid ?? undefined,
+      sdpMLineIndex: candidate.sdpMLineIndex ?? undefined,
+    });
+  }
+
+  sendInputChannel(text: string): void {
+    if (this.inputChannel.readyState === 'open') this.inputChannel.send(text);
+  }
+
+  /**
+   * Local ports behind the advertised candidates: a host candidate's own port; for server-reflexive and
+   * relayed ones the related port (without NAT in between, the port of the local socket).
+   */
+  localCandidatePorts(): number[] {
+    const ports = new Set<number>();
+    for (const transport of this.pc.iceTransports) {
+      for (const c of transport.localCandidates) {
+        if (c.type === 'host') ports.add(c.port);
+        else if (c.relatedPort) ports.add(c.relatedPort);
+      }
+    }
+    return [...ports].sort((a, b) => a - b);
+  }
+
+  get selectedPair(): { local: string; remote: string } | undefined {
+    const pair = this.pc.iceTransports[0]?.getSelectedCandidatePair();
+    return pair ? { local: pair.local.candidate, remote: pair.remote.candidate } : undefined;
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.pc.close().catch((error: unknown) => this.#log.debug({ err: error }, 'peer close failed'));
+  }
+}

@@ -1,0 +1,346 @@
+// The one streaming session this container serves (spec §4.6 rule 3: each session gets a fresh
+// container). It owns the signaling connection of the moment, the peer connection, the scene and the
+// encoder, and decides when the session is over.
+//
+//   idle --hello--> live --socket drop--> detached --hello+token--> live
+//                    |                      |
+//                    +--bye / peer failure--+--resume window over--> ended (process exits 0)
+import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
+import type { AppStatsMessage, ClientMessage, IceCandidateJson, ServerMessage } from '../client/protocol.ts';
+import { CloseCode, PROTOCOL_VERSION } from '../client/protocol.ts';
+import type { Config } from './config.ts';
+import { iceServersFor, type CredentialStore } from './credentials.ts';
+import type { EncodedFrame, VideoEncoder } from './encoder.ts';
+import { FrameSource } from './frame-source.ts';
+import type { Logger } from './logger.ts';
+import { PeerLink, type PeerState } from './peer.ts';
+import { parseInputMessage } from './protocol.ts';
+import { RtpVideoSender } from './rtp.ts';
+import { Scene } from './scene.ts';
+
+export type SessionState = 'idle' | 'live' | 'detached' | 'ended';
+
+/** What the session needs from a signaling connection; implemented over ws in signaling.ts. */
+export type SignalingChannel = {
+  readonly id: number;
+  send(message: ServerMessage): void;
+  close(code: number, reason: string): void;
+};
+
+export type SessionOptions = {
+  config: Config;
+  log: Logger;
+  credentials: CredentialStore;
+  encoder: VideoEncoder;
+  /** Called once when the session is over; `error` marks an internal failure (non-zero exit). */
+  onEnded: (reason: string, error: boolean) => void;
+};
+
+const STATS_INTERVAL_MS = 1000;
+
+function median(values: number[]): number {
+  if (values.length === 0) return 0;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+export class StreamingSession {
+  readonly id = randomUUID();
+  readonly #resumeToken = randomBytes(32).toString('base64url');
+  readonly #options: SessionOptions;
+  readonly #log: Logger;
+  readonly #scene: Scene;
+  readonly #frames: FrameSource;
+  #state: SessionState = 'idle';
+  #channel: SignalingChannel | undefined;
+  #peer: PeerLink | undefined;
+  #rtp: RtpVideoSender | undefined;
+  #resumeTimer: NodeJS.Timeout | undefined;
+  #connectTimer: NodeJS.Timeout | undefined;
+  #statsTimer: NodeJS.Timeout | undefined;
+  #lastStats = { at: 0, frames: 0, bytes: 0 };
+  #endReason: string | undefined;
+
+  constructor(options: SessionOptions) {
+    this.#options = options;
+    this.#log = options.log.child({ sessionId: this.id });
+    const { width, height, fps } = options.config;
+    this.#scene = new Scene(width, height);
+    this.#frames = new FrameSource(this.#scene, options.encoder, fps);
+  }
+
+  get state(): SessionState {
+    return this.#state;
+  }
+
+  get endReason(): string | undefined {
+    return this.#endReason;
+  }
+
+  /** Ports of the current peer's candidates (for logs and tests). */
+  get peerPorts(): number[] {
+    return this.#peer?.localCandidatePorts() ?? [];
+  }
+
+  /** A new WebSocket arrived. Refuse at once what can be refused without its hello. */
+  admit(channel: SignalingChannel): boolean {
+    if (this.#state === 'ended') {
+      channel.close(CloseCode.sessionOver, 'session over: this container serves no more sessions');
+      return false;
+    }
+    return true;
+  }
+
+  /** The first message of a connection decides whether it starts, resumes or is refused. */
+  hello(channel: SignalingChannel, message: Extract<ClientMessage, { type: 'hello' }>): boolean {
+    if (message.protocol !== PROTOCOL_VERSION) {
+      channel.close(CloseCode.protocolError, `unsupported protocol ${message.protocol}; this app speaks ${PROTOCOL_VERSION}`);
+      return false;
+    }
+    if (this.#state === 'ended') {
+      channel.close(CloseCode.sessionOver, 'session over: this container serves no more sessions');
+      return false;
+    }
+    if (message.resumeToken === undefined) {
+      if (this.#state !== 'idle') {
+        channel.close(CloseCode.busy, 'busy: this container already has a session (one per container)');
+        return false;
+      }
+      this.#start(channel);
+      return true;
+    }
+    if (this.#state === 'idle' || !this.#tokenMatches(message.resumeToken)) {
+      channel.close(CloseCode.badResumeToken, 'unknown or expired resume token');
+      return false;
+    }
+    this.#resume(channel, message.hasPeer !== false);
+    return true;
+  }
+
+  #tokenMatches(token: string): boolean {
+    const a = Buffer.from(token);
+    const b = Buffer.from(this.#resumeToken);
+    return a.length === b.length && timingSafeEqual(a, b);
+  }
+
+  #sendConfig(resumed: boolean): void {
+    const { config, encoder } = this.#options;
+    this.#channel?.send({
+      type: 'config',
+      protocol: PROTOCOL_VERSION,
+      sessionId: this.id,
+      resumeToken: this.#resumeToken,
+      resumed,
+      // The browser gets the same short-lived TURN REST credentials, so it can relay when it must.
+      iceServers: iceServersFor(this.#options.credentials.current),
+      video: {
+        codec: encoder.codec, encoder: encoder.settings.encoder, width: config.width, height: config.height,
+        fps: config.fps, bitrateKbps: config.bitrateKbps,
+      },
+      keepaliveMs: config.keepaliveMs,
+      resumeWindowMs: config.resumeWindowMs,
+    });
+  }
+
+  #start(channel: SignalingChannel): void {
+    this.#state = 'live';
+    this.#channel = channel;
+    this.#log.info({ connection: channel.id }, 'session started');
+    this.#sendConfig(false);
+    void this.#newPeer('session start');
+    this.#frames.prime();
+  }
+
+  #resume(channel: SignalingChannel, clientHasPeer: boolean): void {
+    if (this.#resumeTimer) clearTimeout(this.#resumeTimer);
+    this.#resumeTimer = undefined;
+    const previous = this.#channel;
+    this.#channel = channel;
+    this.#state = 'live';
+    // The token proves this is the session's own client: a connection the app still believes alive
+    // (a half-open TCP connection behind a proxy) gives way to it.
+    previous?.close(CloseCode.replaced, 'replaced by a resumed connection');
+    const peerAlive = this.#peer !== undefined && this.#peer.pc.connectionState === 'connected';
+    this.#log.info({ connection: channel.id, clientHasPeer, peerAlive }, 'session resumed');
+    this.#sendConfig(true);
+    if (!clientHasPeer || !peerAlive) void this.#newPeer('resume');
+  }
+
+  /** A connection ended. Without a bye this is a drop: the session waits for its client to resume. */
+  closed(channel: SignalingChannel, why: string): void {
+    if (channel !== this.#channel || this.#state !== 'live') return;
+    this.#channel = undefined;
+    const windowMs = this.#options.config.resumeWindowMs;
+    if (windowMs === 0) {
+      this.end(`signaling connection lost (${why}), no resume window`);
+      return;
+    }
+    this.#state = 'detached';
+    this.#log.info({ connection: channel.id, why, resumeWindowMs: windowMs }, 'signaling connection lost, waiting for resume');
+    this.#resumeTimer = setTimeout(() => this.end('resume window expired'), windowMs);
+  }
+
+  message(channel: SignalingChannel, message: ClientMessage): void {
+    if (channel !== this.#channel || this.#state !== 'live') return;
+    switch (message.type) {
+      case 'hello':
+        channel.close(CloseCode.protocolError, 'hello sent twice');
+        return;
+      case 'ping':
+        channel.send({ type: 'pong', t: message.t });
+        return;
+      case 'answer':
+        this.#applyAnswer(message.sdp);
+        return;
+      case 'candidate':
+        this.#addCandidate(message.candidate);
+        return;
+      case 'restart':
+        void this.#newPeer('client asked for restart');
+        return;
+      case 'bye':
+        this.end(`client said bye${message.reason ? `: ${message.reason.slice(0, 80)}` : ''}`);
+        return;
+    }
+  }
+
+  #applyAnswer(sdp: string): void {
+    const peer = this.#peer;
+    if (!peer) return;
+    peer.applyAnswer(sdp).catch((error: unknown) => {
+      if (peer !== this.#peer) return;
+      this.#log.warn({ err: error }, 'answer rejected');
+      this.#channel?.send({ type: 'error', code: 'bad-answer', message: `answer rejected: ${(error as Error).message}`.slice(0, 200) });
+    });
+  }
+
+  #addCandidate(candidate: IceCandidateJson | null): void {
+    const peer = this.#peer;
+    peer?.addCandidate(candidate).catch((error: unknown) => {
+      if (peer === this.#peer) this.#log.debug({ err: error }, 'remote candidate rejected');
+    });
+  }
+
+  /** Replaces the peer connection (old sockets are released first) and sends a fresh offer. */
+  async #newPeer(why: string): Promise<void> {
+    const old = this.#peer;
+    this.#peer = undefined;
+    this.#rtp = undefined;
+    if (this.#connectTimer) clearTimeout(this.#connectTimer);
+    if (old) await old.close();
+    if (this.#state === 'ended') return;
+    const { config, credentials, encoder } = this.#options;
+    let peer: PeerLink;
+    try {
+      peer = new PeerLink({
+        iceServers: iceServersFor(credentials.current),
+        portRange: config.portRange,
+        bindAddress: config.bindAddress,
+        codec: encoder.codec,
+        log: this.#log,
+        onCandidate: (candidate) => { if (peer === this.#peer) this.#channel?.send({ type: 'candidate', candidate }); },
+        onState: (state) => { if (peer === this.#peer) this.#peerState(peer, state); },
+        onInput: (raw) => { if (peer === this.#peer) this.#input(raw); },
+        onKeyframeRequest: () => { if (peer === this.#peer) encoder.requestKeyframe('pli'); },
+        onInputChannelOpen: () => { if (peer === this.#peer) this.#sendStats(); },
+      });
+      this.#peer = peer;
+      const sdp = await peer.createOffer();
+      if (peer !== this.#peer) return;
+      this.#channel?.send({ type: 'offer', sdp });
+      this.#log.info({ why, withStunTurn: credentials.current !== undefined }, 'offer sent');
+      this.#connectTimer = setTimeout(() => {
+        if (peer === this.#peer && peer.pc.connectionState !== 'connected') this.end('peer connection did not connect in time');
+      }, config.connectTimeoutMs);
+    } catch (error) {
+      this.#log.error({ err: error }, 'could not create the peer connection');
+      this.end('could not create the peer connection', true);
+    }
+  }
+
+  #peerState(peer: PeerLink, state: PeerState): void {
+    this.#log.info({ state, pair: state === 'connected' ? peer.selectedPair : undefined, ports: peer.localCandidatePorts() }, 'peer connection state');
+    if (state === 'connected') {
+      if (this.#connectTimer) clearTimeout(this.#connectTimer);
+      this.#connectTimer = undefined;
+      this.#rtp = new RtpVideoSender(this.#options.encoder.codec, peer.videoSender, this.#log, peer.playoutDelayExtensionId);
+      const { encoder } = this.#options;
+      // A fresh encoder process (or a switch to the warm spare) makes the very first frame a keyframe.
+      if (!encoder.running) encoder.start();
+      else encoder.requestKeyframe('peer connected');
+      this.#frames.start();
+      this.#statsTimer ??= setInterval(() => this.#sendStats(), STATS_INTERVAL_MS);
+    } else if (state === 'failed' || state === 'closed') {
+      this.end(`peer connection ${state}`);
+    }
+  }
+
+  /** Encoded frames from the encoder, forwarded to the peer that is connected now (if any). */
+  deliver(frame: EncodedFrame): void {
+    const rtp = this.#rtp;
+    if (!rtp) return;
+    if (rtp.framesSent === 0) {
+      this.#log.info({ frameNumber: frame.frameNumber, keyframe: frame.keyframe, bytes: frame.data.length, encodeMs: Math.round(frame.encodeMs * 10) / 10 }, 'first frame sent');
+    }
+    rtp.send(frame);
+  }
+
+  #input(raw: string): void {
+    const parsed = parseInputMessage(raw);
+    if (!parsed.ok) {
+      this.#log.debug({ error: parsed.error }, 'input message ignored');
+      return;
+    }
+    const m = parsed.value;
+    this.#scene.apply(m.type === 'pointer' ? { kind: 'pointer', seq: m.seq, x: m.x, y: m.y } : { kind: 'key', seq: m.seq, key: m.key });
+    this.#frames.kick();
+  }
+
+  #sendStats(): void {
+    const peer = this.#peer;
+    if (!peer) return;
+    const s = this.#options.encoder.stats;
+    const now = performance.now();
+    const seconds = (now - this.#lastStats.at) / 1000;
+    const message: AppStatsMessage = {
+      type: 'stats',
+      encoder: s.encoder,
+      frame: this.#frames.frameNumber,
+      fps: seconds > 0 && this.#lastStats.at > 0 ? Math.round(((s.framesOut - this.#lastStats.frames) / seconds) * 10) / 10 : 0,
+      kbps: seconds > 0 && this.#lastStats.at > 0 ? Math.round(((s.bytesOut - this.#lastStats.bytes) * 8) / seconds / 1000) : 0,
+      encodeMsP50: Math.round(median(s.recentEncodeMs) * 100) / 100,
+      encodeMsLast: Math.round((s.recentEncodeMs.at(-1) ?? 0) * 100) / 100,
+      keyframes: s.keyframes,
+      skipped: s.framesSkipped + this.#frames.framesSkipped,
+    };
+    this.#lastStats = { at: now, frames: s.framesOut, bytes: s.bytesOut };
+    peer.sendInputChannel(JSON.stringify(message));
+  }
+
+  /** Ends the session for good: media stops, ports are released, the container's work is done. */
+  end(reason: string, error = false): void {
+    if (this.#state === 'ended') return;
+    const wasIdle = this.#state === 'idle';
+    this.#state = 'ended';
+    this.#endReason = reason;
+    for (const timer of [this.#resumeTimer, this.#connectTimer]) if (timer) clearTimeout(timer);
+    if (this.#statsTimer) clearInterval(this.#statsTimer);
+    this.#frames.stop();
+    this.#options.encoder.stop();
+    const channel = this.#channel;
+    this.#channel = undefined;
+    if (channel) {
+      channel.send({ type: 'bye', reason });
+      channel.close(error ? CloseCode.internalError : CloseCode.normal, reason.slice(0, 120));
+    }
+    const peer = this.#peer;
+    this.#peer = undefined;
+    this.#rtp = undefined;
+    const encodeMsP50 = median(this.#options.encoder.stats.recentEncodeMs);
+    this.#log.info({ reason, error, wasIdle, framesRendered: this.#frames.framesRendered, framesSkipped: this.#frames.framesSkipped,
+      encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 } }, 'session ended');
+    const finish = (): void => this.#options.onEnded(reason, error);
+    if (peer) peer.close().then(finish, finish);
+    else finish();
+  }
+}
