@@ -46,6 +46,8 @@ export interface FakePlatform extends PlatformUnderTest {
   /** Open WebSocket connections, and how those that ended were closed (1006: no close frame). */
   readonly open: number;
   closes: number[];
+  /** WebSocket pings received (the proxy's keepalive towards the platform). */
+  readonly pings: number;
   close(): Promise<void>;
 }
 
@@ -59,6 +61,7 @@ export async function startFakePlatform(options: { ca?: TestCa; address?: string
   const requests: ReceivedUpgrade[] = [];
   const closes: number[] = [];
   const sockets = new Set<WebSocket>();
+  let pings = 0;
 
   const server = https.createServer({ cert: certificate.cert, key: certificate.key }, (req, res) => {
     requests.push({ url: req.url ?? '/', headers: req.headers });
@@ -102,6 +105,7 @@ export async function startFakePlatform(options: { ca?: TestCa; address?: string
       });
       ws.send(JSON.stringify({ type: 'session', sessionId: session.id, resumed: session.resumed, path: req.url }));
       ws.on('message', (data, isBinary) => ws.send(data, { binary: isBinary }));
+      ws.on('ping', () => { pings++; });
     });
   });
 
@@ -119,6 +123,9 @@ export async function startFakePlatform(options: { ca?: TestCa; address?: string
     closes,
     get open() {
       return sockets.size;
+    },
+    get pings() {
+      return pings;
     },
     close: () => new Promise((resolve) => {
       for (const ws of sockets) ws.terminate();

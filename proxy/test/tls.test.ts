@@ -1,0 +1,111 @@
+// TLS to the platform is verified: an unknown CA is refused, SVC_CA_FILE makes a private CA trusted.
+// PROXY_SSL_INSECURE=true serves browsers over TLS with a fresh self-signed certificate.
+import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
+import { once } from 'node:events';
+import tls from 'node:tls';
+import { after, before, describe, test } from 'node:test';
+import { closed, expectOpen, expectRefused, openWebSocket } from './helpers/browser.ts';
+import { createTestCa } from './helpers/pki.ts';
+import { startFakePlatform, type FakePlatform } from './helpers/platform-upstream.ts';
+import { startProxy } from './helpers/proxy.ts';
+
+describe('TLS towards the platform', () => {
+  let platform: FakePlatform;
+
+  before(async () => { platform = await startFakePlatform(); });
+  after(() => platform.close());
+
+  test('a platform certificate from an unknown CA is refused: 502 problem+json with CORS, no upgrade', async () => {
+    const otherCa = await createTestCa('someone else');
+    const running = await startProxy(platform, undefined, { SVC_CA_FILE: otherCa.certFile });
+    try {
+      const upgradesBefore = platform.upgrades.length;
+      const refused = expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`));
+      assert.equal(refused.status, 502);
+      assert.equal(refused.headers['content-type'], 'application/problem+json');
+      assert.equal(refused.headers['access-control-allow-origin'], '*');
+      assert.match(JSON.parse(refused.body).detail, /certificate could not be verified/);
+      assert.equal(platform.upgrades.length, upgradesBefore);
+    } finally {
+      await running.close();
+    }
+  });
+
+  test('without SVC_CA_FILE the system roots alone do not trust a private CA', async () => {
+    const running = await startProxy(platform, undefined, { SVC_CA_FILE: '' });
+    try {
+      assert.equal(expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`)).status, 502);
+    } finally {
+      await running.close();
+    }
+  });
+
+  test('SVC_CA_FILE with the platform\'s CA: accepted, verified against the Host name', async () => {
+    const running = await startProxy(platform, undefined);
+    try {
+      const open = expectOpen(await openWebSocket(`${running.wsUrl}/sign_in`));
+      open.ws.close();
+      await closed(open.ws);
+    } finally {
+      await running.close();
+    }
+  });
+
+  test('a Host the certificate does not name is refused (hostname verification is on)', async () => {
+    const running = await startProxy(platform, undefined, { SVC_SERVER_HOST: 'api.not-in-the-certificate.example' });
+    try {
+      assert.equal(expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`)).status, 502);
+    } finally {
+      await running.close();
+    }
+  });
+
+  test('SVC_TLS_SKIP_VERIFY=true (development) connects to an untrusted platform', async () => {
+    const running = await startProxy(platform, undefined, { SVC_CA_FILE: '', SVC_TLS_SKIP_VERIFY: 'true' });
+    try {
+      const open = expectOpen(await openWebSocket(`${running.wsUrl}/sign_in`));
+      open.ws.close();
+      await closed(open.ws);
+    } finally {
+      await running.close();
+    }
+  });
+
+  test('an unreachable platform: 502 problem+json with CORS', async () => {
+    const running = await startProxy(platform, undefined, { SVC_SERVER: 'https://127.0.0.1:1' });
+    try {
+      const refused = expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`));
+      assert.equal(refused.status, 502);
+      assert.equal(refused.headers['access-control-allow-origin'], '*');
+    } finally {
+      await running.close();
+    }
+  });
+});
+
+describe('PROXY_SSL_INSECURE=true', () => {
+  test('serves TLS with a self-signed sha256 certificate for localhost and 127.0.0.1', async () => {
+    const platform = await startFakePlatform();
+    const running = await startProxy(platform, undefined, { PROXY_SSL_INSECURE: 'true' });
+    try {
+      assert.match(running.wsUrl, /^wss:/);
+      const socket = tls.connect({ port: running.port, host: '127.0.0.1', rejectUnauthorized: false });
+      await once(socket, 'secureConnect');
+      const certificate = new X509Certificate(socket.getPeerCertificate().raw);
+      socket.destroy();
+      assert.match(certificate.subjectAltName ?? '', /DNS:localhost/);
+      assert.match(certificate.subjectAltName ?? '', /IP Address:127\.0\.0\.1/);
+      assert.match(certificate.signatureAlgorithm ?? '', /sha256/i);
+      assert.equal(certificate.issuer, certificate.subject, 'self-signed');
+      assert.ok(certificate.verify(certificate.publicKey));
+      // A client trusting exactly this certificate can use the proxy.
+      const open = expectOpen(await openWebSocket(`wss://localhost:${running.port}/sign_in`, [], { rejectUnauthorized: true, ca: certificate.toString() }));
+      open.ws.close();
+      await closed(open.ws);
+    } finally {
+      await running.close();
+      await platform.close();
+    }
+  });
+});
