@@ -79,7 +79,15 @@ export class PeerLink {
         sdpMLineIndex: candidate.sdpMLineIndex ?? null,
       } : null);
     });
-    this.pc.connectionStateChange.subscribe((state) => { if (!this.#closed) options.onState(state); });
+    this.pc.connectionStateChange.subscribe((state) => {
+      if (this.#closed) return;
+      // An exception thrown into werift's event would be taken as a connection failure; keep them apart.
+      try {
+        options.onState(state);
+      } catch (error) {
+        options.log.error({ err: error, state }, 'peer state handler failed');
+      }
+    });
     this.pc.iceConnectionStateChange.subscribe((state) => { if (!this.#closed) this.#log.debug({ iceState: state }, 'ice connection state'); });
   }
 

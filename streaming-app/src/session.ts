@@ -207,7 +207,13 @@ export class StreamingSession {
   #applyAnswer(sdp: string): void {
     const peer = this.#peer;
     if (!peer) return;
-    peer.applyAnswer(sdp).catch((error: unknown) => {
+    peer.applyAnswer(sdp).then(() => {
+      if (peer !== this.#peer || peer.videoSender.codec) return;
+      // The browser accepted the offer but not the video codec: nothing could ever be shown.
+      const codec = this.#options.encoder.codec;
+      this.#channel?.send({ type: 'error', code: 'no-common-codec', message: `the browser did not accept ${codec} video` });
+      this.end(`browser cannot receive ${codec} video`);
+    }, (error: unknown) => {
       if (peer !== this.#peer) return;
       this.#log.warn({ err: error }, 'answer rejected');
       this.#channel?.send({ type: 'error', code: 'bad-answer', message: `answer rejected: ${(error as Error).message}`.slice(0, 200) });

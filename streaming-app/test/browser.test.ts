@@ -1,0 +1,166 @@
+// The browser client in headless Chromium against the real app: straight to the app (frames decode, input
+// reaches the picture, a dropped WebSocket resumes), and relay-only through coturn with REST credentials
+// (the selected candidate pair is a TURN relay and frames still decode).
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHmac, randomBytes } from 'node:crypto';
+import { createSocket } from 'node:dgram';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { CHROMIUM, COTURN, FFMPEG, freeTcpPort, freeUdpRange, missingTools, startApp, udpPortsOf, which, type AppProcess } from './helpers.ts';
+
+const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+type Snapshot = {
+  framesPresented: number;
+  framesDecodedFromBarcode: number;
+  lastFrameNumber?: number;
+  lastInputSeq?: number;
+  setupMs?: number;
+  inputToPhotonMs: number[];
+  metrics: { localCandidateType?: string; remoteCandidateType?: string; codec?: string; framesDecoded?: number };
+  status: string;
+  ended?: string;
+};
+
+const snapshot = (page: Page): Promise<Snapshot> => page.evaluate('svcStream.snapshot()') as Promise<Snapshot>;
+
+async function waitForSnapshot(page: Page, what: string, predicate: (s: Snapshot) => boolean, timeoutMs = 20_000): Promise<Snapshot> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const s = await snapshot(page).catch(() => undefined);
+    if (s && predicate(s)) return s;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; last snapshot: ${JSON.stringify(s)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function clientUrl(app: AppProcess, query = ''): string {
+  return `http://127.0.0.1:${app.streamingPort}/client/?signal=${encodeURIComponent(app.signalingUrl())}${query}`;
+}
+
+describe('browser client in Chromium', { skip: missingTools([FFMPEG, CHROMIUM]) }, () => {
+  let context: BrowserContext;
+  let profile = '';
+  before(async () => {
+    profile = await mkdtemp(join(tmpdir(), 'svc-chromium-'));
+    context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM.path, args: CHROMIUM_ARGS, headless: true });
+  });
+  after(async () => {
+    await context?.close();
+    await rm(profile, { recursive: true, force: true });
+  });
+
+  test('loads the client from the app, decodes frames, reflects input, resumes after a dropped WebSocket', async (t) => {
+    const app = await startApp();
+    t.after(() => app.stop());
+    const page = await context.newPage();
+    t.after(() => page.close());
+    const errors: string[] = [];
+    page.on('pageerror', (error) => errors.push(String(error)));
+    await page.goto(clientUrl(app));
+
+    const first = await waitForSnapshot(page, '30 decoded frames', (s) => s.framesDecodedFromBarcode >= 30);
+    assert.ok(first.setupMs !== undefined && first.setupMs > 0, 'setup time measured from the first frame');
+    assert.equal(first.metrics.codec, 'video/H264');
+
+    const seq = await page.evaluate('svcStream.sendPointer(0.8, 0.6)') as number;
+    assert.ok(seq >= 1, 'input sent over the DataChannel');
+    const withInput = await waitForSnapshot(page, 'the input in a frame', (s) => (s.lastInputSeq ?? 0) >= seq && s.inputToPhotonMs.length >= 1);
+    assert.ok(withInput.inputToPhotonMs[0] > 0, 'input-to-photon latency measured');
+
+    await page.evaluate('svcStream.dropSocket()');
+    await app.waitForLog((l) => l.msg === 'session resumed');
+    const resumedAt = (await snapshot(page)).framesDecodedFromBarcode;
+    const resumed = await waitForSnapshot(page, 'frames after resume', (s) => s.framesDecodedFromBarcode >= resumedAt + 20 && s.status === 'resumed');
+    assert.ok((resumed.lastFrameNumber ?? 0) > (first.lastFrameNumber ?? 0));
+
+    await page.evaluate('svcStream.bye("test done")');
+    assert.deepEqual(await app.exited, { code: 0, signal: null });
+    assert.deepEqual(errors, []);
+  });
+
+  test('relay only through coturn with TURN REST credentials', { skip: missingTools([COTURN]) }, async (t) => {
+    const turn = await startCoturn();
+    t.after(() => turn.stop());
+    const app = await startApp();
+    t.after(() => app.stop());
+
+    // What the platform does before each session: fresh REST credentials, posted to the control server.
+    const username = `${Math.floor(Date.now() / 1000) + 600}:relay-test-session`;
+    const password = createHmac('sha1', turn.secret).update(username).digest('base64');
+    const posted = await fetch(app.controlUrl('/v1/streaming/creds'), {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ stunIp: '127.0.0.1', stunPort: turn.port, username, password }),
+    });
+    assert.equal(posted.status, 200);
+
+    const page = await context.newPage();
+    t.after(() => page.close());
+    await page.goto(clientUrl(app, '&relay=1'));
+    const s = await waitForSnapshot(page, '30 decoded frames over the relay', (x) => x.framesDecodedFromBarcode >= 30 && x.metrics.localCandidateType !== undefined, 30_000);
+    assert.equal(s.metrics.localCandidateType, 'relay', 'the browser side of the selected pair is a TURN relay');
+
+    // The app asked the TURN server for an allocation too; its sockets stay inside the range.
+    const sockets = udpPortsOf(app.pid);
+    if (sockets) {
+      assert.ok(sockets.length >= 2, `host socket and TURN client socket (got ${sockets.join(',')})`);
+      for (const port of sockets) assert.ok(port >= app.range.min && port <= app.range.max, `UDP port ${port} outside the range`);
+    }
+    const log = await readFile(turn.logFile, 'utf8');
+    assert.match(log, /ALLOCATE processed, success/, 'coturn granted allocations');
+
+    await page.evaluate('svcStream.bye("test done")');
+    assert.deepEqual(await app.exited, { code: 0, signal: null });
+  });
+});
+
+type Coturn = { port: number; secret: string; logFile: string; stop(): Promise<void> };
+
+/** coturn on loopback with REST-style ephemeral credentials (use-auth-secret), as the platform runs it. */
+async function startCoturn(): Promise<Coturn> {
+  const dir = await mkdtemp(join(tmpdir(), 'svc-coturn-'));
+  const port = await freeTcpPort();
+  const relay = await freeUdpRange(20);
+  const secret = randomBytes(16).toString('hex');
+  const logFile = join(dir, 'turn.log');
+  const child: ChildProcess = spawn(which('turnserver') ?? 'turnserver', [
+    '-n', '--listening-ip=127.0.0.1', '--relay-ip=127.0.0.1', `--listening-port=${port}`,
+    `--min-port=${relay.min}`, `--max-port=${relay.max}`, '--use-auth-secret', `--static-auth-secret=${secret}`,
+    '--realm=svc.test', '--allow-loopback-peers', '--no-cli', '--no-tls', '--no-dtls', '--fingerprint',
+    `--log-file=${logFile}`, '--simple-log', '--no-stdout-log', `--pidfile=${join(dir, 'turn.pid')}`, '--verbose',
+  ], { stdio: 'ignore' });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  // Ready once it answers a STUN binding request.
+  const deadline = Date.now() + 10_000;
+  while (!(await stunAnswers(port))) {
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`coturn did not start; see ${logFile}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    port, secret, logFile,
+    stop: async () => {
+      child.kill('SIGTERM');
+      await exited;
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+function stunAnswers(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createSocket('udp4');
+    const request = Buffer.alloc(20);
+    request.writeUInt16BE(0x0001, 0); // Binding request
+    request.writeUInt32BE(0x2112a442, 4); // magic cookie
+    randomBytes(12).copy(request, 8);
+    const timer = setTimeout(() => { socket.close(); resolve(false); }, 200);
+    socket.once('message', () => { clearTimeout(timer); socket.close(); resolve(true); });
+    socket.once('error', () => { clearTimeout(timer); socket.close(); resolve(false); });
+    socket.send(request, port, '127.0.0.1');
+  });
+}

@@ -1,0 +1,68 @@
+// Configuration from the environment: defaults, parsing, and the one-line failure on a bad value.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { test } from 'node:test';
+import { ConfigError, loadConfig } from '../src/config.ts';
+import { MAIN } from './helpers.ts';
+
+test('defaults follow spec §4.6', () => {
+  const config = loadConfig({ STREAMING_BIND_ADDRESS: '192.0.2.10' });
+  assert.equal(config.controlPort, 8011);
+  assert.equal(config.streamingPort, 49100);
+  assert.equal(config.startEndpoint, '/sign_in');
+  assert.deepEqual(config.portRange, { min: 47998, max: 48020 });
+  assert.equal(config.resumeWindowMs, 60_000);
+  assert.equal(config.bindAddress, '192.0.2.10');
+  assert.equal(config.encoder, 'auto');
+  assert.deepEqual([config.width, config.height, config.fps], [1280, 720, 60]);
+});
+
+test('values are read from the environment; blanks count as unset', () => {
+  const config = loadConfig({
+    CONTROL_SERVER_PORT: '9000', STREAMING_SERVER_PORT: '9001', STREAMING_START_ENDPOINT: '/stream/start',
+    STREAMING_PORT_BINDING_RANGE: ' 48000 - 48010 ', STREAMING_RESUME_WINDOW_SECONDS: '300', STREAMING_VIDEO_SIZE: '1920x1080',
+    STREAMING_ENCODER: 'libvpx', STREAMING_SERVE_CLIENT: 'false', STREAMING_BIND_ADDRESS: '10.0.0.5', LOG_LEVEL: '',
+  });
+  assert.equal(config.controlPort, 9000);
+  assert.equal(config.startEndpoint, '/stream/start');
+  assert.deepEqual(config.portRange, { min: 48000, max: 48010 });
+  assert.equal(config.resumeWindowMs, 300_000);
+  assert.deepEqual([config.width, config.height], [1920, 1080]);
+  assert.equal(config.encoder, 'libvpx');
+  assert.equal(config.serveClient, false);
+  assert.equal(config.logLevel, 'info');
+});
+
+test('bad values are rejected naming the variable', () => {
+  const cases: [Record<string, string>, RegExp][] = [
+    [{ STREAMING_PORT_BINDING_RANGE: '48010-48000' }, /STREAMING_PORT_BINDING_RANGE/],
+    [{ STREAMING_PORT_BINDING_RANGE: '48000' }, /STREAMING_PORT_BINDING_RANGE/],
+    [{ STREAMING_RESUME_WINDOW_SECONDS: '301' }, /STREAMING_RESUME_WINDOW_SECONDS/],
+    [{ CONTROL_SERVER_PORT: 'http' }, /CONTROL_SERVER_PORT/],
+    [{ STREAMING_VIDEO_SIZE: '1281x720' }, /STREAMING_VIDEO_SIZE/],
+    [{ STREAMING_START_ENDPOINT: 'sign_in' }, /STREAMING_START_ENDPOINT/],
+    [{ STREAMING_BIND_ADDRESS: '::1' }, /STREAMING_BIND_ADDRESS/],
+    [{ CONTROL_SERVER_PORT: '9000', STREAMING_SERVER_PORT: '9000' }, /must differ/],
+  ];
+  for (const [env, message] of cases) {
+    assert.throws(() => loadConfig({ STREAMING_BIND_ADDRESS: '192.0.2.10', ...env }), (error: unknown) =>
+      error instanceof ConfigError && message.test(error.message), JSON.stringify(env));
+  }
+});
+
+test('the process stops at once with exactly one readable line on stderr', async () => {
+  const child = spawn(process.execPath, [MAIN], {
+    env: { ...process.env, STREAMING_PORT_BINDING_RANGE: '48010-48000' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  let stdout = '';
+  child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+  child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
+  const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+  assert.equal(code, 1);
+  assert.equal(stdout, '');
+  const lines = stderr.trim().split('\n');
+  assert.equal(lines.length, 1, stderr);
+  assert.match(lines[0], /^streaming-app: invalid configuration: STREAMING_PORT_BINDING_RANGE: /);
+});
