@@ -60,6 +60,8 @@ describe('streaming session', { skip }, () => {
     await t.test('every media port is inside STREAMING_PORT_BINDING_RANGE', () => {
       const candidates = viewer.remoteCandidates.filter((c): c is string => c !== null);
       assert.ok(candidates.length >= 1, 'the app trickled candidates');
+      // No credentials were posted: host candidates only, no public STUN server was asked.
+      for (const line of candidates) assert.match(line, / typ host /);
       for (const line of candidates) {
         const port = candidatePort(line);
         assert.ok(port >= app.range.min && port <= app.range.max, `candidate port ${port} outside ${app.range.min}-${app.range.max}: ${line}`);
@@ -117,6 +119,19 @@ describe('streaming session', { skip }, () => {
     const exit = await app.exited;
     assert.deepEqual(exit, { code: 0, signal: null });
     assert.equal(app.logs.find((l) => l.msg === 'session ended')?.reason, 'resume window expired');
+  });
+
+  test('the VP8 (libvpx) pipeline streams decodable frames too', async (t) => {
+    const app = await startApp({ STREAMING_ENCODER: 'libvpx' });
+    t.after(() => app.stop());
+    const viewer = new WeriftViewer(app.signalingUrl());
+    t.after(() => viewer.close());
+    const config = await viewer.hello();
+    assert.equal(config.video.codec, 'VP8');
+    await viewer.waitForFrames(40);
+    assert.equal(viewer.codec, 'video/vp8');
+    const decoded = await decodeFrames(viewer.frames.slice(0, 40), 'video/vp8', 320, 180);
+    assert.ok(decoded.filter((f) => f.frameNumber > 0).length >= 35, 'VP8 frames decode with readable barcodes');
   });
 
   test('ready is 500 while the port budget is used up, 200 again once ports are free', async (t) => {
