@@ -56,6 +56,23 @@ export const configSchema = z.object({
     signingKeyFile: z.string().optional(),
     tokenLifetimeSeconds: z.coerce.number().int().min(60).max(86_400).default(3600),
   }).prefault({}),
+  compute: z.object({
+    /** The embedded default: this machine registered as one cluster, usable by every account. */
+    localCluster: z.object({
+      enabled: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
+      name: z.string().default('local'),
+      groupName: z.string().default('svc-local'),
+      /** What this machine offers when no GPU is detected; a GPU-less machine offers LOCAL. */
+      gpus: z.array(z.object({
+        name: z.string().min(1),
+        capacity: z.number().int().min(0).optional(),
+        instanceTypes: z.array(z.object({ name: z.string().min(1), description: z.string().optional(), default: z.boolean().optional() })).min(1),
+      })).default([{
+        name: 'LOCAL', capacity: 8,
+        instanceTypes: [{ name: 'LOCAL.CPU_1x', description: 'A process on this machine, no GPU', default: true }],
+      }]),
+    }).prefault({}),
+  }).prefault({}),
   log: z.object({
     level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   }).prefault({}),
@@ -82,6 +99,7 @@ export const envSettings: Record<string, string> = {
   SVC_SECRETS_KEY: 'secrets.key',
   SVC_SECRETS_PREVIOUS_KEYS: 'secrets.previousKeys',
   SVC_ADMIN_SIGNING_KEY_FILE: 'admin.signingKeyFile',
+  SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
   SVC_LOG_LEVEL: 'log.level',
 };
 

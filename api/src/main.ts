@@ -8,7 +8,19 @@ import { createAccountsService } from './control/accounts/service.ts';
 import { healthRoutes } from './control/health/routes.ts';
 import { createHealthService } from './control/health/service.ts';
 import { createSettingsRepo } from './control/installation/repo.ts';
-import { ensureBootstrapSecret, loadSecretBox } from './control/installation/service.ts';
+import { ensureBootstrapSecret, ensureLocalCluster, loadSecretBox } from './control/installation/service.ts';
+import { createClustersRepo } from './control/clusters/repo.ts';
+import { clusterRoutes } from './control/clusters/routes.ts';
+import { createClustersService } from './control/clusters/service.ts';
+import { createDeploymentsRepo } from './control/deployments/repo.ts';
+import { deploymentRoutes } from './control/deployments/routes.ts';
+import { createDeploymentsService } from './control/deployments/service.ts';
+import { createFunctionsRepo } from './control/functions/repo.ts';
+import { functionRoutes } from './control/functions/routes.ts';
+import { createFunctionsService } from './control/functions/service.ts';
+import { createRegistryRepo } from './control/registry/repo.ts';
+import { registryRoutes } from './control/registry/routes.ts';
+import { createRegistryService } from './control/registry/service.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
 import { keyRoutes, whoamiRoute } from './control/keys/routes.ts';
 import { createKeyService } from './control/keys/service.ts';
@@ -64,11 +76,23 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       repo: keysRepo, accounts, tokenKey, serviceId: config.keys.serviceId, defaultAccountId: account.ncaId,
       tokenLifetimeSeconds: config.keys.tokenLifetimeSeconds, now,
     });
+    const clusters = createClustersService(createClustersRepo(store.db), now);
+    if (config.compute.localCluster.enabled) {
+      const local = config.compute.localCluster;
+      await ensureLocalCluster(settings, clusters, box, { ncaId: account.ncaId, name: local.name, groupName: local.groupName, gpus: local.gpus, now: startedAt });
+    }
+    const functions = createFunctionsService({ repo: createFunctionsRepo(store.db), accounts, box, now });
+    const deployments = createDeploymentsService(createDeploymentsRepo(store.db), functions, clusters, now);
+    const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
     const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }]);
 
     const apiRoutes = withOpenApi([
       ...healthRoutes(health),
       ...accountRoutes(accounts, config.api.accountBootstrap.limits),
+      ...functionRoutes(functions),
+      ...deploymentRoutes(deployments),
+      ...registryRoutes(registry),
+      ...clusterRoutes(clusters),
       whoamiRoute(),
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),

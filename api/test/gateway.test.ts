@@ -72,9 +72,10 @@ describe('gateway', () => {
   test('/v3/openapi lists every route of its host with its scopes', async () => {
     const api = (await svc.api('GET', '/v3/openapi')).body;
     assert.equal(api.openapi, '3.1.0');
-    assert.deepEqual(Object.keys(api.paths).sort(), [
-      '/admin/health/liveness', '/admin/health/readiness', '/health', '/v2/svc/accounts', '/v2/svc/accounts/{ncaId}', '/v2/svc/whoami', '/v3/openapi',
-    ]);
+    for (const path of ['/admin/health/liveness', '/admin/health/readiness', '/health', '/v2/svc/accounts', '/v2/svc/accounts/{ncaId}', '/v2/svc/whoami', '/v3/openapi']) {
+      assert.ok(api.paths[path], path);
+    }
+    assert.equal(api.paths['/v1/keys'], undefined, 'key service routes are in its own document');
     assert.deepEqual(api.paths['/v2/svc/accounts/{ncaId}'].patch['x-svc-scopes'], ['account_setup']);
     assert.ok(api.components.schemas.Account);
     const keys = (await svc.keys('GET', '/v3/openapi')).body;
@@ -108,7 +109,7 @@ describe('gateway over TLS', () => {
     writeFileSync(path.join(dir, 'cert.pem'), pems.cert);
     writeFileSync(path.join(dir, 'key.pem'), pems.private);
     ca = pems.cert;
-    svc = await startTestPlatform({ config: { gateway: { tlsCert: path.join(dir, 'cert.pem'), tlsKey: path.join(dir, 'key.pem') } } });
+    svc = await startTestPlatform({ ca, config: { gateway: { tlsCert: path.join(dir, 'cert.pem'), tlsKey: path.join(dir, 'key.pem') } } });
   });
   after(() => svc.close());
 

@@ -1,6 +1,7 @@
 // The `svc` command: parses the command line, runs one command, prints one clear line on failure.
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import { foundationCommands } from './commands/foundation.ts';
+import { functionCommands } from './commands/functions.ts';
 import { loadState, type CliState } from './state.ts';
 
 export interface CommandContext {
@@ -19,7 +20,7 @@ export interface Command {
   run(context: CommandContext): Promise<void>;
 }
 
-const commands: Record<string, Command> = { ...foundationCommands };
+const commands: Record<string, Command> = { ...foundationCommands, ...functionCommands };
 
 const globalOptions: ParseArgsOptionsConfig = {
   json: { type: 'boolean', default: false },

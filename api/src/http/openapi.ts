@@ -107,7 +107,7 @@ export function withOpenApi(routes: Route[], info: OpenApiInfo): Route[] {
   let document: unknown;
   const all = [...routes, route({
     method: 'GET', path: '/v3/openapi', summary: 'OpenAPI description of this host', tag: 'OpenAPI', access: access.public,
-    responses: { 200: { description: 'OpenAPI 3.1 document' } },
+    responses: { 200: { description: 'OpenAPI 3.1 document', schema: z.object({ openapi: z.string(), paths: z.record(z.string(), z.unknown()) }).loose() } },
     handle: async () => ({ body: document }),
   })];
   document = buildOpenApi(all, info);

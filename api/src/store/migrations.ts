@@ -41,4 +41,73 @@ export const migrations: Record<string, Migration> = {
         .execute();
     },
   },
+  '0002_function_lifecycle': {
+    async up(db: Kysely<any>) {
+      await db.schema.createTable('functions')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('nca_id', 'text', (c) => c.notNull().references('accounts.nca_id'))
+        .addColumn('name', 'text', (c) => c.notNull())
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addUniqueConstraint('functions_name_per_account', ['nca_id', 'name'])
+        .execute();
+      await db.schema.createTable('function_versions')
+        .addColumn('version_id', 'text', (c) => c.primaryKey())
+        .addColumn('function_id', 'text', (c) => c.notNull().references('functions.id'))
+        .addColumn('nca_id', 'text', (c) => c.notNull())
+        .addColumn('name', 'text', (c) => c.notNull())
+        .addColumn('function_type', 'text', (c) => c.notNull())
+        .addColumn('status', 'text', (c) => c.notNull())
+        .addColumn('spec', 'text', (c) => c.notNull())
+        .addColumn('secrets', 'text')
+        .addColumn('secret_names', 'text', (c) => c.notNull())
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex('function_versions_by_account').on('function_versions').columns(['nca_id', 'created_at', 'version_id']).execute();
+      await db.schema.createIndex('function_versions_by_function').on('function_versions').columns(['function_id', 'created_at']).execute();
+      await db.schema.createTable('deployments')
+        .addColumn('deployment_id', 'text', (c) => c.primaryKey())
+        .addColumn('function_id', 'text', (c) => c.notNull())
+        .addColumn('version_id', 'text', (c) => c.notNull().unique().references('function_versions.version_id'))
+        .addColumn('nca_id', 'text', (c) => c.notNull())
+        .addColumn('specs', 'text', (c) => c.notNull())
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .execute();
+      await db.schema.createTable('registry_credentials')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('nca_id', 'text', (c) => c.notNull().references('accounts.nca_id'))
+        .addColumn('name', 'text', (c) => c.notNull())
+        .addColumn('hostname', 'text', (c) => c.notNull())
+        .addColumn('artifact_types', 'text', (c) => c.notNull())
+        .addColumn('tags', 'text', (c) => c.notNull())
+        .addColumn('description', 'text', (c) => c.notNull())
+        .addColumn('secret', 'text', (c) => c.notNull())
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .addUniqueConstraint('registry_credentials_name_per_account', ['nca_id', 'name'])
+        .execute();
+      await db.schema.createTable('clusters')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('nca_id', 'text', (c) => c.notNull().references('accounts.nca_id'))
+        .addColumn('name', 'text', (c) => c.notNull())
+        .addColumn('group_id', 'text', (c) => c.notNull())
+        .addColumn('group_name', 'text', (c) => c.notNull())
+        .addColumn('description', 'text', (c) => c.notNull())
+        .addColumn('cloud_provider', 'text', (c) => c.notNull())
+        .addColumn('region', 'text', (c) => c.notNull())
+        .addColumn('authorized_nca_ids', 'text', (c) => c.notNull())
+        .addColumn('capabilities', 'text', (c) => c.notNull())
+        .addColumn('attributes', 'text', (c) => c.notNull())
+        .addColumn('gpus', 'text', (c) => c.notNull())
+        .addColumn('agent_version', 'text', (c) => c.notNull())
+        .addColumn('agent_credential_hash', 'text', (c) => c.notNull().unique())
+        .addColumn('k8s_version', 'text')
+        .addColumn('last_connected_at', 'text')
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .addUniqueConstraint('clusters_name_per_account', ['nca_id', 'name'])
+        .execute();
+    },
+  },
 };

@@ -38,9 +38,85 @@ export interface SettingsTable {
   created_at: string;
 }
 
+
+
+export interface FunctionsTable {
+  id: string;
+  nca_id: string;
+  name: string;
+  created_at: string;
+}
+
+export interface FunctionVersionsTable {
+  version_id: string;
+  function_id: string;
+  nca_id: string;
+  name: string;
+  function_type: string;
+  status: string;
+  /** The creation request minus secrets, as JSON. */
+  spec: string;
+  /** Sealed JSON of [{name, value}] (store/encryption.ts); null when the version has none. */
+  secrets: string | null;
+  secret_names: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface DeploymentsTable {
+  deployment_id: string;
+  function_id: string;
+  version_id: string;
+  nca_id: string;
+  /** GPU specifications, each with its gpuSpecificationId, as JSON. */
+  specs: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface RegistryCredentialsTable {
+  id: string;
+  nca_id: string;
+  name: string;
+  hostname: string;
+  artifact_types: string;
+  tags: string;
+  description: string;
+  /** Sealed secret value. */
+  secret: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ClustersTable {
+  id: string;
+  nca_id: string;
+  name: string;
+  group_id: string;
+  group_name: string;
+  description: string;
+  cloud_provider: string;
+  region: string;
+  authorized_nca_ids: string;
+  capabilities: string;
+  attributes: string;
+  gpus: string;
+  agent_version: string;
+  /** SHA-256 of the credential the cluster's agent connects with. */
+  agent_credential_hash: string;
+  k8s_version: string | null;
+  last_connected_at: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface Database {
   accounts: AccountsTable;
   credentials: CredentialsTable;
   settings: SettingsTable;
+  functions: FunctionsTable;
+  function_versions: FunctionVersionsTable;
+  deployments: DeploymentsTable;
+  registry_credentials: RegistryCredentialsTable;
+  clusters: ClustersTable;
 }
-

@@ -6,6 +6,7 @@ import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../src/control/keys/sign
 import { startPlatform, type Platform } from '../../src/main.ts';
 import { createDatabase, type TestDatabase } from './databases.ts';
 import { request, type RequestOptions, type TestResponse } from './http.ts';
+import { createResponseValidator, type ResponseValidator } from './openapi.ts';
 
 export const MANAGEMENT_SCOPES = [
   'register_function', 'list_functions', 'list_functions_details', 'deploy_function', 'update_function',
@@ -36,6 +37,8 @@ export interface TestPlatformOptions {
   backend?: 'sqlite' | 'postgres';
   config?: ConfigInput;
   database?: TestDatabase;
+  /** CA to trust when the platform serves TLS. */
+  ca?: string;
 }
 
 export async function startTestPlatform(options: TestPlatformOptions = {}): Promise<TestPlatform> {
@@ -58,6 +61,25 @@ export async function startTestPlatform(options: TestPlatformOptions = {}): Prom
   });
   let platform = await startPlatform(configFor(), { logDestination: logDestination as never, now });
   const bootstrapSecret = platform.bootstrapSecret!;
+  const ca = options.ca;
+  let validators: Record<'api' | 'keys', ResponseValidator>;
+  try {
+    validators = {
+      api: createResponseValidator((await request(platform.url, 'GET', '/v3/openapi', { host: platform.hosts.api, ca })).body),
+      keys: createResponseValidator((await request(platform.url, 'GET', '/v3/openapi', { host: platform.hosts.keys, ca })).body),
+    };
+  } catch (error) {
+    await platform.close();
+    throw error;
+  }
+
+  /** Every response a test receives must match the documented schema for its status. */
+  async function documented(host: 'api' | 'keys', method: string, path: string, requestOptions: RequestOptions) {
+    const response = await request(platform.url, method, path, { host: platform.hosts[host], ca, ...requestOptions });
+    const problems = validators[host].check(method, path, response.status, response.headers['content-type'], response.body ?? (response.text || undefined));
+    if (problems.length) throw new Error(`response does not match /v3/openapi: ${problems.join('; ')}`);
+    return response;
+  }
 
   const test: TestPlatform = {
     get platform() { return platform; },
@@ -66,8 +88,8 @@ export async function startTestPlatform(options: TestPlatformOptions = {}): Prom
     bootstrapSecret,
     logs,
     advance(ms) { offset += ms; },
-    api: (method, path, requestOptions = {}) => request(platform.url, method, path, { host: platform.hosts.api, ...requestOptions }),
-    keys: (method, path, requestOptions = {}) => request(platform.url, method, path, { host: platform.hosts.keys, ...requestOptions }),
+    api: (method, path, requestOptions = {}) => documented('api', method, path, requestOptions),
+    keys: (method, path, requestOptions = {}) => documented('keys', method, path, requestOptions),
     async token(tokenOptions = {}) {
       const response = await test.keys('POST', '/v1/admin/keys', {
         bearer: bootstrapSecret,

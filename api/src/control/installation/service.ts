@@ -5,6 +5,8 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createSecretBox, parseKey, type SecretBox } from '../../store/encryption.ts';
 import { hashSecret, newBootstrapSecret } from '../keys/key-format.ts';
+import type { ClustersService } from '../clusters/service.ts';
+import type { Gpu } from '../clusters/schema.ts';
 import type { SettingsRepo } from './repo.ts';
 
 const KEY_CHECK = 'secrets.key_check';
@@ -51,4 +53,24 @@ export async function ensureBootstrapSecret(settings: SettingsRepo, now: string)
   const secret = newBootstrapSecret();
   const { value, created } = await settings.getOrCreate(BOOTSTRAP_HASH, () => hashSecret(secret), now);
   return created ? { hash: value, secret } : { hash: value };
+}
+
+const LOCAL_CLUSTER = 'installation.local_cluster';
+
+/**
+ * The embedded default registers this machine as one cluster at first start. Its agent credential is
+ * kept sealed in the store so the in-process agent can connect with it like any other agent.
+ */
+export async function ensureLocalCluster(
+  settings: SettingsRepo,
+  clusters: ClustersService,
+  box: SecretBox,
+  options: { ncaId: string; name: string; groupName: string; gpus: Gpu[]; now: string },
+): Promise<{ clusterId: string; agentCredential: string }> {
+  const existing = await settings.get(LOCAL_CLUSTER);
+  if (existing) return JSON.parse(box.decrypt(existing)) as { clusterId: string; agentCredential: string };
+  const { row, agentCredential } = await clusters.registerLocal(options.ncaId, options.name, options.groupName, options.gpus);
+  const local = { clusterId: row.id, agentCredential };
+  const { value } = await settings.getOrCreate(LOCAL_CLUSTER, () => box.encrypt(JSON.stringify(local)), options.now);
+  return JSON.parse(box.decrypt(value)) as { clusterId: string; agentCredential: string };
 }

@@ -1,0 +1,190 @@
+// Self-hosted clusters (spec 4.3): registration hands out the credential the cluster's agent connects
+// with (shown once, stored hashed); cluster groups and GPU offerings are derived from registered clusters.
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import type { Principal } from '../../http/auth.ts';
+import { conflict, forbidden, notFound } from '../../http/problem.ts';
+import { isUniqueViolation } from '../../store/store.ts';
+import { hashSecret } from '../keys/key-format.ts';
+import type { ClusterRow, ClustersRepo } from './repo.ts';
+import type { Cluster, ClusterGroup, CreateCluster, Gpu, UpdateCluster } from './schema.ts';
+
+export const AGENT_VERSION = '0.1.0';
+export const AGENT_CREDENTIAL_PREFIX = 'svcagent-';
+/** An agent heard from within this window counts as connected. */
+const CONNECTED_WITHIN_MS = 60_000;
+
+export function newAgentCredential(): string {
+  return AGENT_CREDENTIAL_PREFIX + randomBytes(32).toString('base64url');
+}
+
+/** One stable id per (account, group name), so clusters joining a group agree on it without a lookup. */
+function groupId(ncaId: string, groupName: string): string {
+  const hex = createHash('sha256').update(`${ncaId}/${groupName}`).digest('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-4${hex.slice(13, 16)}-8${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
+}
+
+const list = (json: string) => JSON.parse(json) as string[];
+
+/** Clusters an account may deploy to: its own, and those shared with it or with everyone. */
+export function usableBy(ncaId: string, row: ClusterRow): boolean {
+  if (row.nca_id === ncaId) return true;
+  const authorized = list(row.authorized_nca_ids);
+  return authorized.includes('*') || authorized.includes(ncaId);
+}
+
+export interface GpuRequest {
+  gpu: string;
+  instanceType: string;
+  clusters?: string[];
+  backend?: string;
+}
+
+export function createClustersService(repo: ClustersRepo, now: () => Date = () => new Date()) {
+  function toCluster(row: ClusterRow): Cluster {
+    const connected = row.last_connected_at ? now().getTime() - Date.parse(row.last_connected_at) < CONNECTED_WITHIN_MS : undefined;
+    return {
+      clusterId: row.id,
+      clusterName: row.name,
+      clusterGroupId: row.group_id,
+      clusterGroupName: row.group_name,
+      ...(row.description ? { clusterDescription: row.description } : {}),
+      ncaId: row.nca_id,
+      authorizedNCAIds: list(row.authorized_nca_ids),
+      cloudProvider: row.cloud_provider,
+      region: row.region,
+      capabilities: list(row.capabilities),
+      attributes: list(row.attributes),
+      gpus: JSON.parse(row.gpus) as Gpu[],
+      nvcaVersion: row.agent_version,
+      status: connected === undefined ? 'REGISTERED' : connected ? 'CONNECTED' : 'DISCONNECTED',
+      ...(row.last_connected_at ? { nvcaLastConnected: row.last_connected_at } : {}),
+      ...(row.k8s_version ? { k8sVersion: row.k8s_version } : {}),
+      createdAt: row.created_at,
+    };
+  }
+
+  /** A token acts only on its own account's clusters. */
+  function assertOwnAccount(principal: Principal, ncaId: string) {
+    if (principal.ncaId !== ncaId) throw forbidden(`The credential belongs to account '${principal.ncaId}', not '${ncaId}'`);
+  }
+
+  async function requireCluster(ncaId: string, id: string): Promise<ClusterRow> {
+    const row = await repo.find(ncaId, id);
+    if (!row) throw notFound(`Cluster '${id}' does not exist`);
+    return row;
+  }
+
+  async function insert(ncaId: string, input: CreateCluster): Promise<{ row: ClusterRow; agentCredential: string }> {
+    const agentCredential = newAgentCredential();
+    const at = now().toISOString();
+    const row: ClusterRow = {
+      id: randomUUID(), nca_id: ncaId, name: input.clusterName,
+      group_id: groupId(ncaId, input.clusterGroupName), group_name: input.clusterGroupName,
+      description: input.clusterDescription ?? '', cloud_provider: input.cloudProvider ?? 'ON-PREM', region: input.region ?? 'local',
+      authorized_nca_ids: JSON.stringify(input.authorizedNCAIds ?? []), capabilities: JSON.stringify(input.capabilities ?? []),
+      attributes: JSON.stringify(input.attributes ?? []), gpus: JSON.stringify(input.gpus ?? []),
+      agent_version: input.nvcaVersion ?? AGENT_VERSION, agent_credential_hash: hashSecret(agentCredential),
+      k8s_version: null, last_connected_at: null, created_at: at, updated_at: at,
+    };
+    try {
+      await repo.insert(row);
+    } catch (error) {
+      if (isUniqueViolation(error)) throw conflict(`Cluster '${input.clusterName}' already exists in account '${ncaId}'`);
+      throw error;
+    }
+    return { row, agentCredential };
+  }
+
+  return {
+    toCluster,
+
+    async register(principal: Principal, ncaId: string, input: CreateCluster) {
+      assertOwnAccount(principal, ncaId);
+      if (input.ncaId && input.ncaId !== ncaId) throw forbidden(`Body ncaId '${input.ncaId}' does not match the path`);
+      const { row, agentCredential } = await insert(ncaId, input);
+      return { clusterId: row.id, clusterGroupId: row.group_id, agentCredential };
+    },
+
+    /** The embedded default: one local cluster, usable by every account of this installation. */
+    registerLocal(ncaId: string, name: string, groupName: string, gpus: Gpu[]) {
+      return insert(ncaId, {
+        clusterName: name, clusterGroupName: groupName, authorizedNCAIds: ['*'], gpus,
+        clusterDescription: 'This machine (embedded default)',
+      });
+    },
+
+    async list(principal: Principal, ncaId: string): Promise<Cluster[]> {
+      assertOwnAccount(principal, ncaId);
+      return (await repo.listByAccount(ncaId)).map(toCluster);
+    },
+
+    async get(principal: Principal, ncaId: string, id: string): Promise<Cluster> {
+      assertOwnAccount(principal, ncaId);
+      return toCluster(await requireCluster(ncaId, id));
+    },
+
+    async update(principal: Principal, ncaId: string, id: string, input: UpdateCluster): Promise<Cluster> {
+      assertOwnAccount(principal, ncaId);
+      const row = await requireCluster(ncaId, id);
+      const changes: Partial<ClusterRow> = { updated_at: now().toISOString() };
+      if (input.clusterGroupName) Object.assign(changes, { group_name: input.clusterGroupName, group_id: groupId(ncaId, input.clusterGroupName) });
+      if (input.clusterDescription !== undefined) changes.description = input.clusterDescription;
+      if (input.authorizedNCAIds) changes.authorized_nca_ids = JSON.stringify(input.authorizedNCAIds);
+      if (input.cloudProvider) changes.cloud_provider = input.cloudProvider;
+      if (input.region) changes.region = input.region;
+      if (input.capabilities) changes.capabilities = JSON.stringify(input.capabilities);
+      if (input.attributes) changes.attributes = JSON.stringify(input.attributes);
+      if (input.gpus) changes.gpus = JSON.stringify(input.gpus);
+      if (input.nvcaVersion) changes.agent_version = input.nvcaVersion;
+      await repo.update(row.id, changes);
+      return toCluster({ ...row, ...changes });
+    },
+
+    async remove(principal: Principal, ncaId: string, id: string): Promise<void> {
+      assertOwnAccount(principal, ncaId);
+      if (!await repo.delete(ncaId, id)) throw notFound(`Cluster '${id}' does not exist`);
+    },
+
+    /** GET /v2/svc/clusterGroups: the groups of clusters the account may use, GPUs merged per group. */
+    async clusterGroups(ncaId: string): Promise<ClusterGroup[]> {
+      const groups = new Map<string, ClusterGroup>();
+      for (const row of (await repo.listAll()).filter((candidate) => usableBy(ncaId, candidate))) {
+        let group = groups.get(row.group_id);
+        if (!group) {
+          group = { id: row.group_id, name: row.group_name, ncaId: row.nca_id, authorizedNcaIds: list(row.authorized_nca_ids), gpus: [], clusters: [] };
+          groups.set(row.group_id, group);
+        }
+        group.clusters.push({ id: row.id, name: row.name, ...(row.k8s_version ? { k8sVersion: row.k8s_version } : {}) });
+        for (const gpu of JSON.parse(row.gpus) as Gpu[]) {
+          let merged = group.gpus.find((candidate) => candidate.name === gpu.name);
+          if (!merged) group.gpus.push(merged = { name: gpu.name, instanceTypes: [] });
+          for (const type of gpu.instanceTypes) {
+            if (!merged.instanceTypes.some((known) => known.name === type.name)) {
+              merged.instanceTypes.push({ name: type.name, ...(type.description ? { description: type.description } : {}), default: type.default ?? false });
+            }
+          }
+        }
+      }
+      return [...groups.values()];
+    },
+
+    /**
+     * The clusters able to run `request` for the account, in registration order: those offering the GPU and
+     * instance type, narrowed to `clusters` (names or ids) and `backend` (cluster group name) when given.
+     */
+    async offering(ncaId: string, request: GpuRequest): Promise<ClusterRow[]> {
+      return (await repo.listAll()).filter((row) => usableBy(ncaId, row)
+        && (!request.clusters?.length || request.clusters.includes(row.name) || request.clusters.includes(row.id))
+        && (!request.backend || row.group_name === request.backend)
+        && (JSON.parse(row.gpus) as Gpu[]).some((gpu) => gpu.name === request.gpu
+          && gpu.instanceTypes.some((type) => type.name === request.instanceType)));
+    },
+
+    /** The cluster an agent credential belongs to. */
+    authenticateAgent(credential: string): Promise<ClusterRow | undefined> {
+      return credential.startsWith(AGENT_CREDENTIAL_PREFIX) ? repo.findByCredentialHash(hashSecret(credential)) : Promise.resolve(undefined);
+    },
+  };
+}
+
+export type ClustersService = ReturnType<typeof createClustersService>;

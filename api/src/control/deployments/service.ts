@@ -1,0 +1,155 @@
+// Deployments (wire-reference 3): which GPU specifications a function version runs on and within which
+// instance bounds. Creating one moves the version to DEPLOYING, deleting it to INACTIVE; the execution
+// plane is told of every change so its agents reconcile without polling.
+import { randomUUID } from 'node:crypto';
+import type { Principal } from '../../http/auth.ts';
+import { conflict, invalid, notFound } from '../../http/problem.ts';
+import type { InvalidField } from '../../http/problem.ts';
+import { isUniqueViolation } from '../../store/store.ts';
+import type { ClustersService } from '../clusters/service.ts';
+import type { FunctionRecord } from '../functions/schema.ts';
+import type { FunctionsService } from '../functions/service.ts';
+import type { DeploymentRow, DeploymentsRepo } from './repo.ts';
+import type { CreateDeployment, Deployment, GpuSpecification, PatchGpuSpecification, UpdateDeployment } from './schema.ts';
+
+/** Told whenever a version's deployment is created, changed or removed. */
+export type DeploymentListener = (versionId: string) => void;
+
+export function createDeploymentsService(
+  repo: DeploymentsRepo,
+  functions: FunctionsService,
+  clusters: ClustersService,
+  now: () => Date = () => new Date(),
+) {
+  const listeners: DeploymentListener[] = [];
+  const changed = (versionId: string) => listeners.forEach((listener) => listener(versionId));
+
+  async function toDeployment(row: DeploymentRow): Promise<Deployment> {
+    const version = await functions.requireVersion(row.nca_id, row.function_id, row.version_id);
+    return {
+      deploymentId: row.deployment_id,
+      functionId: row.function_id,
+      functionVersionId: row.version_id,
+      functionName: version.name,
+      ncaId: row.nca_id,
+      functionStatus: version.status as Deployment['functionStatus'],
+      deploymentSpecifications: JSON.parse(row.specs) as GpuSpecification[],
+      createdAt: row.created_at,
+      lastUpdatedAt: row.updated_at,
+    };
+  }
+
+  /** Every specification must name a GPU and instance type some usable cluster offers. */
+  async function assertOffered(ncaId: string, specs: CreateDeployment['deploymentSpecifications']) {
+    const errors: InvalidField[] = [];
+    for (const [index, spec] of specs.entries()) {
+      const offering = await clusters.offering(ncaId, spec);
+      if (offering.length > 0) continue;
+      const where = [spec.backend && `cluster group '${spec.backend}'`, spec.clusters?.length && `clusters ${spec.clusters.join(', ')}`]
+        .filter(Boolean).join(' and ');
+      errors.push({
+        field: `deploymentSpecifications.${index}.${spec.clusters?.length ? 'clusters' : 'gpu'}`,
+        message: `GPU '${spec.gpu}' with instance type '${spec.instanceType}' is not offered by ${where || 'any cluster group the account may use'} (see GET /v2/svc/clusterGroups)`,
+      });
+    }
+    if (errors.length) throw invalid(errors);
+  }
+
+  async function requireByVersion(principal: Principal, functionId: string, versionId: string) {
+    await functions.requireVersion(principal.ncaId, functionId, versionId);
+    const row = await repo.findByVersion(principal.ncaId, versionId);
+    if (!row) throw notFound(`Function id '${functionId}', version '${versionId}': not deployed`);
+    return row;
+  }
+
+  async function requireById(principal: Principal, deploymentId: string) {
+    const row = await repo.findById(principal.ncaId, deploymentId);
+    if (!row) throw notFound(`Deployment '${deploymentId}' does not exist`);
+    return row;
+  }
+
+  async function saveSpecs(row: DeploymentRow, specs: GpuSpecification[]): Promise<DeploymentRow> {
+    const changes = { specs: JSON.stringify(specs), updated_at: now().toISOString() };
+    await repo.update(row.deployment_id, changes);
+    changed(row.version_id);
+    return { ...row, ...changes };
+  }
+
+  return {
+    onChange(listener: DeploymentListener) {
+      listeners.push(listener);
+    },
+
+    async create(principal: Principal, functionId: string, versionId: string, body: CreateDeployment): Promise<Deployment> {
+      await functions.requireVersion(principal.ncaId, functionId, versionId);
+      await assertOffered(principal.ncaId, body.deploymentSpecifications);
+      const at = now().toISOString();
+      const specs: GpuSpecification[] = body.deploymentSpecifications.map((spec) => ({ ...spec, gpuSpecificationId: randomUUID() }));
+      const row: DeploymentRow = {
+        deployment_id: randomUUID(), function_id: functionId, version_id: versionId, nca_id: principal.ncaId,
+        specs: JSON.stringify(specs), created_at: at, updated_at: at,
+      };
+      try {
+        await repo.insert(row);
+      } catch (error) {
+        if (isUniqueViolation(error)) throw conflict(`Function id '${functionId}', version '${versionId}' is already deployed; update or delete that deployment`);
+        throw error;
+      }
+      await functions.setStatus(versionId, 'DEPLOYING');
+      changed(versionId);
+      return toDeployment(row);
+    },
+
+    async get(principal: Principal, functionId: string, versionId: string): Promise<Deployment> {
+      return toDeployment(await requireByVersion(principal, functionId, versionId));
+    },
+
+    async getById(principal: Principal, deploymentId: string): Promise<Deployment> {
+      return toDeployment(await requireById(principal, deploymentId));
+    },
+
+    async update(principal: Principal, functionId: string, versionId: string, body: UpdateDeployment): Promise<Deployment> {
+      const row = await requireByVersion(principal, functionId, versionId);
+      const specs = JSON.parse(row.specs) as GpuSpecification[];
+      const errors: InvalidField[] = [];
+      body.deploymentSpecifications.forEach((change, index) => {
+        const target = specs.find((spec) => (change.gpuSpecificationId
+          ? spec.gpuSpecificationId === change.gpuSpecificationId
+          : spec.gpu === change.gpu && (!change.instanceType || spec.instanceType === change.instanceType)));
+        if (!target) {
+          errors.push({ field: `deploymentSpecifications.${index}`, message: 'matches no specification of this deployment (give gpuSpecificationId, or gpu and instanceType)' });
+          return;
+        }
+        Object.assign(target, { minInstances: change.minInstances, maxInstances: change.maxInstances },
+          change.maxRequestConcurrency ? { maxRequestConcurrency: change.maxRequestConcurrency } : {});
+      });
+      if (errors.length) throw invalid(errors);
+      return toDeployment(await saveSpecs(row, specs));
+    },
+
+    async patchGpuSpecification(principal: Principal, deploymentId: string, gpuSpecId: string, body: PatchGpuSpecification): Promise<GpuSpecification> {
+      const row = await requireById(principal, deploymentId);
+      const specs = JSON.parse(row.specs) as GpuSpecification[];
+      const spec = specs.find((candidate) => candidate.gpuSpecificationId === gpuSpecId);
+      if (!spec) throw notFound(`GPU specification '${gpuSpecId}' is not part of deployment '${deploymentId}'`);
+      const merged = { ...spec, ...body };
+      if (merged.minInstances > merged.maxInstances) {
+        throw invalid([{ field: body.maxInstances !== undefined ? 'maxInstances' : 'minInstances', message: `minInstances ${merged.minInstances} exceeds maxInstances ${merged.maxInstances}` }]);
+      }
+      Object.assign(spec, body);
+      await saveSpecs(row, specs);
+      return spec;
+    },
+
+    /** Both graceful and immediate removal end with the version INACTIVE; draining is the execution plane's. */
+    async remove(principal: Principal, functionId: string, versionId: string): Promise<FunctionRecord> {
+      const row = await requireByVersion(principal, functionId, versionId);
+      await repo.delete(row.deployment_id);
+      await functions.setStatus(versionId, 'INACTIVE');
+      changed(versionId);
+      return functions.get(principal, functionId, versionId);
+    },
+  };
+}
+
+export type DeploymentsService = ReturnType<typeof createDeploymentsService>;

@@ -1,0 +1,73 @@
+// Store access for functions and their versions.
+import type { Kysely, Selectable, Transaction } from 'kysely';
+import type { Database, FunctionsTable, FunctionVersionsTable } from '../../store/schema.ts';
+
+export type FunctionRow = Selectable<FunctionsTable>;
+export type VersionRow = Selectable<FunctionVersionsTable>;
+
+export interface PagePosition {
+  createdAt: string;
+  versionId: string;
+}
+
+export function createFunctionsRepo(db: Kysely<Database>) {
+  return {
+    /** A new function and its first version, both or neither. */
+    async insertFunction(fn: FunctionRow, version: VersionRow): Promise<void> {
+      await db.transaction().execute(async (trx: Transaction<Database>) => {
+        await trx.insertInto('functions').values(fn).execute();
+        await trx.insertInto('function_versions').values(version).execute();
+      });
+    },
+    async insertVersion(version: VersionRow): Promise<void> {
+      await db.insertInto('function_versions').values(version).execute();
+    },
+    findFunction(ncaId: string, id: string): Promise<FunctionRow | undefined> {
+      return db.selectFrom('functions').selectAll().where('nca_id', '=', ncaId).where('id', '=', id).executeTakeFirst();
+    },
+    findVersion(ncaId: string, functionId: string, versionId: string): Promise<VersionRow | undefined> {
+      return db.selectFrom('function_versions').selectAll()
+        .where('nca_id', '=', ncaId).where('function_id', '=', functionId).where('version_id', '=', versionId).executeTakeFirst();
+    },
+    findVersionById(versionId: string): Promise<VersionRow | undefined> {
+      return db.selectFrom('function_versions').selectAll().where('version_id', '=', versionId).executeTakeFirst();
+    },
+    listVersionsOf(ncaId: string, functionId: string): Promise<VersionRow[]> {
+      return db.selectFrom('function_versions').selectAll()
+        .where('nca_id', '=', ncaId).where('function_id', '=', functionId)
+        .orderBy('created_at', 'desc').orderBy('version_id', 'desc').execute();
+    },
+    /** One page of an account's versions, newest first, after `after`; an index range scan. */
+    listVersions(ncaId: string, limit: number, after?: PagePosition): Promise<VersionRow[]> {
+      let query = db.selectFrom('function_versions').selectAll().where('nca_id', '=', ncaId);
+      if (after) {
+        query = query.where((eb) => eb.or([
+          eb('created_at', '<', after.createdAt),
+          eb.and([eb('created_at', '=', after.createdAt), eb('version_id', '<', after.versionId)]),
+        ]));
+      }
+      return query.orderBy('created_at', 'desc').orderBy('version_id', 'desc').limit(limit).execute();
+    },
+    async listFunctionIds(ncaId: string): Promise<string[]> {
+      const rows = await db.selectFrom('functions').select('id').where('nca_id', '=', ncaId).orderBy('created_at').execute();
+      return rows.map((row) => row.id);
+    },
+    async countFunctions(ncaId: string): Promise<number> {
+      const row = await db.selectFrom('functions').select((eb) => eb.fn.countAll<number>().as('n')).where('nca_id', '=', ncaId).executeTakeFirstOrThrow();
+      return Number(row.n);
+    },
+    async updateVersion(versionId: string, changes: Partial<VersionRow>): Promise<void> {
+      await db.updateTable('function_versions').set(changes).where('version_id', '=', versionId).execute();
+    },
+    /** Deletes a version, and its function when it was the last one. */
+    async deleteVersion(functionId: string, versionId: string): Promise<void> {
+      await db.transaction().execute(async (trx: Transaction<Database>) => {
+        await trx.deleteFrom('function_versions').where('version_id', '=', versionId).execute();
+        const left = await trx.selectFrom('function_versions').select('version_id').where('function_id', '=', functionId).limit(1).executeTakeFirst();
+        if (!left) await trx.deleteFrom('functions').where('id', '=', functionId).execute();
+      });
+    },
+  };
+}
+
+export type FunctionsRepo = ReturnType<typeof createFunctionsRepo>;
