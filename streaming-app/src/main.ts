@@ -2,6 +2,7 @@
 // Start-up does the slow things once (DTLS certificate, encoder probe, warm encoder process) so that a
 // session pays only for signaling, ICE and DTLS. After its one session the process exits 0.
 import { RTCDtlsTransport } from 'werift';
+import { CloseCode } from '../client/protocol.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { createClientFiles } from './client-files.ts';
 import { createControlServer, type Readiness } from './control-server.ts';
@@ -87,7 +88,7 @@ async function main(): Promise<void> {
     process.on(signal, () => {
       log.info({ signal }, 'termination requested');
       if (session?.state === 'ended') shutdown(0, signal);
-      else session?.end(`terminated by ${signal}`);
+      else session?.end(`terminated by ${signal}`, false, CloseCode.goingAway);
     });
   }
 

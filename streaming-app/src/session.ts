@@ -323,8 +323,11 @@ export class StreamingSession {
     peer.sendInputChannel(JSON.stringify(message));
   }
 
-  /** Ends the session for good: media stops, ports are released, the container's work is done. */
-  end(reason: string, error = false): void {
+  /**
+   * Ends the session for good: media stops, ports are released, the container's work is done.
+   * The close code defaults to 1000 (4500 after an internal error).
+   */
+  end(reason: string, error = false, closeCode: number = error ? CloseCode.internalError : CloseCode.normal): void {
     if (this.#state === 'ended') return;
     const wasIdle = this.#state === 'idle';
     this.#state = 'ended';
@@ -337,7 +340,7 @@ export class StreamingSession {
     this.#channel = undefined;
     if (channel) {
       channel.send({ type: 'bye', reason });
-      channel.close(error ? CloseCode.internalError : CloseCode.normal, reason.slice(0, 120));
+      channel.close(closeCode, reason.slice(0, 120));
     }
     const peer = this.#peer;
     this.#peer = undefined;
