@@ -2,6 +2,7 @@
 // Expectations are written out here from the spec, not derived from the routes' own declarations.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { echoBody, localSpec } from './helpers/fixtures.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 
 type Credential = 'none' | 'token' | 'apiKey' | 'taskKey' | 'admin' | 'bootstrap' | 'setupKey';
@@ -9,6 +10,7 @@ type Expect = Partial<Record<Credential, number>> & { default: number };
 
 interface Row {
   method: string;
+  /** {fid} {vid} {deploymentId} {specId} {rcId} {clusterId} {key} {fresh} are filled per call. */
   path: string;
   host: 'api' | 'keys';
   body?: unknown;
@@ -21,6 +23,10 @@ const keyBody = () => ({ expires_at: new Date(Date.now() + 3_600_000).toISOStrin
 const publicRoute: Expect = { default: 200 };
 const accountAdmin: Expect = { default: 403, none: 401, admin: 200, setupKey: 200 };
 const managementTokenOnly: Expect = { default: 403, none: 401, token: 200 };
+/** Rule 1: SVC_TOKEN or SVC_API_KEY with the scope; the default API key holds the list scopes only. */
+const listing: Expect = { default: 403, none: 401, token: 200, apiKey: 200 };
+const managing = (status = 200): Expect => ({ default: 403, none: 401, token: status });
+const version = '/functions/{fid}/versions/{vid}';
 
 const rows: Row[] = [
     { method: 'GET', path: '/admin/health/liveness', host: 'api', expect: publicRoute },
@@ -40,6 +46,35 @@ const rows: Row[] = [
     { method: 'GET', path: '/v1/keys', host: 'keys', expect: managementTokenOnly },
     { method: 'GET', path: '/v1/keys/{key}', host: 'keys', expect: managementTokenOnly },
     { method: 'DELETE', path: '/v1/keys/{key}', host: 'keys', expect: { default: 403, none: 401, token: 204 } },
+    { method: 'GET', path: '/v2/svc/functions', host: 'api', expect: listing },
+    { method: 'GET', path: '/v2/svc/functions/ids', host: 'api', expect: listing },
+    { method: 'GET', path: '/v2/svc/functions/{fid}/versions', host: 'api', expect: listing },
+    { method: 'GET', path: `/v2/svc${version}`, host: 'api', expect: listing },
+    { method: 'POST', path: '/v2/svc/functions', host: 'api', body: echoBody({ name: '{fresh}' }), expect: managing() },
+    { method: 'POST', path: '/v2/svc/functions/{fid}/versions', host: 'api', body: echoBody({ name: '{name}' }), expect: managing() },
+    { method: 'PUT', path: `/v2/svc${version}`, host: 'api', body: { tags: ['a'] }, expect: managing() },
+    { method: 'PUT', path: `/v2/svc/metadata${version}`, host: 'api', body: { tags: ['a'] }, expect: managing() },
+    { method: 'DELETE', path: `/v2/svc${version}`, host: 'api', expect: managing(204) },
+    { method: 'PUT', path: `/v2/svc/secrets${version}`, host: 'api', body: { secrets: [{ name: 'A', value: 'b' }] }, expect: managing(204) },
+    { method: 'POST', path: `/v2/svc/deployments${version}`, host: 'api', body: { deploymentSpecifications: [localSpec()] }, expect: managing() },
+    { method: 'GET', path: `/v2/svc/deployments${version}?deployed`, host: 'api', expect: managing() },
+    { method: 'PUT', path: `/v2/svc/deployments${version}?deployed`, host: 'api', body: { deploymentSpecifications: [{ gpu: 'LOCAL', minInstances: 0, maxInstances: 1 }] }, expect: managing() },
+    { method: 'DELETE', path: `/v2/svc/deployments${version}?deployed`, host: 'api', expect: managing() },
+    { method: 'GET', path: '/v2/svc/deployments/{deploymentId}', host: 'api', expect: managing() },
+    { method: 'PATCH', path: '/v2/svc/deployments/{deploymentId}/gpu-specifications/{specId}', host: 'api', body: { maxInstances: 3 }, expect: managing() },
+    { method: 'GET', path: '/v2/svc/clusterGroups', host: 'api', expect: managing() },
+    { method: 'GET', path: '/v2/svc/registry-credentials', host: 'api', expect: managing() },
+    { method: 'POST', path: '/v2/svc/registry-credentials', host: 'api', body: { registryHostname: 'nvcr.io', secret: { name: '{fresh}', value: 'eDp5' } }, expect: managing() },
+    { method: 'GET', path: '/v2/svc/registry-credentials/{rcId}', host: 'api', expect: managing() },
+    { method: 'PATCH', path: '/v2/svc/registry-credentials/{rcId}', host: 'api', body: { description: 'd' }, expect: managing() },
+    { method: 'DELETE', path: '/v2/svc/registry-credentials/{rcId}', host: 'api', expect: managing(204) },
+    { method: 'GET', path: '/v2/svc/recognized-registries', host: 'api', expect: managing() },
+    { method: 'GET', path: '/v1/accounts/svc-default/clusters', host: 'api', expect: managing() },
+    { method: 'POST', path: '/v1/accounts/svc-default/clusters', host: 'api', body: { clusterName: '{fresh}', clusterGroupName: 'g' }, expect: managing() },
+    { method: 'GET', path: '/v1/accounts/svc-default/clusters/{clusterId}', host: 'api', expect: managing() },
+    { method: 'PUT', path: '/v1/accounts/svc-default/clusters/{clusterId}', host: 'api', body: { region: 'r' }, expect: managing() },
+    { method: 'DELETE', path: '/v1/accounts/svc-default/clusters/{clusterId}', host: 'api', expect: managing(204) },
+    { method: 'GET', path: '/v1/accounts/svc-default/clusterVersions', host: 'api', expect: managing() },
 ];
 
 describe('scope matrix', () => {
@@ -48,7 +83,7 @@ describe('scope matrix', () => {
   let token: string;
 
   before(async () => {
-    svc = await startTestPlatform();
+    svc = await startTestPlatform({ config: { api: { accountBootstrap: { limits: { maxFunctions: 10_000, maxRegistryCredentials: 50 } } } } });
     token = await svc.token();
     Object.assign(bearers, {
       none: undefined,
@@ -67,13 +102,13 @@ describe('scope matrix', () => {
     const failures: string[] = [];
     for (const credential of Object.keys(bearers) as Credential[]) {
       for (const row of rows) {
-        // {key}: a key of its own for each call, so DELETE always has something to delete.
-        const key = row.path.includes('{key}')
-          ? (await svc.keys('POST', '/v1/keys', { bearer: token, headers: keyHeaders, body: keyBody() })).body.id
-          : '';
-        const path = row.path.replace('{fresh}', `matrix-${fresh++}`).replace('{key}', key);
+        // Every call gets resources of its own, so deletes always have something to delete.
+        const ids = await resourcesFor(row.path, `matrix-${fresh++}`);
+        const fill = (text: string) => text.replace(/\{(\w+)\}/g, (match, name: string) => ids[name] ?? match);
+        const path = fill(row.path).replace('?deployed', '');
+        const body = row.body === undefined ? undefined : JSON.parse(fill(JSON.stringify(row.body)));
         const call = row.host === 'api' ? svc.api : svc.keys;
-        const response = await call(row.method, path, { bearer: bearers[credential], headers: row.headers, body: row.body });
+        const response = await call(row.method, path, { bearer: bearers[credential], headers: row.headers, body });
         const expected = row.expect[credential] ?? row.expect.default;
         if (response.status !== expected) failures.push(`${credential} ${row.method} ${path}: ${response.status}, expected ${expected}`);
         if (response.status === 401) assert.equal(response.headers['www-authenticate'], 'Bearer');
@@ -82,6 +117,30 @@ describe('scope matrix', () => {
     }
     assert.deepEqual(failures, []);
   });
+
+  async function resourcesFor(path: string, fresh: string): Promise<Record<string, string>> {
+    const ids: Record<string, string> = { fresh, name: fresh };
+    if (path.includes('{key}')) ids.key = (await svc.keys('POST', '/v1/keys', { bearer: token, headers: keyHeaders, body: keyBody() })).body.id;
+    if (/\{(fid|vid|deploymentId|specId)\}/.test(path)) {
+      const fn = (await svc.api('POST', '/v2/svc/functions', { bearer: token, body: echoBody({ name: fresh }) })).body.function;
+      Object.assign(ids, { fid: fn.id, vid: fn.versionId });
+      if (path.includes('?deployed') || /deploymentId|specId/.test(path)) {
+        const deployment = (await svc.api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
+          bearer: token, body: { deploymentSpecifications: [localSpec()] },
+        })).body.deployment;
+        Object.assign(ids, { deploymentId: deployment.deploymentId, specId: deployment.deploymentSpecifications[0].gpuSpecificationId });
+      }
+    }
+    if (path.includes('{rcId}')) {
+      ids.rcId = (await svc.api('POST', '/v2/svc/registry-credentials', {
+        bearer: token, body: { registryHostname: 'nvcr.io', secret: { name: fresh, value: 'eDp5' } },
+      })).body.registryCredential.registryCredentialId;
+    }
+    if (path.includes('{clusterId}')) {
+      ids.clusterId = (await svc.api('POST', '/v1/accounts/svc-default/clusters', { bearer: token, body: { clusterName: fresh, clusterGroupName: 'g' } })).body.clusterId;
+    }
+    return ids;
+  }
 
   test('a 403 names the missing scope', async () => {
     const key = await svc.apiKey(token, ['invoke_function']);
