@@ -104,6 +104,14 @@ describe('browser client in Chromium', { skip: missingTools([FFMPEG, CHROMIUM]) 
     await page.goto(clientUrl(app, '&relay=1'));
     const s = await waitForSnapshot(page, '30 decoded frames over the relay', (x) => x.framesDecodedFromBarcode >= 30 && x.metrics.localCandidateType !== undefined, 30_000);
     assert.equal(s.metrics.localCandidateType, 'relay', 'the browser side of the selected pair is a TURN relay');
+    // With credentials the app gathered more than host candidates from the STUN/TURN server.
+    const remoteTypes = await page.evaluate(`svcStream.client.peerConnection.getStats().then((report) => {
+      const types = [];
+      report.forEach((s) => { if (s.type === 'remote-candidate') types.push(s.candidateType); });
+      return types;
+    })`) as string[];
+    t.diagnostic(`app candidates seen by the browser: ${remoteTypes.join(', ')}`);
+    assert.ok(remoteTypes.includes('relay'), 'the app offered a relayed candidate of its own');
 
     // The app asked the TURN server for an allocation too; its sockets stay inside the range.
     const sockets = udpPortsOf(app.pid);

@@ -263,7 +263,10 @@ export class WeriftViewer {
   /** Encoded frames in arrival order (Annex-B for H.264, raw VP8 frames otherwise). */
   readonly frames: Buffer[] = [];
   codec: string | undefined;
+  /** Keyframes among the received frames. */
+  keyframes = 0;
   channel: RTCDataChannel | undefined;
+  #videoSsrc: number | undefined;
   #depacketizer: DepacketizeBase | undefined;
   readonly channelOpen: Promise<RTCDataChannel>;
   #resolveChannel!: (channel: RTCDataChannel) => void;
@@ -321,18 +324,30 @@ export class WeriftViewer {
     pc.onTrack.subscribe((track) => {
       track.onReceiveRtp.subscribe((rtp: RtpPacket) => {
         if (pc !== this.pc) return;
+        this.#videoSsrc = rtp.header.ssrc;
         const mime = track.codec?.mimeType.toLowerCase() ?? '';
         if (!this.#depacketizer) {
           this.codec = mime;
           this.#depacketizer = new DepacketizeBase(mime === 'video/vp8' ? 'VP8' : 'MPEG4/ISO/AVC', { waitForKeyframe: true, isFinalPacketInSequence: (header) => header.marker });
         }
-        for (const output of this.#depacketizer.processInput({ rtp })) if (output.frame) this.frames.push(output.frame.data);
+        for (const output of this.#depacketizer.processInput({ rtp })) {
+          if (!output.frame) continue;
+          this.frames.push(output.frame.data);
+          if (output.frame.isKeyframe) this.keyframes++;
+        }
       });
     });
     await pc.setRemoteDescription({ type: 'offer', sdp });
     const answer = await pc.createAnswer();
     await pc.setLocalDescription(answer);
     this.signaling.send({ type: 'answer', sdp: pc.localDescription?.sdp ?? answer.sdp });
+  }
+
+  /** Sends an RTCP picture loss indication, as a browser does when it cannot decode. */
+  async sendPli(): Promise<void> {
+    const receiver = this.pc?.getReceivers()[0];
+    if (!receiver || this.#videoSsrc === undefined) throw new Error('no video receiver yet');
+    await receiver.sendRtcpPLI(this.#videoSsrc);
   }
 
   async waitForFrames(count: number, timeoutMs = 20_000): Promise<void> {

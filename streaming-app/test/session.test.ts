@@ -84,6 +84,16 @@ describe('streaming session', { skip }, () => {
       assert.ok(decoded.slice(from).some((f) => f.inputSeq === 42), 'a frame after the input carries input seq 42');
     });
 
+    await t.test('a picture loss indication is answered with a fresh keyframe', async () => {
+      const keyframes = viewer.keyframes;
+      assert.ok(keyframes >= 1, 'the stream started with a keyframe');
+      await viewer.sendPli();
+      await app.waitForLog((l) => l.msg === 'encoder switched for keyframe' && l.reason === 'pli');
+      const deadline = Date.now() + 10_000;
+      while (viewer.keyframes === keyframes && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.ok(viewer.keyframes > keyframes, 'a new keyframe arrived after the PLI');
+    });
+
     await t.test('a dropped WebSocket resumes the same session and media keeps flowing', async () => {
       const before = viewer.frames.length;
       const resumed = await viewer.resume(true);
@@ -92,6 +102,21 @@ describe('streaming session', { skip }, () => {
       await app.waitForLog((l) => l.msg === 'session resumed');
       await viewer.waitForFrames(before + 30);
       assert.equal(app.logs.filter((l) => l.msg === 'offer sent').length, 1, 'the peer connection survived: no new offer');
+    });
+
+    await t.test('a resume without a peer (page reload) gets a new peer connection; old ports are released', async () => {
+      const before = viewer.frames.length;
+      const resumed = await viewer.resume(false);
+      assert.equal(resumed.sessionId, config.sessionId);
+      await viewer.waitForFrames(before + 30);
+      assert.equal(app.logs.filter((l) => l.msg === 'offer sent').length, 2, 'a second offer for the new peer connection');
+      const decoded = await decodeFrames(viewer.frames.slice(before), viewer.codec ?? '', 320, 180);
+      assert.ok(decoded.filter((f) => f.frameNumber > 0).length >= 25, 'the new peer connection starts with a decodable keyframe');
+      const sockets = udpPortsOf(app.pid);
+      if (sockets) {
+        assert.equal(sockets.length, 1, `one media socket after the switch (got ${sockets.join(',')})`);
+        assert.ok(sockets[0] >= app.range.min && sockets[0] <= app.range.max);
+      }
     });
 
     await t.test('bye ends the session: ready turns 500, new connections are refused, exit code 0', async () => {
