@@ -2,7 +2,7 @@
 // request with the key; plus the one-line failures (old Node, bad configuration, bad flags).
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
@@ -65,15 +65,50 @@ describe('svc CLI against a running `svc serve`', () => {
     assert.match(init.stdout, /Management token saved for account svc-default/);
     assert.equal(statSync(env.SVC_STATE_FILE!).mode & 0o777, 0o600);
 
-    const generated = await svc(['api-key', 'generate', '--scopes', 'list_functions,account_setup', '--json'], env);
+    const generated = await svc(['api-key', 'generate', '--json'], env);
     assert.equal(generated.code, 0, generated.stderr);
     const key = JSON.parse(generated.stdout);
     assert.equal(key.type, 'SVC_API_KEY');
-    assert.deepEqual(key.authorizations.policies[0].scopes, ['list_functions', 'account_setup']);
+    assert.deepEqual(key.authorizations.policies[0].scopes, ['invoke_function', 'list_functions', 'queue_details', 'list_functions_details']);
 
-    const response = await request(url, 'GET', '/v2/svc/accounts', { bearer: key.value });
+    const response = await request(url, 'GET', '/v2/svc/functions', { bearer: key.value });
     assert.equal(response.status, 200);
-    assert.equal(response.body.accounts[0].ncaId, 'svc-default');
+    assert.deepEqual(response.body, { functions: [] });
+  });
+
+  test('function, deployment, cluster and registry commands', async () => {
+    const file = path.join(dataDir, 'echo.json');
+    writeFileSync(file, JSON.stringify({
+      name: 'cli-echo', inferenceUrl: '/echo', inferencePort: 8000, containerImage: 'local/echo:1',
+      health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT10S', expectedStatusCode: 200 },
+    }));
+    const created = await svc(['function', 'create', '--file', file, '--json'], env);
+    assert.equal(created.code, 0, created.stderr);
+    const fn = JSON.parse(created.stdout).function;
+    assert.equal(fn.health.uri, '/health');
+    const listed = await svc(['function', 'list'], env);
+    assert.match(listed.stdout, /^ID\s+VERSIONID\s+NAME\s+STATUS/m);
+    assert.match(listed.stdout, new RegExp(`${fn.versionId}\\s+cli-echo\\s+INACTIVE`));
+    const groups = await svc(['cluster', 'groups'], env);
+    assert.match(groups.stdout, /svc-local\s+LOCAL\s+LOCAL\.CPU_1x\s+local/);
+    const deployed = await svc(['deployment', 'create', fn.id, fn.versionId, '--gpu', 'LOCAL', '--instance-type', 'LOCAL.CPU_1x', '--json'], env);
+    assert.equal(deployed.code, 0, deployed.stderr);
+    assert.equal(JSON.parse(deployed.stdout).deployment.functionStatus, 'DEPLOYING');
+    const updated = await svc(['deployment', 'update', fn.id, fn.versionId, '--max', '3', '--json'], env);
+    assert.equal(JSON.parse(updated.stdout).deployment.deploymentSpecifications[0].maxInstances, 3);
+    const removed = await svc(['deployment', 'delete', fn.id, fn.versionId], env);
+    assert.match(removed.stdout, /version is INACTIVE/);
+    const registry = await svc(['registry', 'create', '--hostname', 'nvcr.io', '--name', 'ngc', '--secret', 'dXNlcjpwYXNz', '--json'], env);
+    assert.equal(JSON.parse(registry.stdout).registryCredential.registryName, 'NGC');
+    assert.ok(!(await svc(['registry', 'list'], env)).stdout.includes('dXNlcjpwYXNz'));
+    const cluster = await svc(['cluster', 'register', 'rack-1', '--group', 'dc', '--gpu', 'L40S:L40S_1x', '--json'], env);
+    assert.match(JSON.parse(cluster.stdout).agentCredential, /^svcagent-/);
+    assert.match((await svc(['cluster', 'list'], env)).stdout, /rack-1\s+dc\s+REGISTERED\s+L40S/);
+    const deleted = await svc(['function', 'delete', fn.id, fn.versionId], env);
+    assert.equal(deleted.code, 0, deleted.stderr);
+    const missing = await svc(['function', 'get', fn.id, fn.versionId], env);
+    assert.equal(missing.code, 1);
+    assert.match(missing.stderr, /\(404\)/);
   });
 
   test('a task key gets the task scopes by default', async () => {

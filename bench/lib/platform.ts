@@ -11,6 +11,7 @@ const svcBin = path.resolve(import.meta.dirname, '../../api/bin/svc.js');
 
 export interface ServedPlatform {
   url: string;
+  dataDir: string;
   port: number;
   bootstrapSecret: string;
   process: ChildProcess;
@@ -20,12 +21,12 @@ export interface ServedPlatform {
 }
 
 export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<ServedPlatform> {
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'svc-bench-'));
+  const dataDir = env.SVC_DATA_DIR ?? mkdtempSync(path.join(os.tmpdir(), 'svc-bench-'));
   // Output goes to a file, as a container runtime would take it; a pipe read by this (busy) process
   // would make the platform wait on the load generator.
   const outputFile = path.join(dataDir, 'output.log');
   const child = spawn(process.execPath, [svcBin, 'serve'], {
-    env: { ...process.env, SVC_PORT: '0', SVC_HOST: '127.0.0.1', SVC_DATA_DIR: dataDir, ...env },
+    env: { ...process.env, SVC_PORT: '0', SVC_HOST: '127.0.0.1', ...env, SVC_DATA_DIR: dataDir },
     stdio: ['ignore', openSync(outputFile, 'w'), 'inherit'],
   });
   let exited = false;
@@ -42,6 +43,7 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<Served
   const port = Number(new URL(url).port);
   return {
     url,
+    dataDir,
     port,
     bootstrapSecret: secret,
     process: child,

@@ -31,6 +31,8 @@ export interface RouteInput<P, Q, B, H> {
 export interface Reply {
   status?: number;
   body?: unknown;
+  /** A body already serialised as JSON (hot list paths build it as text). */
+  json?: string;
   headers?: Record<string, string | string[]>;
 }
 
@@ -88,7 +90,8 @@ export function handlerFor(spec: Route, context: RouteContext) {
     if (!reply) return;
     if (reply.headers) res.set(reply.headers);
     res.status(reply.status ?? 200);
-    if (reply.body === undefined) res.end();
+    if (reply.json !== undefined) res.type('application/json').send(reply.json);
+    else if (reply.body === undefined) res.end();
     else res.json(reply.body);
   };
 }

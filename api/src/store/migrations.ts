@@ -57,9 +57,8 @@ export const migrations: Record<string, Migration> = {
         .addColumn('name', 'text', (c) => c.notNull())
         .addColumn('function_type', 'text', (c) => c.notNull())
         .addColumn('status', 'text', (c) => c.notNull())
-        .addColumn('spec', 'text', (c) => c.notNull())
+        .addColumn('document', 'text', (c) => c.notNull())
         .addColumn('secrets', 'text')
-        .addColumn('secret_names', 'text', (c) => c.notNull())
         .addColumn('created_at', 'text', (c) => c.notNull())
         .addColumn('updated_at', 'text', (c) => c.notNull())
         .execute();

@@ -54,11 +54,13 @@ export interface FunctionVersionsTable {
   name: string;
   function_type: string;
   status: string;
-  /** The creation request minus secrets, as JSON. */
-  spec: string;
+  /**
+   * The version as the API shows it, minus what changes without a write here (status, instances), as
+   * JSON text: rendered once on write so listing is string work, not per-row object building.
+   */
+  document: string;
   /** Sealed JSON of [{name, value}] (store/encryption.ts); null when the version has none. */
   secrets: string | null;
-  secret_names: string;
   created_at: string;
   updated_at: string;
 }

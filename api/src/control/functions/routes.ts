@@ -26,7 +26,7 @@ export function functionRoutes(functions: FunctionsService) {
       method: 'GET', path: '/v2/svc/functions', summary: 'List function versions of the account', tag, access: list,
       query: listFunctionsQuery,
       responses: { 200: { description: 'One page, newest first; `cursor` fetches the next', schema: functionListResponse } },
-      handle: async ({ principal, query }) => ({ body: await functions.list(principal, query) }),
+      handle: async ({ principal, query }) => ({ json: await functions.listJson(principal, query) }),
     }),
     route({
       method: 'POST', path: '/v2/svc/functions', summary: 'Create a function and its first version', tag, access: register,

@@ -22,37 +22,32 @@ const DEFAULT_INFERENCE_PORT = 8000;
 /** The reference's default health path (Triton's readiness endpoint). */
 const DEFAULT_HEALTH_URI = '/v2/health/ready';
 
-type StoredSpec = Omit<CreateFunction, 'secrets' | 'name' | 'functionType' | 'healthUri'> & {
-  inferencePort: number;
-  health: NonNullable<CreateFunction['health']>;
-};
+/** The fields of a version that only a write here changes: everything but status and instances. */
+type FunctionDocument = Omit<FunctionRecord, 'status' | 'activeInstances'>;
 
-/** What is stored per version: the request with its defaults made explicit and secrets removed. */
-function storedSpec(body: CreateFunction): StoredSpec {
-  const { secrets: _secrets, name: _name, functionType: _type, healthUri, ...rest } = body;
+function render(body: CreateFunction, ids: { functionId: string; versionId: string; ncaId: string; createdAt: string }): FunctionDocument {
+  const { secrets, name, functionType, healthUri, ...spec } = body;
   const inferencePort = body.inferencePort ?? DEFAULT_INFERENCE_PORT;
   const health = body.health ?? { protocol: 'HTTP', uri: healthUri ?? DEFAULT_HEALTH_URI, port: inferencePort, timeout: 'PT10S', expectedStatusCode: 200 };
-  return { ...rest, inferencePort, health };
+  return {
+    id: ids.functionId, ncaId: ids.ncaId, versionId: ids.versionId, name, createdAt: ids.createdAt, ownedByDifferentAccount: false,
+    functionType, ...spec, inferencePort, health, healthUri: health.uri,
+    telemetries: spec.telemetries as Record<string, string> | undefined,
+    ...(secrets?.length ? { secrets: secrets.map((secret) => secret.name) } : {}),
+  };
+}
+
+export function documentOf(row: VersionRow): FunctionDocument {
+  return JSON.parse(row.document) as FunctionDocument;
 }
 
 export function toFunction(row: VersionRow, instances: Instance[] = []): FunctionRecord {
-  const spec = JSON.parse(row.spec) as StoredSpec;
-  const secretNames = JSON.parse(row.secret_names) as string[];
-  return {
-    id: row.function_id,
-    ncaId: row.nca_id,
-    versionId: row.version_id,
-    name: row.name,
-    status: row.status as FunctionStatus,
-    createdAt: row.created_at,
-    ownedByDifferentAccount: false,
-    functionType: row.function_type as FunctionRecord['functionType'],
-    ...spec,
-    healthUri: spec.health.uri,
-    telemetries: spec.telemetries as Record<string, string> | undefined,
-    ...(secretNames.length ? { secrets: secretNames } : {}),
-    activeInstances: instances,
-  };
+  return { ...documentOf(row), status: row.status as FunctionStatus, activeInstances: instances };
+}
+
+/** The same record as toFunction, spliced as text: the stored document plus the two live fields. */
+function functionJson(row: VersionRow, instances: Instance[] = []): string {
+  return `${row.document.slice(0, -1)},"status":${JSON.stringify(row.status)},"activeInstances":${JSON.stringify(instances)}}`;
 }
 
 export interface FunctionsServiceOptions {
@@ -69,19 +64,27 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
   let instances = options.instances ?? noInstances;
 
   function newVersion(functionId: string, ncaId: string, body: CreateFunction): VersionRow {
-    const at = now().toISOString();
+    const createdAt = now().toISOString();
+    const versionId = randomUUID();
     const secrets = body.secrets ?? [];
     return {
-      version_id: randomUUID(), function_id: functionId, nca_id: ncaId, name: body.name, function_type: body.functionType,
-      status: 'INACTIVE', spec: JSON.stringify(storedSpec(body)),
-      secrets: secrets.length ? box.encrypt(JSON.stringify(secrets)) : null,
-      secret_names: JSON.stringify(secrets.map((secret) => secret.name)), created_at: at, updated_at: at,
+      version_id: versionId, function_id: functionId, nca_id: ncaId, name: body.name, function_type: body.functionType,
+      status: 'INACTIVE', document: JSON.stringify(render(body, { functionId, versionId, ncaId, createdAt })),
+      secrets: secrets.length ? box.encrypt(JSON.stringify(secrets)) : null, created_at: createdAt, updated_at: createdAt,
     };
   }
 
   async function withInstances(rows: VersionRow[]): Promise<FunctionRecord[]> {
     const running = await instances.of(rows.map((row) => row.version_id));
     return rows.map((row) => toFunction(row, running.get(row.version_id) ?? []));
+  }
+
+  async function rewrite(row: VersionRow, change: (document: FunctionDocument) => void, extra: Partial<VersionRow> = {}): Promise<VersionRow> {
+    const document = documentOf(row);
+    change(document);
+    const changes = { ...extra, document: JSON.stringify(document), updated_at: now().toISOString() };
+    await repo.updateVersion(row.version_id, changes);
+    return { ...row, ...changes };
   }
 
   /** The version in the caller's account; anything else is 404, whoever owns it. */
@@ -128,19 +131,20 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
     },
 
     /**
-     * One page of the account's function versions, newest first. Only `private` functions exist here
-     * (nothing is shared across accounts yet), so `authorized`/`public` alone list nothing.
+     * One page of the account's function versions, newest first, as the JSON text of
+     * {functions, cursor?}: rows are spliced, not parsed and re-serialised. Only `private` functions
+     * exist here (nothing is shared across accounts yet), so `authorized`/`public` alone list nothing.
      */
-    async list(principal: Principal, query: { visibility?: string[]; limit: number; cursor?: string }) {
-      if (query.visibility && !query.visibility.includes('private')) return { functions: [] as FunctionRecord[] };
+    async listJson(principal: Principal, query: { visibility?: string[]; limit: number; cursor?: string }): Promise<string> {
+      if (query.visibility && !query.visibility.includes('private')) return '{"functions":[]}';
       const after = query.cursor ? decodeCursor<{ createdAt: string; versionId: string }>(query.cursor, ['createdAt', 'versionId']) : undefined;
       const rows = await repo.listVersions(principal.ncaId, query.limit + 1, after as PagePosition | undefined);
       const page = rows.slice(0, query.limit);
+      const running = await instances.of(page.map((row) => row.version_id));
+      const functions = page.map((row) => functionJson(row, running.get(row.version_id))).join(',');
       const last = page[page.length - 1];
-      return {
-        functions: await withInstances(page),
-        ...(rows.length > query.limit ? { cursor: encodeCursor({ createdAt: last.created_at, versionId: last.version_id }) } : {}),
-      };
+      const cursor = rows.length > query.limit ? `,"cursor":"${encodeCursor({ createdAt: last.created_at, versionId: last.version_id })}"` : '';
+      return `{"functions":[${functions}]${cursor}}`;
     },
 
     async ids(principal: Principal, visibility?: string[]): Promise<string[]> {
@@ -159,14 +163,12 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
     },
 
     async update(principal: Principal, functionId: string, versionId: string, body: UpdateFunction): Promise<FunctionRecord> {
-      const row = await requireVersion(principal.ncaId, functionId, versionId);
-      const spec = JSON.parse(row.spec) as StoredSpec;
-      if (body.tags !== undefined) spec.tags = body.tags;
-      if (body.rateLimit !== undefined) spec.rateLimit = body.rateLimit;
-      if (body.description !== undefined) spec.description = body.description;
-      const changes = { spec: JSON.stringify(spec), updated_at: now().toISOString() };
-      await repo.updateVersion(versionId, changes);
-      return (await withInstances([{ ...row, ...changes }]))[0];
+      const row = await rewrite(await requireVersion(principal.ncaId, functionId, versionId), (document) => {
+        if (body.tags !== undefined) document.tags = body.tags;
+        if (body.rateLimit !== undefined) document.rateLimit = body.rateLimit;
+        if (body.description !== undefined) document.description = body.description;
+      });
+      return (await withInstances([row]))[0];
     },
 
     async remove(principal: Principal, functionId: string, versionId: string): Promise<void> {
@@ -183,9 +185,9 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
       const merged = new Map((row.secrets ? JSON.parse(box.decrypt(row.secrets)) as Secret[] : []).map((secret) => [secret.name, secret]));
       for (const secret of secrets) merged.set(secret.name, secret);
       const all = [...merged.values()];
-      await repo.updateVersion(versionId, {
-        secrets: box.encrypt(JSON.stringify(all)), secret_names: JSON.stringify(all.map((secret) => secret.name)), updated_at: now().toISOString(),
-      });
+      await rewrite(row, (document) => {
+        document.secrets = all.map((secret) => secret.name);
+      }, { secrets: box.encrypt(JSON.stringify(all)) });
     },
 
     /** For the compute plane starting an instance: the version's secrets in the clear. */
