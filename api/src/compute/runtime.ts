@@ -1,0 +1,34 @@
+// How an agent runs an instance. One small interface; implementations in runtimes/: process (the
+// embedded default), docker (Docker Engine API), and later kubernetes.
+import type { Logger } from '../logger.ts';
+import type { Endpoint, InstanceSpec } from './protocol.ts';
+
+export interface RuntimeContext {
+  /** A directory of this instance's own on the agent's host (secrets file, output dir, logs). */
+  workDir: string;
+  /** Environment for the instance: containerEnvironment, secrets and the port contract, already merged. */
+  env: Record<string, string>;
+  log: Logger;
+}
+
+export interface ExitStatus {
+  code: number | null;
+  signal: string | null;
+}
+
+export interface RuntimeInstance {
+  endpoint: Endpoint;
+  /** Settles when the instance ends, whatever the reason. */
+  exited: Promise<ExitStatus>;
+  /** SIGTERM (or the runtime's equivalent), then a kill after `graceMs`. Resolves once it has ended. */
+  stop(graceMs: number): Promise<void>;
+  /** The last lines it wrote to stdout/stderr. */
+  logTail(): string[];
+}
+
+export interface Runtime {
+  readonly name: string;
+  start(spec: InstanceSpec, context: RuntimeContext): Promise<RuntimeInstance>;
+  /** Ends whatever a previous run of this agent left behind (after a crash of the agent's process). */
+  cleanup?(): Promise<void>;
+}
