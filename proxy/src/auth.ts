@@ -7,6 +7,10 @@
 // It is verified against the identity provider's JWKS (PROXY_AUTH_JWKS_URL) with pinned algorithms
 // (ES256, RS256), issuer, audience and a required `exp`. The claim `svc_functions` grants functions:
 // an array of function ids, where "*" (or the claim being the string "*") grants every function.
+//
+// A browser presents the same token again on every reconnect, so a verified token is remembered
+// (by its exact text) until it expires, for at most VERIFIED_TTL_MS: a resume skips the signature
+// check, and a key withdrawn from the JWKS stops being honoured within that bound.
 import { createRemoteJWKSet, errors, jwtVerify, type JWTPayload } from 'jose';
 import type { AuthConfig } from './config.ts';
 import { Problem } from './problem.ts';
@@ -15,6 +19,8 @@ export const TOKEN_COOKIE = 'svc-user-token';
 export const TOKEN_QUERY_PARAMETER = 'access_token';
 export const FUNCTIONS_CLAIM = 'svc_functions';
 export const ALGORITHMS = ['ES256', 'RS256'];
+const VERIFIED_TTL_MS = 60_000;
+const VERIFIED_MAX_ENTRIES = 2_000;
 
 export type TokenSource = 'subprotocol' | 'cookie' | 'query';
 
@@ -42,17 +48,30 @@ export function createAuthorizer(config: AuthConfig, functionId: string): Author
   // jose caches the key set and refetches it (rate limited by the cooldown) when a token names an
   // unknown key id, so a key rotation at the identity provider needs no restart.
   const keys = createRemoteJWKSet(jwksUrl, { timeoutDuration: 5_000, cooldownDuration: 30_000 });
+  const verified = new Map<string, { payload: JWTPayload; until: number }>();
+
+  async function verify(token: string): Promise<JWTPayload> {
+    const now = Date.now();
+    const known = verified.get(token);
+    if (known && known.until > now) return known.payload;
+    verified.delete(token);
+    let payload: JWTPayload;
+    try {
+      ({ payload } = await jwtVerify(token, keys, { issuer, audience, algorithms: ALGORITHMS, requiredClaims: ['exp'] }));
+    } catch (error) {
+      throw rejection(error);
+    }
+    // Maps iterate in insertion order: the first entry is the oldest.
+    if (verified.size >= VERIFIED_MAX_ENTRIES) verified.delete(verified.keys().next().value!);
+    verified.set(token, { payload, until: Math.min(now + VERIFIED_TTL_MS, (payload.exp ?? 0) * 1000) });
+    return payload;
+  }
 
   return {
     mode: 'jwt',
     async authorize(token) {
       if (!token) throw unauthorized(`no user token: send it as the Sec-WebSocket-Protocol item token.<jwt>, the cookie ${TOKEN_COOKIE} or the query parameter ${TOKEN_QUERY_PARAMETER}`);
-      let payload: JWTPayload;
-      try {
-        ({ payload } = await jwtVerify(token.value, keys, { issuer, audience, algorithms: ALGORITHMS, requiredClaims: ['exp'] }));
-      } catch (error) {
-        throw rejection(error);
-      }
+      const payload = await verify(token.value);
       if (!grants(payload[FUNCTIONS_CLAIM], functionId)) {
         throw new Problem('forbidden', `the user token does not grant function ${functionId} (claim ${FUNCTIONS_CLAIM})`);
       }

@@ -56,6 +56,8 @@ export interface ProxyConfig {
   functionId: string;
   functionVersionId?: string;
   upstream: UpstreamConfig;
+  /** Platform connections kept established ahead of demand, so an open skips the TCP and TLS handshakes. */
+  upstreamSpares: number;
   listen: ListenConfig;
   auth: AuthConfig;
   timeouts: TimeoutConfig;
@@ -115,6 +117,7 @@ export function loadConfig(env: Env = process.env): ProxyConfig {
     functionId,
     functionVersionId,
     upstream: upstreamConfig(env, read),
+    upstreamSpares: integer(env, 'PROXY_UPSTREAM_SPARES', 1, 0),
     listen: listenConfig(env, read),
     auth,
     timeouts,

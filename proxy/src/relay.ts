@@ -119,8 +119,8 @@ export class Relay {
     });
     // A half close travels on; the kind of disconnection is what the platform bases session
     // lifetime on, so the proxy never turns one kind into another.
-    browser.once('end', () => upstream.end());
-    upstream.once('end', () => browser.end());
+    browser.once('end', () => { if (!upstream.writableEnded) upstream.end(); });
+    upstream.once('end', () => { if (!browser.writableEnded) browser.end(); });
     browser.resume();
     upstream.resume();
   }

@@ -37,6 +37,9 @@ interface Exchange {
   offered: string[];
   user: AuthorizedUser;
   startedAt: number;
+  /** Set once the platform has upgraded: its session id (start only) and the time it took. */
+  session?: string;
+  setupMs?: number;
 }
 
 const SESSION_ID_HEADER = 'svc-reqid';
@@ -66,7 +69,10 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
     }
   }
 
-  proxy.on('proxyRes', (proxyRes) => alignResponseHeaders(proxyRes.headers));
+  proxy.on('proxyRes', (proxyRes) => {
+    upstream.replenish();
+    alignResponseHeaders(proxyRes.headers);
+  });
 
   proxy.on('proxyReqWs', (proxyReq, req, socket) => {
     const exchange = exchanges.get(req);
@@ -76,22 +82,22 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
     // These listeners run before http-proxy-3's own, which copy proxyRes.headers verbatim to the
     // browser, on the 101 as on a refusal.
     proxyReq.on('response', (proxyRes) => {
+      upstream.replenish();
       alignResponseHeaders(proxyRes.headers);
       logger.info({ requestId: exchange.requestId, path: exchange.pathname, status: proxyRes.statusCode }, 'platform refused the upgrade');
     });
     proxyReq.on('upgrade', (proxyRes, proxySocket: Socket) => {
       proxyReq.setTimeout(0);
+      // After the 101 is relayed (this listener runs first), so the spare's handshake does not delay it.
+      setImmediate(upstream.replenish);
       alignResponseHeaders(proxyRes.headers);
       const selected = selectedSubprotocol(proxyRes.headers['sec-websocket-protocol'], exchange.offered);
       if (selected) proxyRes.headers['sec-websocket-protocol'] = selected;
-      handshakes.set(proxySocket, { browser: socket as Socket, exchange });
       const sessionId = proxyRes.headers[SESSION_ID_HEADER];
-      logger.info({
-        requestId: exchange.requestId, path: exchange.pathname, user: exchange.user.subject, tokenSource: exchange.user.source,
-        // The session id resumes a session, so only its start is logged.
-        session: typeof sessionId === 'string' ? `${sessionId.slice(0, 8)}…` : undefined,
-        setupMs: Date.now() - exchange.startedAt,
-      }, 'tunnel open');
+      // The session id resumes a session, so only its start is logged.
+      exchange.session = typeof sessionId === 'string' ? `${sessionId.slice(0, 8)}…` : undefined;
+      exchange.setupMs = Date.now() - exchange.startedAt;
+      handshakes.set(proxySocket, { browser: socket as Socket, exchange });
     });
   });
 
@@ -103,10 +109,18 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
     relay.start();
     relays.add(relay);
     keepalive.watch(relay);
+    const { exchange } = handshake;
+    logger.debug({ requestId: exchange.requestId, path: exchange.pathname, tokenSource: exchange.user.source, session: exchange.session }, 'tunnel open');
+    // One info line per tunnel, when it ends, with everything worth knowing about it.
     handshake.browser.once('close', () => {
       relays.delete(relay);
       logger.info({
-        requestId: handshake.exchange.requestId,
+        requestId: exchange.requestId,
+        path: exchange.pathname,
+        user: exchange.user.subject,
+        tokenSource: exchange.user.source,
+        session: exchange.session,
+        setupMs: exchange.setupMs,
         durationMs: Date.now() - relay.openedAt,
         bytesFromBrowser: handshake.browser.bytesRead,
         bytesFromPlatform: proxySocket.bytesRead,

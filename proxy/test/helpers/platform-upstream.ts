@@ -24,6 +24,8 @@ export const GATEWAY_ADDRESS = 'localhost';
 export interface ReceivedUpgrade {
   url: string;
   headers: IncomingHttpHeaders;
+  /** Which TLS connection (1, 2, … in order of establishment) carried the request. */
+  connection?: number;
 }
 
 export interface PlatformUnderTest {
@@ -46,6 +48,8 @@ export interface FakePlatform extends PlatformUnderTest {
   /** Open WebSocket connections, and how those that ended were closed (1006: no close frame). */
   readonly open: number;
   closes: number[];
+  /** TLS connections established so far. */
+  readonly connections: number;
   /** WebSocket pings received (the proxy's keepalive towards the platform). */
   readonly pings: number;
   close(): Promise<void>;
@@ -62,6 +66,8 @@ export async function startFakePlatform(options: { ca?: TestCa; address?: string
   const closes: number[] = [];
   const sockets = new Set<WebSocket>();
   let pings = 0;
+  const connectionIds = new WeakMap<object, number>();
+  let connections = 0;
 
   const server = https.createServer({ cert: certificate.cert, key: certificate.key }, (req, res) => {
     requests.push({ url: req.url ?? '/', headers: req.headers });
@@ -73,6 +79,7 @@ export async function startFakePlatform(options: { ca?: TestCa; address?: string
     });
     res.end(body);
   });
+  server.on('secureConnection', (socket) => connectionIds.set(socket, ++connections));
   const wss = new WebSocketServer({ noServer: true, handleProtocols: (offered) => offered.has('svc-echo') ? 'svc-echo' : false });
   const sessionOf = new WeakMap<IncomingMessage, { id: string; resumed: boolean }>();
 
@@ -84,7 +91,7 @@ export async function startFakePlatform(options: { ca?: TestCa; address?: string
   });
 
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    upgrades.push({ url: req.url ?? '/', headers: { ...req.headers } });
+    upgrades.push({ url: req.url ?? '/', headers: { ...req.headers }, connection: connectionIds.get(req.socket) });
     const host = (req.headers.host ?? '').replace(/:\d+$/, '');
     if (host !== apiHost) return refuse(socket, 404, `unknown host ${host}`);
     if (req.headers.authorization !== `Bearer ${API_KEY}`) return refuse(socket, 401, 'invalid bearer credential');
@@ -126,6 +133,9 @@ export async function startFakePlatform(options: { ca?: TestCa; address?: string
     },
     get pings() {
       return pings;
+    },
+    get connections() {
+      return connections;
     },
     close: () => new Promise((resolve) => {
       for (const ws of sockets) ws.terminate();
