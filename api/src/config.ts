@@ -56,6 +56,21 @@ export const configSchema = z.object({
     signingKeyFile: z.string().optional(),
     tokenLifetimeSeconds: z.coerce.number().int().min(60).max(86_400).default(3600),
   }).prefault({}),
+  invocation: z.object({
+    /** SVC-POLL-SECONDS when the client gives none (the reference service's default). */
+    pollSeconds: z.coerce.number().int().min(1).max(3600).default(60),
+    /** The same for Accept: text/event-stream. */
+    ssePollSeconds: z.coerce.number().int().min(1).max(3600).default(1200),
+    /** Larger SVC-POLL-SECONDS is a 400. */
+    maxPollSeconds: z.coerce.number().int().min(1).max(3600).default(3600),
+    maxRequestBytes: z.coerce.number().int().min(1024).default(10 * 1024 * 1024),
+    /** The most a polled (202'd) result may hold; streamed responses have no limit. */
+    maxResultBytes: z.coerce.number().int().min(1024).default(16 * 1024 * 1024),
+    /** Requests waiting per function version before new ones get 429. */
+    maxQueueDepth: z.coerce.number().int().min(1).default(10_000),
+    /** How long an uncollected result of a 202'd request is kept. */
+    resultRetentionSeconds: z.coerce.number().int().min(1).default(3600),
+  }).prefault({}),
   compute: z.object({
     /** The embedded default: this machine registered as one cluster, usable by every account. */
     localCluster: z.object({

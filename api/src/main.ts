@@ -26,7 +26,17 @@ import { keyRoutes, whoamiRoute } from './control/keys/routes.ts';
 import { createKeyService } from './control/keys/service.ts';
 import { loadAdminKey, loadTokenKey } from './control/keys/signing.ts';
 import { createCredentialVerifier } from './control/keys/verifier.ts';
+import { AGENT_LINK_PATH } from './compute/protocol.ts';
+import { createAgentHub } from './control/agents/hub.ts';
+import { createInstancesRepo } from './control/instances/repo.ts';
+import { createInstancesService } from './control/instances/service.ts';
 import { createGateway } from './gateway/gateway.ts';
+import { notFound } from './http/problem.ts';
+import { rejectUpgrade } from './http/upgrade.ts';
+import { createInProcessQueue } from './invocation/queue.ts';
+import { createInvocationsRepo } from './invocation/repo.ts';
+import { invocationRoutes } from './invocation/routes.ts';
+import { createInvocationService } from './invocation/service.ts';
 import { createApp } from './http/app.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
@@ -81,10 +91,26 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       const local = config.compute.localCluster;
       await ensureLocalCluster(settings, clusters, box, { ncaId: account.ncaId, name: local.name, groupName: local.groupName, gpus: local.gpus, now: startedAt });
     }
-    const functions = createFunctionsService({ repo: createFunctionsRepo(store.db), accounts, box, now });
-    const deployments = createDeploymentsService(createDeploymentsRepo(store.db), functions, clusters, now);
+    const functionsRepo = createFunctionsRepo(store.db);
+    const deploymentsRepo = createDeploymentsRepo(store.db);
+    const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now });
+    const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, now);
     const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
     const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }]);
+
+    const instances = createInstancesService({
+      repo: createInstancesRepo(store.db), deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
+    });
+    functions.useInstances(instances.activeInstances);
+    deployments.onChange(() => void instances.reconcile());
+    const invocation = createInvocationService({
+      queue: createInProcessQueue(), repo: createInvocationsRepo(store.db), functionsRepo, deployments: deploymentsRepo, instances, log, now,
+      maxQueueDepth: config.invocation.maxQueueDepth, maxResultBytes: config.invocation.maxResultBytes,
+      resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
+    });
+    instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
+    instances.onProgress((progress) => invocation.progress(progress));
+    const agentHub = createAgentHub(clusters, instances, log);
 
     const apiRoutes = withOpenApi([
       ...healthRoutes(health),
@@ -93,6 +119,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...deploymentRoutes(deployments),
       ...registryRoutes(registry),
       ...clusterRoutes(clusters),
+      ...invocationRoutes(invocation, functionsRepo, {
+        defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
+        maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
+      }),
       whoamiRoute(),
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),
@@ -103,8 +133,14 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       address: config.gateway.address,
       api: createApp({ ...appOptions, routes: apiRoutes }),
       keys: createApp({ ...appOptions, routes: keyServiceRoutes }),
+      apiUpgrade: (req, socket, head) => {
+        if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return void agentHub.upgrade(req, socket, head);
+        rejectUpgrade(req, socket, notFound(`No WebSocket endpoint at ${(req.url ?? '').split('?')[0]}`));
+      },
       tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
     });
+    await invocation.recover();
+    await instances.start();
     const port = await gateway.listen(config.gateway.port, config.gateway.host);
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
@@ -116,7 +152,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       bootstrapSecret: bootstrap.secret,
       adminSigningKeyFile,
       async close() {
+        agentHub.close();
         await gateway.close();
+        await instances.stop();
+        await invocation.close();
         await store.close();
         log.flush();
       },

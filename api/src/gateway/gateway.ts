@@ -6,14 +6,19 @@ import { readFileSync } from 'node:fs';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { Problem, PROBLEM_CONTENT_TYPE } from '../http/problem.ts';
+import { rejectUpgrade } from '../http/upgrade.ts';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
 
 export interface GatewayOptions {
   address: string;
   api: Handler;
   keys: Handler;
+  /** WebSocket upgrades on the api host (agent links, streaming sessions). */
+  apiUpgrade?: UpgradeHandler;
   tls?: { cert: string; key: string };
 }
 
@@ -31,12 +36,18 @@ export function createGateway(options: GatewayOptions) {
   const apiHost = `api.${options.address}`;
   const keysHost = `api-keys.${options.address}`;
 
-  function dispatch(req: IncomingMessage, res: ServerResponse) {
+  const isApiHost = (req: IncomingMessage) => {
     const host = hostnameOf(req.headers.host);
-    if (host === apiHost || loopbackHosts.has(host)) return options.api(req, res);
-    if (host === keysHost) return options.keys(req, res);
+    return host === apiHost || loopbackHosts.has(host);
+  };
+  const unknownHost = (req: IncomingMessage) =>
+    new Problem('not-found', `Unknown host '${hostnameOf(req.headers.host)}'; this gateway serves ${apiHost} and ${keysHost}`);
+
+  function dispatch(req: IncomingMessage, res: ServerResponse) {
+    if (isApiHost(req)) return options.api(req, res);
+    if (hostnameOf(req.headers.host) === keysHost) return options.keys(req, res);
     const requestId = randomUUID();
-    const problem = new Problem('not-found', `Unknown host '${host}'; this gateway serves ${apiHost} and ${keysHost}`);
+    const problem = unknownHost(req);
     res.writeHead(404, { 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8`, 'x-request-id': requestId });
     res.end(JSON.stringify(problem.toBody((req.url ?? '/').split('?')[0], requestId)));
   }
@@ -46,6 +57,11 @@ export function createGateway(options: GatewayOptions) {
     : http.createServer(dispatch);
   // Longer than common load balancers' idle timeouts, so they close first and never hit a dead socket.
   server.keepAliveTimeout = 65_000;
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    socket.on('error', () => socket.destroy());
+    if (isApiHost(req) && options.apiUpgrade) return options.apiUpgrade(req, socket, head);
+    rejectUpgrade(req, socket, isApiHost(req) ? new Problem('not-found', 'No WebSocket endpoint here') : unknownHost(req));
+  });
 
   return {
     server,

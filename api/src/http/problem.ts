@@ -14,6 +14,7 @@ export const problems = {
   'unsupported-media-type': { status: 415, title: 'Unsupported Media Type' },
   'too-many-requests': { status: 429, title: 'Too Many Requests' },
   internal: { status: 500, title: 'Internal Server Error' },
+  'bad-gateway': { status: 502, title: 'Bad Gateway' },
   'service-unavailable': { status: 503, title: 'Service Unavailable' },
   'gateway-timeout': { status: 504, title: 'Gateway Timeout' },
 } as const;

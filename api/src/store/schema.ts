@@ -112,6 +112,45 @@ export interface ClustersTable {
   updated_at: string;
 }
 
+export interface InstancesTable {
+  instance_id: string;
+  nca_id: string;
+  function_id: string;
+  version_id: string;
+  cluster_id: string;
+  gpu_spec_id: string;
+  gpu: string;
+  instance_type: string;
+  /** PENDING until its agent first reports it; then the agent's InstanceState. */
+  state: string;
+  /** 1 while the control plane wants it running; 0 once it should stop. */
+  desired: number;
+  /** Endpoint JSON from the agent's report. */
+  endpoint: string | null;
+  restarts: number;
+  message: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** Invocations answered 202: durable from that moment until their result is collected. */
+export interface InvocationsTable {
+  request_id: string;
+  nca_id: string;
+  function_id: string;
+  version_id: string;
+  /** queued | running | done */
+  state: string;
+  /** The request to replay when re-queued: JSON {headers, sse, subject} and the body. */
+  request: string;
+  body: Buffer;
+  /** Result once done: JSON {status, headers} and the body. */
+  result: string | null;
+  result_body: Buffer | null;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface Database {
   accounts: AccountsTable;
   credentials: CredentialsTable;
@@ -121,4 +160,6 @@ export interface Database {
   deployments: DeploymentsTable;
   registry_credentials: RegistryCredentialsTable;
   clusters: ClustersTable;
+  instances: InstancesTable;
+  invocations: InvocationsTable;
 }

@@ -5,7 +5,7 @@ import SQLite from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import { Migrator } from 'kysely/migration';
 import pg from 'pg';
-import { migrations } from './migrations.ts';
+import { migrationsFor } from './migrations.ts';
 import type { Database } from './schema.ts';
 
 export type Dialect = 'sqlite' | 'postgres';
@@ -26,7 +26,7 @@ export interface StoreOptions {
 export async function openStore(options: StoreOptions): Promise<Store> {
   const { db, dialect } = options.databaseUrl ? openPostgres(options.databaseUrl) : openSqlite(options.dataDir);
   try {
-    await migrate(db);
+    await migrate(db, dialect);
   } catch (error) {
     await db.destroy();
     throw error;
@@ -59,8 +59,8 @@ function openPostgres(connectionString: string) {
   return { db: new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), dialect: 'postgres' as const };
 }
 
-async function migrate(db: Kysely<Database>) {
-  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
+async function migrate(db: Kysely<Database>, dialect: Dialect) {
+  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrationsFor(dialect) } });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((result) => result.status === 'Error')?.migrationName;

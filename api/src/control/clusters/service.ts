@@ -180,6 +180,14 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
           && gpu.instanceTypes.some((type) => type.name === request.instanceType)));
     },
 
+    all: () => repo.listAll(),
+    findById: (id: string) => repo.findById(id),
+
+    /** An agent said hello or is still there; the GPUs it detected replace the declared ones. */
+    async recordAgentContact(id: string, gpus: Gpu[]): Promise<void> {
+      await repo.update(id, { last_connected_at: now().toISOString(), ...(gpus.length ? { gpus: JSON.stringify(gpus) } : {}) });
+    },
+
     /** The cluster an agent credential belongs to. */
     authenticateAgent(credential: string): Promise<ClusterRow | undefined> {
       return credential.startsWith(AGENT_CREDENTIAL_PREFIX) ? repo.findByCredentialHash(hashSecret(credential)) : Promise.resolve(undefined);

@@ -1,0 +1,89 @@
+// The control plane's end of the agent link (compute/protocol.ts): authenticates a cluster's agent by
+// its credential, hands it the desired set, and feeds its reports to placement. One link per cluster;
+// a newer link replaces an older one.
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type WebSocket } from 'ws';
+import type { AgentMessage, ControlMessage } from '../../compute/protocol.ts';
+import { bearerOf } from '../../http/auth.ts';
+import { unauthorized } from '../../http/problem.ts';
+import { rejectUpgrade } from '../../http/upgrade.ts';
+import type { Logger } from '../../logger.ts';
+import type { ClustersService } from '../clusters/service.ts';
+import type { AgentChannel, InstancesService } from '../instances/service.ts';
+
+const HEARTBEAT_MS = 15_000;
+const HELLO_TIMEOUT_MS = 10_000;
+
+export function createAgentHub(clusters: ClustersService, instances: InstancesService, log: Logger) {
+  const server = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
+
+  function serve(ws: WebSocket, clusterId: string) {
+    const send = (message: ControlMessage) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(message));
+    const channel: AgentChannel = { sendDesired: (desired) => send({ type: 'desired', instances: desired }) };
+    let alive = true;
+    let greeted = false;
+    const helloTimer = setTimeout(() => ws.close(4408, 'no hello'), HELLO_TIMEOUT_MS);
+    const heartbeat = setInterval(() => {
+      if (!alive) return ws.terminate();
+      alive = false;
+      ws.ping();
+      if (greeted) void clusters.recordAgentContact(clusterId, []).catch(() => {});
+    }, HEARTBEAT_MS);
+    ws.on('pong', () => {
+      alive = true;
+    });
+
+    ws.on('message', (data) => {
+      let message: AgentMessage;
+      try {
+        message = JSON.parse(data.toString()) as AgentMessage;
+      } catch {
+        log.warn({ clusterId }, 'agent sent a frame that is not JSON; ignored');
+        return;
+      }
+      void handle(message).catch((error) => log.error({ clusterId, err: error }, 'agent message failed'));
+    });
+
+    async function handle(message: AgentMessage) {
+      if (message.type === 'hello') {
+        clearTimeout(helloTimer);
+        greeted = true;
+        const cluster = await clusters.findById(clusterId);
+        if (!cluster) return ws.close(4404, 'cluster deregistered');
+        send({ type: 'welcome', clusterId, clusterName: cluster.name });
+        log.info({ clusterId, runtime: message.runtime, agentVersion: message.agentVersion, instances: message.instances.length }, 'agent connected');
+        await instances.agentConnected(cluster, channel, { gpus: message.gpus, instances: message.instances });
+      } else if (!greeted) {
+        log.warn({ clusterId, type: message.type }, 'agent spoke before hello; ignored');
+      } else if (message.type === 'instance') {
+        await instances.report(clusterId, message.report);
+      } else if (message.type === 'progress') {
+        instances.progress(clusterId, message.progress);
+      }
+    }
+
+    ws.on('close', () => {
+      clearTimeout(helloTimer);
+      clearInterval(heartbeat);
+      instances.agentDisconnected(clusterId, channel);
+      log.info({ clusterId }, 'agent disconnected');
+    });
+  }
+
+  return {
+    /** Handles GET /v1/agents/link upgrades: 401 problem before the upgrade unless the credential is a cluster's. */
+    async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer) {
+      const cluster = await clusters.authenticateAgent(bearerOf(req.headers.authorization) ?? '');
+      if (!cluster) return rejectUpgrade(req, socket, unauthorized('An agent link needs its cluster\'s agent credential as bearer'));
+      server.handleUpgrade(req, socket, head, (ws) => serve(ws, cluster.id));
+    },
+
+    close() {
+      for (const client of server.clients) client.terminate();
+      server.close();
+    },
+  };
+}
+
+export type AgentHub = ReturnType<typeof createAgentHub>;
