@@ -75,6 +75,14 @@ const rows: Row[] = [
     { method: 'PUT', path: '/v1/accounts/svc-default/clusters/{clusterId}', host: 'api', body: { region: 'r' }, expect: managing() },
     { method: 'DELETE', path: '/v1/accounts/svc-default/clusters/{clusterId}', host: 'api', expect: managing(204) },
     { method: 'GET', path: '/v1/accounts/svc-default/clusterVersions', host: 'api', expect: managing() },
+    // invoke_function and queue_details are API-key scopes; the default management token holds neither.
+    // The version is not deployed, so a caller that passes authorization gets 404.
+    { method: 'POST', path: '/v2/svc/pexec/functions/{fid}', host: 'api', body: {}, expect: { default: 403, none: 401, apiKey: 404 } },
+    { method: 'POST', path: `/v2/svc/pexec${version}`, host: 'api', body: {}, expect: { default: 403, none: 401, apiKey: 404 } },
+    { method: 'GET', path: '/v2/svc/pexec/status/00000000-0000-4000-8000-000000000000', host: 'api', expect: { default: 403, none: 401, apiKey: 404 } },
+    { method: 'GET', path: '/v2/svc/queues/00000000-0000-4000-8000-000000000000/position', host: 'api', expect: { default: 403, none: 401, apiKey: 404 } },
+    { method: 'GET', path: '/v2/svc/queues/functions/{fid}', host: 'api', expect: { default: 403, none: 401, apiKey: 200 } },
+    { method: 'GET', path: '/v2/svc/queues/functions/{fid}/versions/{vid}', host: 'api', expect: { default: 403, none: 401, apiKey: 200 } },
 ];
 
 describe('scope matrix', () => {

@@ -107,9 +107,10 @@ function sendPending(res: Response, invocation: Invocation) {
 }
 
 const statusParams = z.object({ requestId: z.string().uuid('must be a request id (UUID)') });
+const anything = { schema: z.unknown(), contentType: '*/*' };
 const invocationResponses = {
-  200: { description: "The function's response, streamed as produced (text/event-stream too)" },
-  202: { description: 'Not finished within SVC-POLL-SECONDS: poll GET /v2/svc/pexec/status/{SVC-REQID}' },
+  200: { description: "The function's response, streamed as produced (text/event-stream too)", ...anything },
+  202: { description: 'Not finished within SVC-POLL-SECONDS: poll GET /v2/svc/pexec/status/{SVC-REQID}; the body is the partial response, if any', ...anything },
 };
 
 export function invocationRoutes(service: InvocationService, functionsRepo: FunctionsRepo, limits: PollLimits & { maxRequestBytes: number }) {
@@ -159,7 +160,7 @@ export function invocationRoutes(service: InvocationService, functionsRepo: Func
     route({
       method: 'GET', path: '/v2/svc/pexec/status/{requestId}', summary: 'Poll a request answered 202; the final answer comes once', tag,
       access: invoke, params: statusParams, headers,
-      responses: { ...invocationResponses, 404: { description: 'Unknown, or its result was already returned' } },
+      responses: invocationResponses,
       handle: async ({ principal, params, headers: given, req }, res) => {
         const outcome = await service.status(principal, params.requestId, pollMs(given['svc-poll-seconds'], false, limits));
         if ('pending' in outcome) sendPending(res, outcome.pending);
