@@ -32,3 +32,11 @@ export interface Runtime {
   /** Ends whatever a previous run of this agent left behind (after a crash of the agent's process). */
   cleanup?(): Promise<void>;
 }
+
+/**
+ * What a runtime throws from start() when the instance can never start as specified (unknown image,
+ * bad spec): the agent reports FAILED and does not retry. Any other error is retried with back-off.
+ */
+export class UnstartableError extends Error {
+  override name = 'UnstartableError';
+}

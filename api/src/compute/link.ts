@@ -1,0 +1,141 @@
+// The agent's end of the agent link (protocol.ts): one WebSocket to <server>/v1/agents/link on the api
+// host, bearer = the cluster's agent credential. On every (re)connect the agent says `hello` with its
+// GPUs and the current report of every instance it holds; the control plane answers with the whole
+// desired set, so a reconnect (or a restart of the control plane) resyncs without duplicates: running
+// instances keep running and keep their ids. While disconnected, instance and progress messages are
+// dropped (hello carries the current state). Reconnects back off from 250 ms to 5 s, forever, until
+// close(). A ping every pingIntervalMs; no pong by the next one means a dead link, which is dropped.
+import { WebSocket, type ClientOptions, type RawData } from 'ws';
+import type { Logger } from '../logger.ts';
+import type { Agent } from './agent.ts';
+import { backoffDelay, type BackoffSettings } from './backoff.ts';
+import { AGENT_LINK_PATH, type AgentMessage, type ControlMessage, type GpuOffer } from './protocol.ts';
+
+export interface AgentLinkOptions {
+  /** Base URL of the platform, e.g. http://127.0.0.1:8080 or https://gateway.example:443. */
+  server: string;
+  /** The cluster's agent credential. */
+  credential: string;
+  /** Host header, api.<gateway address>; also the TLS server name. Default: the server URL's host. */
+  apiHost?: string;
+  /** Extra CA (PEM) to trust for a TLS server. */
+  ca?: string | Buffer;
+  agent: Agent;
+  gpus: GpuOffer[];
+  agentVersion: string;
+  log: Logger;
+  reconnect?: Partial<BackoffSettings>;
+  pingIntervalMs?: number;
+  /** Called on each `welcome` (the control plane accepted this agent). */
+  onWelcome?(welcome: Extract<ControlMessage, { type: 'welcome' }>): void;
+}
+
+export interface AgentLink {
+  readonly connected: boolean;
+  /** Closes the link and stops reconnecting. Instances keep running (stop the agent for that). */
+  close(): Promise<void>;
+}
+
+export function connectAgentLink(options: AgentLinkOptions): AgentLink {
+  const reconnect: BackoffSettings = { initialMs: 250, maxMs: 5000, ...options.reconnect };
+  const pingIntervalMs = options.pingIntervalMs ?? 15_000;
+  const url = new URL(AGENT_LINK_PATH, options.server.replace(/^http/, 'ws'));
+  const log = options.log.child({ component: 'agent-link' });
+  let socket: WebSocket | undefined;
+  let open = false;
+  let closed = false;
+  let attempt = 0;
+  let retryTimer: NodeJS.Timeout | undefined;
+
+  const send = (message: AgentMessage) => {
+    if (open && socket?.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
+  };
+  const unsubscribeReports = options.agent.onReport((report) => send({ type: 'instance', report }));
+  const unsubscribeProgress = options.agent.onProgress((progress) => send({ type: 'progress', progress }));
+
+  function connect(): void {
+    const headers: Record<string, string> = { authorization: `Bearer ${options.credential}` };
+    if (options.apiHost) headers.host = options.apiHost;
+    // ws hands these to tls.connect too: the server name checked against the certificate is the api host.
+    const clientOptions: ClientOptions & { servername?: string } = {
+      headers, ca: options.ca, servername: options.apiHost?.replace(/:\d+$/, ''), handshakeTimeout: 10_000,
+    };
+    const ws = new WebSocket(url, clientOptions);
+    socket = ws;
+    let alive = true;
+    let pingTimer: NodeJS.Timeout | undefined;
+
+    ws.on('open', () => {
+      open = true;
+      log.info({ server: url.origin }, 'agent link connected');
+      send({ type: 'hello', agentVersion: options.agentVersion, runtime: options.agent.runtimeName, gpus: options.gpus, instances: options.agent.reports() });
+      pingTimer = setInterval(() => {
+        if (!alive) return ws.terminate();
+        alive = false;
+        ws.ping();
+      }, pingIntervalMs);
+    });
+    ws.on('pong', () => { alive = true; });
+    ws.on('message', (data: RawData, isBinary: boolean) => {
+      alive = true;
+      if (!isBinary) receive(data.toString());
+    });
+    ws.on('unexpected-response', (_request, response) => {
+      log.warn({ status: response.statusCode }, 'agent link refused');
+      response.resume();
+      ws.terminate();
+    });
+    ws.on('error', (error) => log.warn({ err: { message: error.message } }, 'agent link error'));
+    ws.on('close', () => {
+      clearInterval(pingTimer);
+      const wasOpen = open && socket === ws;
+      if (socket === ws) {
+        open = false;
+        socket = undefined;
+      }
+      if (wasOpen) log.warn('agent link lost');
+      if (!closed) {
+        retryTimer = setTimeout(connect, backoffDelay(reconnect, attempt++));
+      }
+    });
+  }
+
+  function receive(text: string): void {
+    let message: ControlMessage;
+    try {
+      message = JSON.parse(text) as ControlMessage;
+    } catch {
+      log.warn('agent link: a message that is not JSON was ignored');
+      return;
+    }
+    if (message.type === 'welcome') {
+      attempt = 0; // accepted: after a later drop, back-off starts over
+      log.info({ clusterId: message.clusterId, clusterName: message.clusterName }, 'agent link welcomed');
+      options.onWelcome?.(message);
+    } else if (message.type === 'desired' && Array.isArray(message.instances)) {
+      options.agent.applyDesired(message.instances);
+    } else {
+      log.warn({ type: (message as { type?: unknown }).type }, 'agent link: unknown message ignored');
+    }
+  }
+
+  connect();
+  return {
+    get connected() {
+      return open;
+    },
+    async close() {
+      closed = true;
+      clearTimeout(retryTimer);
+      unsubscribeReports();
+      unsubscribeProgress();
+      const ws = socket;
+      if (!ws || ws.readyState === WebSocket.CLOSED) return;
+      await new Promise<void>((resolve) => {
+        ws.once('close', () => resolve());
+        ws.close(1000, 'agent stopping');
+        setTimeout(() => ws.terminate(), 2000).unref();
+      });
+    },
+  };
+}

@@ -1,0 +1,236 @@
+// The docker runtime: each instance is a container, driven through the Docker Engine API on its unix
+// socket (docker-api.ts). Tested only against a protocol-level stand-in of the engine, never against a
+// real dockerd yet.
+//
+// start: pull (X-Registry-Auth from the account's registry credential), create, start, inspect, then
+// follow the logs and wait for the exit; the container is removed once it has ended.
+// Ports: inside the container the function's own ports (inferencePort, health.port; for STREAMING the
+// control port = health.port) with the port contract in its environment (port-contract.ts); each is
+// published on an ephemeral host port of publishAddress, which the endpoint reports. The STREAMING UDP
+// block is published 1:1 on all interfaces (media must match what the app advertises).
+// Files: the instance's workDir is bind-mounted at the same path, so SVC_SECRETS_FILE and the request
+// output directories (SVC-LARGE-OUTPUT-DIR) mean the same inside and out. The secrets file is 0600 and
+// owned by the agent's user: a container running as another non-root user cannot read it (use the
+// secret environment variables there).
+// Every container carries the labels svc.agent=<agentName> and svc.instance=<instanceId>; cleanup()
+// removes this agent's containers left from an earlier run.
+import { chmod } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from '../../logger.ts';
+import { fileNameFor, outputDirOf } from '../instance-env.ts';
+import type { InstanceSpec, PortMap } from '../protocol.ts';
+import { UnstartableError, type ExitStatus, type Runtime, type RuntimeContext, type RuntimeInstance } from '../runtime.ts';
+import { splitArgs } from './args.ts';
+import { DockerApi, DockerError, FrameDemuxer } from './docker-api.ts';
+import { parseImageReference } from './image-reference.ts';
+import { LogTail } from './log-tail.ts';
+import { portEnvironment, portMap, portNeeds } from './port-contract.ts';
+import { UdpPortPool } from './ports.ts';
+
+export interface DockerRuntimeOptions {
+  socketPath: string;
+  /** Label value that marks this agent's containers (svc.agent). */
+  agentName?: string;
+  /** Address the invocation plane reaches instances at. */
+  advertiseHost?: string;
+  /** Host address the TCP ports are published on. */
+  publishAddress?: string;
+  udpPortRange?: [number, number];
+  udpPortsPerInstance?: number;
+  /** Give every container all GPUs (DeviceRequests, NVIDIA container toolkit). */
+  gpus?: boolean;
+  log: Logger;
+}
+
+/** STREAMING control port inside the container when the function's health.port is its inference port. */
+const DEFAULT_CONTROL_PORT = 8011;
+
+interface ContainerInspect {
+  NetworkSettings?: { Ports?: Record<string, { HostIp: string; HostPort: string }[] | null> };
+}
+
+export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
+  const api = new DockerApi(options.socketPath);
+  const agentName = options.agentName ?? 'svc-agent';
+  const advertiseHost = options.advertiseHost ?? '127.0.0.1';
+  const publishAddress = options.publishAddress ?? '127.0.0.1';
+  const udpPool = new UdpPortPool(options.udpPortRange ?? [47998, 48020], options.udpPortsPerInstance ?? 4);
+
+  async function start(spec: InstanceSpec, context: RuntimeContext): Promise<RuntimeInstance> {
+    if (!spec.containerImage) throw new UnstartableError('no containerImage');
+    let cmd: string[];
+    try {
+      cmd = splitArgs(spec.containerArgs);
+    } catch (error) {
+      throw new UnstartableError((error as Error).message);
+    }
+    await pull(spec);
+
+    const needs = portNeeds(spec);
+    const second = needs.streaming && !needs.healthOnSecond ? DEFAULT_CONTROL_PORT : spec.health.port;
+    const udpRange = needs.streaming ? await udpPool.take() : undefined;
+    let containerId: string | undefined;
+    try {
+      const inside = portMap(needs, spec.inferencePort, needs.second ? second : undefined, udpRange);
+      const tcpPorts = [inside.inference, ...(needs.second ? [second] : [])];
+      const udpPorts = udpRange ? range(udpRange[0], udpRange[1]) : [];
+      const exposed: Record<string, object> = {};
+      const bindings: Record<string, { HostIp: string; HostPort: string }[]> = {};
+      for (const port of tcpPorts) {
+        exposed[`${port}/tcp`] = {};
+        bindings[`${port}/tcp`] = [{ HostIp: publishAddress, HostPort: '' }];
+      }
+      for (const port of udpPorts) {
+        exposed[`${port}/udp`] = {};
+        bindings[`${port}/udp`] = [{ HostIp: '', HostPort: String(port) }];
+      }
+      const env = { ...context.env, ...portEnvironment(spec, inside) };
+      // Containers often run as another user than the agent; let them reach the work dir and write
+      // their request directories.
+      await chmod(context.workDir, 0o711);
+      await chmod(outputDirOf(context.workDir), 0o777);
+      const created = await api.call<{ Id: string }>('POST', '/containers/create', {
+        query: { name: `svc-${fileNameFor(spec.instanceId)}` },
+        body: {
+          Image: spec.containerImage,
+          ...(cmd.length ? { Cmd: cmd } : {}),
+          Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
+          ExposedPorts: exposed,
+          Labels: {
+            'svc.agent': agentName, 'svc.instance': spec.instanceId,
+            'svc.function': spec.functionId, 'svc.function-version': spec.functionVersionId,
+          },
+          HostConfig: {
+            PortBindings: bindings,
+            Binds: [`${context.workDir}:${context.workDir}`],
+            Init: true,
+            ...(options.gpus ? { DeviceRequests: [{ Driver: 'nvidia', Count: -1, Capabilities: [['gpu']] }] } : {}),
+          },
+        },
+      });
+      containerId = created.Id;
+      await api.call('POST', `/containers/${containerId}/start`);
+      const inspect = await api.call<ContainerInspect>('GET', `/containers/${containerId}/json`);
+      const hostPort = (port: number) => {
+        const published = Number(inspect.NetworkSettings?.Ports?.[`${port}/tcp`]?.[0]?.HostPort);
+        if (!published) throw new Error(`container port ${port}/tcp was not published`);
+        return published;
+      };
+      const ports: PortMap = portMap(needs, hostPort(inside.inference), needs.second ? hostPort(second) : undefined, udpRange);
+      context.log.info({ containerId, image: spec.containerImage, ports }, 'instance container started');
+      return running(containerId, ports, context, () => { if (udpRange) udpPool.release(udpRange); });
+    } catch (error) {
+      if (containerId) await api.call('DELETE', `/containers/${containerId}`, { query: { force: true } }).catch(() => {});
+      if (udpRange) udpPool.release(udpRange);
+      throw error;
+    }
+  }
+
+  async function pull(spec: InstanceSpec): Promise<void> {
+    const reference = parseImageReference(spec.containerImage!);
+    const headers: Record<string, string> = {};
+    if (spec.registryAuth) headers['x-registry-auth'] = registryAuthHeader(spec.registryAuth);
+    let failure: string | undefined;
+    try {
+      const response = await api.stream('POST', '/images/create', {
+        query: { fromImage: reference.name, tag: reference.digest ?? reference.tag ?? 'latest' }, headers,
+      });
+      // Progress lines; a failure during the pull arrives as {"error": "..."} in a 200 stream.
+      let buffered = '';
+      response.setEncoding('utf8');
+      for await (const chunk of response) buffered += chunk;
+      for (const line of buffered.split('\n')) {
+        if (!line.trim()) continue;
+        try {
+          const message = JSON.parse(line) as { error?: string };
+          if (message.error) failure = message.error;
+        } catch {
+          // not a progress line
+        }
+      }
+    } catch (error) {
+      if (error instanceof DockerError && error.status === 404) throw new UnstartableError(`image ${spec.containerImage}: ${error.message}`);
+      throw error;
+    }
+    if (failure) {
+      if (/not found|manifest unknown|does not exist|repository name must be/i.test(failure)) {
+        throw new UnstartableError(`image ${spec.containerImage}: ${failure}`);
+      }
+      throw new Error(`pull of ${spec.containerImage} failed: ${failure}`);
+    }
+  }
+
+  function running(containerId: string, endpointPorts: PortMap, context: RuntimeContext, release: () => void): RuntimeInstance {
+    const tail = new LogTail();
+    followLogs(containerId, tail).catch((error: unknown) => context.log.warn({ err: error }, 'container logs unavailable'));
+    let ended = false;
+    const exited = waitForExit(containerId).then(async (status) => {
+      ended = true;
+      await api.call('DELETE', `/containers/${containerId}`, { query: { force: true } })
+        .catch((error: unknown) => context.log.warn({ err: error, containerId }, 'container not removed'));
+      release();
+      context.log.info({ containerId, code: status.code }, 'instance container ended');
+      return status;
+    });
+    return {
+      endpoint: { host: advertiseHost, ports: endpointPorts, outputDir: outputDirOf(context.workDir) },
+      exited,
+      logTail: () => tail.lines(),
+      async stop(graceMs: number) {
+        if (!ended) {
+          await api.call('POST', `/containers/${containerId}/stop`, { query: { t: Math.ceil(graceMs / 1000) } })
+            .catch((error: unknown) => context.log.warn({ err: error, containerId }, 'container stop failed'));
+        }
+        await exited;
+      },
+    };
+  }
+
+  async function followLogs(containerId: string, tail: LogTail): Promise<void> {
+    const response = await api.stream('GET', `/containers/${containerId}/logs`, {
+      query: { follow: 1, stdout: 1, stderr: 1, tail: 50 },
+    });
+    const demuxer = new FrameDemuxer((_stream, payload) => tail.write(payload));
+    for await (const chunk of response) demuxer.push(chunk as Buffer);
+  }
+
+  /** The exit code; survives a dropped connection to the engine by asking again. */
+  async function waitForExit(containerId: string): Promise<ExitStatus> {
+    for (;;) {
+      try {
+        const result = await api.call<{ StatusCode: number }>('POST', `/containers/${containerId}/wait`, { query: { condition: 'not-running' } });
+        return { code: result.StatusCode, signal: null };
+      } catch (error) {
+        if (error instanceof DockerError && error.status === 404) return { code: null, signal: null };
+        await sleep(1000);
+      }
+    }
+  }
+
+  async function cleanup(): Promise<void> {
+    const leftovers = await api.call<{ Id: string }[]>('GET', '/containers/json', {
+      query: { all: true, filters: JSON.stringify({ label: [`svc.agent=${agentName}`] }) },
+    });
+    for (const container of leftovers) {
+      await api.call('DELETE', `/containers/${container.Id}`, { query: { force: true } })
+        .catch((error: unknown) => options.log.warn({ err: error, containerId: container.Id }, 'leftover container not removed'));
+    }
+    if (leftovers.length) options.log.info({ containers: leftovers.map((c) => c.Id) }, 'removed containers left by an earlier run');
+  }
+
+  return { name: 'docker', start, cleanup };
+}
+
+/** X-Registry-Auth: base64url JSON {username, password, serveraddress}; the credential's secret is base64 "user:password". */
+export function registryAuthHeader(auth: { hostname: string; secret: string }): string {
+  const decoded = Buffer.from(auth.secret, 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  const credentials = colon === -1
+    ? { username: decoded, password: '' }
+    : { username: decoded.slice(0, colon), password: decoded.slice(colon + 1) };
+  return Buffer.from(JSON.stringify({ ...credentials, serveraddress: auth.hostname })).toString('base64url');
+}
+
+function range(first: number, last: number): number[] {
+  return Array.from({ length: last - first + 1 }, (_, index) => first + index);
+}

@@ -1,0 +1,228 @@
+// The process runtime, the embedded default: an image reference resolves through the image catalog
+// (image-catalog.ts) to a command, which runs as a child process on this host, in its own process group
+// so that stopping it ends everything it started. Ports: free host ports per instance (port-contract.ts).
+//
+// The child's environment is deliberately small: PATH, HOME, LANG, TZ and TMPDIR of the agent, then the
+// catalog's env, the instance's env (containerEnvironment, secrets, SVC_*), then the port contract. The
+// agent's own settings and credentials are never inherited.
+//
+// A pid file per instance (<stateDir>/pids/<instanceId>.json) lets cleanup() end what an earlier run of
+// the agent left behind. It kills only processes of that recorded process group that carry
+// SVC_INSTANCE_ID=<instanceId> in their environment (Linux /proc), so a recycled pid is never hit.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
+import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from '../../logger.ts';
+import { fileNameFor, outputDirOf } from '../instance-env.ts';
+import type { InstanceSpec, PortMap } from '../protocol.ts';
+import { UnstartableError, type ExitStatus, type Runtime, type RuntimeContext, type RuntimeInstance } from '../runtime.ts';
+import { splitArgs } from './args.ts';
+import { lookUpImage } from './image-catalog.ts';
+import { LogTail } from './log-tail.ts';
+import { portEnvironment, portMap, portNeeds } from './port-contract.ts';
+import { TcpPortPicker, UdpPortPool } from './ports.ts';
+
+export interface ProcessRuntimeOptions {
+  /** The image catalog YAML file. */
+  catalogFile: string;
+  /** Where pid files are kept (<stateDir>/pids). */
+  stateDir: string;
+  /** Address the invocation plane reaches instances at. */
+  advertiseHost?: string;
+  /** UDP pool for STREAMING media, inclusive. */
+  udpPortRange?: [number, number];
+  udpPortsPerInstance?: number;
+  logTailLines?: number;
+  log: Logger;
+}
+
+const INHERITED_ENV = ['PATH', 'HOME', 'LANG', 'TZ', 'TMPDIR'];
+/** After the main process exits, how long its stdout/stderr may take to drain. */
+const DRAIN_MS = 1000;
+
+interface PidFile {
+  pid: number;
+  instanceId: string;
+}
+
+export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
+  const advertiseHost = options.advertiseHost ?? '127.0.0.1';
+  const pidDir = path.join(options.stateDir, 'pids');
+  const tcpPorts = new TcpPortPicker();
+  const udpPool = new UdpPortPool(options.udpPortRange ?? [47998, 48020], options.udpPortsPerInstance ?? 4);
+
+  async function start(spec: InstanceSpec, context: RuntimeContext): Promise<RuntimeInstance> {
+    if (!spec.containerImage) throw new UnstartableError('no containerImage: the process runtime runs images of its catalog');
+    const entry = await lookUpImage(options.catalogFile, spec.containerImage);
+    if (!entry) throw new UnstartableError(`image ${spec.containerImage} is not in the image catalog ${options.catalogFile}`);
+    let extraArgs: string[];
+    try {
+      extraArgs = splitArgs(spec.containerArgs);
+    } catch (error) {
+      throw new UnstartableError((error as Error).message);
+    }
+
+    const needs = portNeeds(spec);
+    const held: number[] = [];
+    let udpRange: [number, number] | undefined;
+    const release = () => {
+      tcpPorts.release(held);
+      if (udpRange) udpPool.release(udpRange);
+    };
+    let child: ChildProcess;
+    let ports: PortMap;
+    try {
+      held.push(await tcpPorts.take());
+      if (needs.second) held.push(await tcpPorts.take());
+      if (needs.streaming) udpRange = await udpPool.take();
+      ports = portMap(needs, held[0], held[1], udpRange);
+      const env: Record<string, string> = {};
+      for (const name of INHERITED_ENV) if (process.env[name] !== undefined) env[name] = process.env[name]!;
+      Object.assign(env, entry.env, context.env, portEnvironment(spec, ports));
+      const [command, ...args] = [...entry.command, ...extraArgs];
+      child = spawn(command, args, { cwd: entry.cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+      await new Promise<void>((resolve, reject) => {
+        child.once('spawn', resolve);
+        child.once('error', (error: NodeJS.ErrnoException) =>
+          reject(new UnstartableError(`cannot run ${command} for image ${spec.containerImage}: ${error.code ?? error.message}`)));
+      });
+    } catch (error) {
+      release();
+      throw error;
+    }
+
+    const pid = child.pid!;
+    const pidFile = path.join(pidDir, `${fileNameFor(spec.instanceId)}.json`);
+    await mkdir(pidDir, { recursive: true });
+    await writeFile(pidFile, JSON.stringify({ pid, instanceId: spec.instanceId } satisfies PidFile));
+
+    const tail = new LogTail(options.logTailLines ?? 50);
+    const logFile = createWriteStream(path.join(context.workDir, 'output.log'), { flags: 'a' });
+    logFile.on('error', (error) => context.log.warn({ err: error }, 'instance log file not writable'));
+    for (const stream of [child.stdout!, child.stderr!]) {
+      stream.on('data', (chunk: Buffer) => {
+        tail.write(chunk);
+        logFile.write(chunk);
+      });
+    }
+    context.log.info({ childPid: pid, image: spec.containerImage, ports }, 'instance process started');
+
+    const signalGroup = (signal: NodeJS.Signals) => {
+      try {
+        process.kill(-pid, signal);
+      } catch {
+        // ESRCH: the group is already gone.
+      }
+    };
+
+    const exited = new Promise<ExitStatus>((resolve) => {
+      child.once('exit', (code, signal) => {
+        // Like a container: when the main process ends, whatever it left running in its group ends too.
+        signalGroup('SIGKILL');
+        const finish = () => {
+          clearTimeout(drainTimer);
+          child.stdout!.destroy();
+          child.stderr!.destroy();
+          logFile.end();
+          release();
+          rm(pidFile, { force: true }).catch(() => {});
+          context.log.info({ childPid: pid, code, signal }, 'instance process ended');
+          resolve({ code, signal });
+        };
+        const drainTimer = setTimeout(finish, DRAIN_MS);
+        child.once('close', finish);
+      });
+    });
+    let ended = false;
+    exited.then(() => { ended = true; });
+
+    return {
+      endpoint: { host: advertiseHost, ports, outputDir: outputDirOf(context.workDir) },
+      exited,
+      logTail: () => tail.lines(),
+      async stop(graceMs: number) {
+        if (ended) return;
+        signalGroup('SIGTERM');
+        const killTimer = setTimeout(() => signalGroup('SIGKILL'), graceMs);
+        await exited;
+        clearTimeout(killTimer);
+      },
+    };
+  }
+
+  async function cleanup(): Promise<void> {
+    let files: string[];
+    try {
+      files = (await readdir(pidDir)).filter((name) => name.endsWith('.json'));
+    } catch {
+      return; // no pid directory: nothing was ever started here
+    }
+    const killed: number[] = [];
+    for (const file of files) {
+      const pidPath = path.join(pidDir, file);
+      try {
+        const record = JSON.parse(await readFile(pidPath, 'utf8')) as PidFile;
+        for (const pid of await ourProcessesInGroup(record)) {
+          try {
+            process.kill(pid, 'SIGKILL');
+            killed.push(pid);
+          } catch {
+            // already gone
+          }
+        }
+      } catch (error) {
+        options.log.warn({ err: error, file }, 'unreadable pid file skipped');
+      }
+      await rm(pidPath, { force: true });
+    }
+    if (killed.length) options.log.info({ pids: killed }, 'ended processes left by an earlier run');
+    await waitUntilGone(killed);
+  }
+
+  return { name: 'process', start, cleanup };
+}
+
+/** Processes of the recorded group that carry the instance's id in their environment (Linux). */
+async function ourProcessesInGroup(record: PidFile): Promise<number[]> {
+  const marker = `\0SVC_INSTANCE_ID=${record.instanceId}\0`;
+  const found: number[] = [];
+  let entries: string[];
+  try {
+    entries = (await readdir('/proc')).filter((name) => /^\d+$/.test(name));
+  } catch {
+    return found; // no /proc: leftovers cannot be identified safely, so none are killed
+  }
+  for (const entry of entries) {
+    try {
+      const stat = await readFile(`/proc/${entry}/stat`, 'utf8');
+      // Fields after the parenthesised command name: state, ppid, pgrp, ...
+      const pgrp = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+      if (pgrp !== record.pid) continue;
+      const environ = await readFile(`/proc/${entry}/environ`, 'latin1');
+      if (`\0${environ}`.includes(marker)) found.push(Number(entry));
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return found;
+}
+
+async function waitUntilGone(pids: number[]): Promise<void> {
+  for (let i = 0; i < 40; i++) {
+    const alive = await Promise.all(pids.map(isAlive));
+    if (!alive.includes(true)) return;
+    await sleep(50);
+  }
+}
+
+/** Running, i.e. neither gone nor a zombie waiting for its parent to reap it. */
+async function isAlive(pid: number): Promise<boolean> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}

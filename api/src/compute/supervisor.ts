@@ -1,0 +1,192 @@
+// One desired instance, from start to stop. The life of an instance, as reported:
+//
+//   STARTING ──healthy──► RUNNING ──checks fail──► UNHEALTHY ─┐
+//      │  ▲                  │                               ├─► RESTARTING ──back-off──► STARTING
+//      │  └──────────────────┼── crash (non-zero exit) ──────┤
+//      ├── never healthy within the grace period ────────────┘
+//      ├── cannot start at all (UnstartableError) ──► FAILED    (terminal, not retried)
+//      └── exits 0 on its own (also from RUNNING) ──► EXITED    (terminal: a streaming container after
+//                                                                its session; the control plane replaces it)
+//   any state ── no longer desired ──► STOPPED (SIGTERM, kill after the grace period)
+//
+// Back-off doubles from initialMs to maxMs per failure in a row, and starts over once an instance has
+// stayed RUNNING for resetAfterMs. `restarts` counts every restart of this instance id.
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from '../logger.ts';
+import { backoffDelay, type BackoffSettings } from './backoff.ts';
+import { healthTarget, waitUntilHealthy, watchUntilUnhealthy, type ProbeSettings } from './health.ts';
+import { prepareInstance } from './instance-env.ts';
+import type { InstanceReport, InstanceSpec } from './protocol.ts';
+import { UnstartableError, type ExitStatus, type Runtime, type RuntimeInstance } from './runtime.ts';
+
+export interface SupervisorSettings {
+  backoff: BackoffSettings & { resetAfterMs: number };
+  probe: ProbeSettings;
+  /** SIGTERM-to-kill grace when stopping an instance. */
+  stopGraceMs: number;
+}
+
+export interface SupervisorOptions {
+  spec: InstanceSpec;
+  runtime: Runtime;
+  workDir: string;
+  settings: SupervisorSettings;
+  log: Logger;
+  onReport(report: InstanceReport): void;
+}
+
+type Outcome =
+  | { kind: 'healthy' }
+  | { kind: 'stopping' }
+  | { kind: 'exited'; status: ExitStatus }
+  | { kind: 'never-healthy'; detail: string }
+  | { kind: 'unhealthy'; detail: string };
+/** What ends one run of an instance. */
+type Ended = Exclude<Outcome, { kind: 'healthy' }>;
+
+const TERMINAL = new Set(['FAILED', 'EXITED', 'STOPPED']);
+
+export class InstanceSupervisor {
+  readonly spec: InstanceSpec;
+  readonly #options: SupervisorOptions;
+  readonly #stopping = new AbortController();
+  readonly #done: Promise<void>;
+  #report: InstanceReport;
+  #runningSince: number | undefined;
+
+  constructor(options: SupervisorOptions) {
+    this.spec = options.spec;
+    this.#options = options;
+    this.#report = {
+      instanceId: options.spec.instanceId, functionVersionId: options.spec.functionVersionId,
+      state: 'STARTING', restarts: 0, updatedAt: new Date().toISOString(),
+    };
+    this.#done = this.#run().catch((error: unknown) => {
+      // Only a bug gets here; never leave the instance looking alive.
+      options.log.error({ err: error }, 'instance supervisor failed');
+      this.#set({ state: 'FAILED', message: `agent error: ${(error as Error).message}` });
+    });
+  }
+
+  get report(): InstanceReport {
+    return this.#report;
+  }
+
+  get ended(): boolean {
+    return TERMINAL.has(this.#report.state);
+  }
+
+  /** Stops the instance (if it still runs) and resolves once it has ended. */
+  async stop(): Promise<void> {
+    this.#stopping.abort();
+    await this.#done;
+  }
+
+  async #run(): Promise<void> {
+    const { spec, runtime, workDir, settings, log } = this.#options;
+    const signal = this.#stopping.signal;
+    let failuresInRow = 0;
+    let instance: RuntimeInstance | undefined;
+    this.#emit();
+
+    while (!signal.aborted) {
+      if (this.#report.state !== 'STARTING') this.#set({ state: 'STARTING' });
+      try {
+        const prepared = await prepareInstance(spec, workDir);
+        instance = await runtime.start(spec, { workDir, env: prepared.env, log });
+      } catch (error) {
+        if (signal.aborted) break;
+        const message = (error as Error).message;
+        if (error instanceof UnstartableError) {
+          this.#set({ state: 'FAILED', message });
+          return;
+        }
+        this.#set({ state: 'RESTARTING', restarts: this.#report.restarts + 1, message: `start failed: ${message}` });
+        if (!await pause(backoffDelay(settings.backoff, failuresInRow++), signal)) break;
+        continue;
+      }
+
+      const outcome = await this.#supervise(instance, signal);
+      if (outcome.kind === 'stopping') break;
+      let reason: string;
+      let exitCode: number | null | undefined;
+      if (outcome.kind === 'exited') {
+        exitCode = outcome.status.code;
+        if (exitCode === 0) {
+          this.#set({ state: 'EXITED', exitCode, message: 'exited on its own with code 0' });
+          return;
+        }
+        reason = outcome.status.signal ? `killed by ${outcome.status.signal}` : `exited with code ${exitCode}`;
+      } else {
+        if (outcome.kind === 'unhealthy') this.#set({ state: 'UNHEALTHY', message: outcome.detail, logTail: instance.logTail() });
+        reason = outcome.kind === 'unhealthy'
+          ? `unhealthy: ${outcome.detail}`
+          : `not healthy within the start-up grace period of ${spec.startupGracePeriodMs} ms (last check: ${outcome.detail})`;
+        await instance.stop(settings.stopGraceMs);
+      }
+      const logTail = instance.logTail();
+      instance = undefined;
+      if (this.#runningSince !== undefined && Date.now() - this.#runningSince >= settings.backoff.resetAfterMs) failuresInRow = 0;
+      this.#runningSince = undefined;
+      this.#set({ state: 'RESTARTING', restarts: this.#report.restarts + 1, exitCode, message: reason, logTail });
+      if (!await pause(backoffDelay(settings.backoff, failuresInRow++), signal)) break;
+    }
+
+    if (instance) await instance.stop(settings.stopGraceMs);
+    this.#set({ state: 'STOPPED', message: 'no longer desired' });
+  }
+
+  /** Waits for the first healthy check, then watches; returns what ended this run of the instance. */
+  async #supervise(instance: RuntimeInstance, stopping: AbortSignal): Promise<Ended> {
+    const { spec, settings } = this.#options;
+    const watch = new AbortController();
+    const onStop = () => watch.abort();
+    stopping.addEventListener('abort', onStop, { once: true });
+    if (stopping.aborted) watch.abort();
+    const exited = instance.exited.then((status): Ended => ({ kind: 'exited', status }));
+    try {
+      const target = healthTarget(spec.health, instance.endpoint);
+      const startup = await Promise.race([
+        exited,
+        waitUntilHealthy(target, spec.startupGracePeriodMs, settings.probe, watch.signal).then((result): Outcome =>
+          result.outcome === 'healthy' ? { kind: 'healthy' }
+            : result.outcome === 'timeout' ? { kind: 'never-healthy', detail: result.detail } : { kind: 'stopping' }),
+      ]);
+      if (startup.kind !== 'healthy') return startup;
+      this.#runningSince = Date.now();
+      this.#set({ state: 'RUNNING', endpoint: instance.endpoint });
+      return await Promise.race([
+        exited,
+        watchUntilUnhealthy(target, settings.probe, watch.signal).then((detail): Ended =>
+          detail === undefined ? { kind: 'stopping' } : { kind: 'unhealthy', detail }),
+      ]);
+    } finally {
+      watch.abort();
+      stopping.removeEventListener('abort', onStop);
+    }
+  }
+
+  /** A state change: failure details are kept only on failure states; the endpoint only while RUNNING. */
+  #set(change: Partial<InstanceReport> & Pick<InstanceReport, 'state'>): void {
+    const { instanceId, functionVersionId, restarts } = this.#report;
+    this.#report = { instanceId, functionVersionId, restarts, ...change, updatedAt: new Date().toISOString() };
+    if (this.#report.state !== 'RUNNING') delete this.#report.endpoint;
+    this.#emit();
+  }
+
+  #emit(): void {
+    const { state, restarts, message, exitCode } = this.#report;
+    this.#options.log.info({ state, restarts, exitCode, reason: message }, `instance ${state}`);
+    this.#options.onReport(this.#report);
+  }
+}
+
+/** Sleeps; false when aborted. */
+async function pause(ms: number, signal: AbortSignal): Promise<boolean> {
+  try {
+    await sleep(ms, undefined, { signal });
+    return true;
+  } catch {
+    return false;
+  }
+}
