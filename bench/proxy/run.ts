@@ -5,6 +5,7 @@
 //             one token throughout (reconnects), once with a new token per open (first connections)
 //   RTT       64-byte messages echoed one at a time on one connection, p50 / p99
 //   msgs/s    64-byte messages with 64 in flight on one connection
+//   CPU       the proxy process's CPU time per 1,000 relayed messages during the msgs/s phase
 //   memory    RSS growth of the proxy process per idle connection, at 1,000 open connections
 // Targets: open ≤ 1.0× HAProxy, p99 ≤ 1.25× HAProxy, msgs/s ≥ 1.0× HAProxy, ≤ 64 KiB per idle connection.
 // Our proxy runs as deployed: user tokens verified (JWT against a JWKS served here), TLS verified.
@@ -25,11 +26,11 @@ import WebSocket from 'ws';
 import { median, percentile, printTable } from '../lib/report.ts';
 
 const OPENS = Number(process.env.BENCH_OPENS ?? 200);
-const PINGS = Number(process.env.BENCH_PINGS ?? 3_000);
+const PINGS = Number(process.env.BENCH_PINGS ?? 5_000);
 const THROUGHPUT_SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const IN_FLIGHT = 64;
 const IDLE_CONNECTIONS = Number(process.env.BENCH_IDLE ?? 1_000);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const HAPROXY = process.env.BENCH_HAPROXY ?? '/usr/sbin/haproxy';
 
 const API_KEY = 'svcapikey-bench-0123456789abcdef';
@@ -94,7 +95,7 @@ async function main(): Promise<void> {
       await throughput(subject.url, 1);
     }
 
-    const results = new Map(subjects.map((subject) => [subject.name, { open: [] as number[], fresh: [] as number[], p50: [] as number[], p99: [] as number[], rate: [] as number[] }]));
+    const results = new Map(subjects.map((subject) => [subject.name, { open: [] as number[], fresh: [] as number[], p50: [] as number[], p99: [] as number[], rate: [] as number[], cpu: [] as number[] }]));
     for (let round = 0; round < ROUNDS; round++) {
       // A browser's first connection brings a token the proxy has not verified yet.
       const freshTokens = await Promise.all(Array.from({ length: OPENS }, () => jwks.token()));
@@ -106,7 +107,10 @@ async function main(): Promise<void> {
         const rtts = (await roundTrips(subject.url, PINGS)).sort((a, b) => a - b);
         result.p50.push(percentile(rtts, 50));
         result.p99.push(percentile(rtts, 99));
-        result.rate.push(await throughput(subject.url, THROUGHPUT_SECONDS));
+        const cpuBefore = cpuMs(subject.process.pid!);
+        const { rate, messages } = await throughput(subject.url, THROUGHPUT_SECONDS);
+        result.rate.push(rate);
+        result.cpu.push((cpuMs(subject.process.pid!) - cpuBefore) / (messages / 1_000));
       }
     }
     const memory = new Map<string, number>();
@@ -114,7 +118,7 @@ async function main(): Promise<void> {
 
     const [mine, theirs] = subjects.map((subject) => {
       const result = results.get(subject.name)!;
-      return { open: median(result.open), fresh: median(result.fresh), p50: median(result.p50), p99: median(result.p99), rate: median(result.rate), kib: memory.get(subject.name)! };
+      return { open: median(result.open), fresh: median(result.fresh), p50: median(result.p50), p99: median(result.p99), rate: median(result.rate), cpu: median(result.cpu), kib: memory.get(subject.name)! };
     });
     printTable(
       `bench/proxy: ${ROUNDS} rounds (medians); ${OPENS} opens, ${PINGS} sequential 64 B echoes, ${THROUGHPUT_SECONDS} s at ${IN_FLIGHT} in flight, ${IDLE_CONNECTIONS} idle connections (node ${process.version}, ${os.cpus().length} cores)`,
@@ -125,6 +129,7 @@ async function main(): Promise<void> {
         ['relay RTT p50, ms', mine.p50, theirs.p50, mine.p50 / theirs.p50, '', ''],
         ['relay RTT p99, ms', mine.p99, theirs.p99, mine.p99 / theirs.p99, '≤ 1.25×', verdict(mine.p99 / theirs.p99 <= 1.25)],
         ['msgs/s, 64 in flight', mine.rate, theirs.rate, mine.rate / theirs.rate, '≥ 1.00×', verdict(mine.rate / theirs.rate >= 1)],
+        ['  proxy CPU ms per 1,000 msgs', mine.cpu, theirs.cpu, mine.cpu / theirs.cpu, '', ''],
         ['KiB per idle connection', mine.kib, theirs.kib, mine.kib / theirs.kib, '≤ 64 KiB', verdict(mine.kib <= 64)],
       ],
     );
@@ -222,7 +227,7 @@ async function roundTrips(url: string, count: number): Promise<number[]> {
   return times;
 }
 
-async function throughput(url: string, seconds: number): Promise<number> {
+async function throughput(url: string, seconds: number): Promise<{ rate: number; messages: number }> {
   const { ws } = await connect(url);
   let received = 0;
   let sent = 0;
@@ -243,7 +248,7 @@ async function throughput(url: string, seconds: number): Promise<number> {
   const rate = await finished;
   ws.removeAllListeners('message');
   await closeAndWait(ws);
-  return rate;
+  return { rate, messages: received };
 }
 
 async function upstreamStats(port: number, caFile: string): Promise<Record<string, { total: number; resumed: number }>> {
@@ -253,6 +258,12 @@ async function upstreamStats(port: number, caFile: string): Promise<Record<strin
   let body = '';
   for await (const chunk of response) body += String(chunk);
   return JSON.parse(body) as Record<string, { total: number; resumed: number }>;
+}
+
+/** User + system CPU time of a process, from /proc (clock ticks of 10 ms). */
+function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
 function rssKiB(pid: number): number {
