@@ -89,8 +89,9 @@ class WorkerAgent implements Agent {
   }
 
   reports(): InstanceReport[] {
-    return [...this.#supervisors.values(), ...[...this.#leaving.values()].map((entry) => entry.supervisor)]
-      .map((supervisor) => supervisor.report);
+    // Leaving instances count until they have ended; then they are gone for the control plane too.
+    const leaving = [...this.#leaving.values()].map((entry) => entry.supervisor).filter((supervisor) => !supervisor.ended);
+    return [...this.#supervisors.values(), ...leaving].map((supervisor) => supervisor.report);
   }
 
   onReport(listener: Listener<InstanceReport>): () => void {
