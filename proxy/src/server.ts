@@ -69,6 +69,12 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
     }
   }
 
+  // The platform must answer within the server timeout (reference: `timeout server 7s`).
+  const timeoutError = () => Object.assign(new Error('the platform did not answer in time'), { code: 'ETIMEDOUT' });
+  proxy.on('proxyReq', (proxyReq) => {
+    proxyReq.setTimeout(config.timeouts.serverMs, () => proxyReq.destroy(timeoutError()));
+  });
+
   proxy.on('proxyRes', (proxyRes) => {
     upstream.replenish();
     alignResponseHeaders(proxyRes.headers);
@@ -77,8 +83,7 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
   proxy.on('proxyReqWs', (proxyReq, req, socket) => {
     const exchange = exchanges.get(req);
     if (!exchange) return;
-    // The platform must answer the upgrade within the server timeout (reference: `timeout server 7s`).
-    proxyReq.setTimeout(config.timeouts.serverMs, () => proxyReq.destroy(Object.assign(new Error('no upgrade response in time'), { code: 'ETIMEDOUT' })));
+    proxyReq.setTimeout(config.timeouts.serverMs, () => proxyReq.destroy(timeoutError()));
     // These listeners run before http-proxy-3's own, which copy proxyRes.headers verbatim to the
     // browser, on the 101 as on a refusal.
     proxyReq.on('response', (proxyRes) => {
@@ -134,7 +139,7 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
   function upstreamProblem(error: Error, requestId: string): Problem {
     const code = (error as NodeJS.ErrnoException).code ?? '';
     logger.warn({ requestId, err: errorSummary(error) }, 'platform unreachable');
-    if (code === 'ECONNECT_TIMEOUT' || code === 'ETIMEDOUT' || code === 'ECONNRESET' && /timeout/i.test(error.message)) {
+    if (code === 'ECONNECT_TIMEOUT' || code === 'ETIMEDOUT') {
       return new Problem('gateway-timeout', 'the platform did not answer in time');
     }
     if (/CERT|SELF_SIGNED|UNABLE_TO_|ALTNAME|ERR_TLS/.test(code)) {
@@ -194,7 +199,9 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
   }
 
   const serverOptions: http.ServerOptions = {
-    // Reference: `timeout http-request 30m`; a silent connection still ends after the client timeout.
+    // Reference: `timeout http-request 30m` to receive a request, `timeout client 7s` for an idle
+    // browser connection. No socket idle timeout while a request is served: waiting for the platform
+    // is bounded by the server timeout and ends in a 504, not in a cut connection.
     requestTimeout: config.timeouts.httpRequestMs,
     headersTimeout: config.timeouts.httpRequestMs,
     keepAliveTimeout: config.timeouts.clientMs,
@@ -204,7 +211,7 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
   const server = tlsMaterial
     ? https.createServer({ ...serverOptions, ...tlsMaterial }, handler)
     : http.createServer(serverOptions, handler);
-  server.timeout = config.timeouts.clientMs;
+  server.timeout = 0;
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => void onUpgrade(req, socket, head));
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
     const requestId = randomUUID();

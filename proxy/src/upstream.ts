@@ -62,7 +62,7 @@ export function createUpstream(config: ProxyConfig): Upstream {
       ws: true,
       secure: upstream.verifyTls,
       connectTimeout: timeouts.connectMs,
-      proxyTimeout: timeouts.serverMs,
+      // The response timeout is set per request by the server (as a timeout error, mapped to 504).
       xfwd: false,
     },
     get spares() {

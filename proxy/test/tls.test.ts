@@ -3,10 +3,12 @@
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import { after, before, describe, test } from 'node:test';
 import { closed, expectOpen, expectRefused, openWebSocket } from './helpers/browser.ts';
-import { createTestCa } from './helpers/pki.ts';
+import { createTestCa, issueServerCertificate } from './helpers/pki.ts';
 import { startFakePlatform, type FakePlatform } from './helpers/platform-upstream.ts';
 import { startProxy } from './helpers/proxy.ts';
 
@@ -80,6 +82,35 @@ describe('TLS towards the platform', () => {
       assert.equal(refused.headers['access-control-allow-origin'], '*');
     } finally {
       await running.close();
+    }
+  });
+});
+
+describe('a platform that does not answer', () => {
+  test('upgrade and plain request: 504 problem+json with CORS after the server timeout', async () => {
+    const platform = await startFakePlatform();
+    const certificate = await issueServerCertificate(platform.ca, [platform.host]);
+    // Accepts TLS, then never answers.
+    const silent = https.createServer(certificate, () => {});
+    silent.on('upgrade', () => {});
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const running = await startProxy(platform, undefined, {
+      SVC_SERVER: `https://127.0.0.1:${(silent.address() as AddressInfo).port}`,
+      PROXY_TIMEOUT_SERVER_MS: '300', PROXY_TIMEOUT_CLIENT_MS: '300', PROXY_PING_INTERVAL_MS: '100',
+    });
+    try {
+      const refused = expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`));
+      assert.equal(refused.status, 504);
+      assert.equal(refused.headers['access-control-allow-origin'], '*');
+      assert.equal(JSON.parse(refused.body).type, 'urn:svc:problem-details:gateway-timeout');
+      const response = await fetch(`${running.url}/v2/anything`);
+      assert.equal(response.status, 504);
+      assert.equal(response.headers.get('access-control-allow-origin'), '*');
+    } finally {
+      await running.close();
+      silent.closeAllConnections();
+      silent.close();
+      await platform.close();
     }
   });
 });
