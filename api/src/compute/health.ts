@@ -3,14 +3,18 @@
 // health port within the timeout (we do not speak grpc.health.v1; a listening port is the signal).
 // Starting instances are probed often until their first success; running ones every few seconds, and only
 // several failures in a row count, so one slow answer does not restart a busy instance.
+// STREAMING functions differ once RUNNING: their ready check answers 500 for the whole of a session by
+// design (spec 4.6), so liveness is a TCP connect to the control port; whether an instance can take a
+// session is the session broker's question, asked of /v1/streaming/ready directly.
 import http from 'node:http';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseDuration } from '../duration.ts';
-import type { Endpoint, HealthCheck } from './protocol.ts';
+import type { Endpoint, HealthCheck, InstanceSpec } from './protocol.ts';
 
 export interface HealthTarget {
-  protocol: HealthCheck['protocol'];
+  /** http: GET path, status must match; tcp: a connect is enough. */
+  check: 'http' | 'tcp';
   host: string;
   port: number;
   path: string;
@@ -41,7 +45,7 @@ export interface ProbeResult {
 export function healthTarget(check: HealthCheck, endpoint: Endpoint): HealthTarget {
   const timeoutMs = parseDuration(check.timeout);
   return {
-    protocol: check.protocol,
+    check: check.protocol === 'GRPC' ? 'tcp' : 'http',
     host: endpoint.host,
     port: endpoint.ports.health,
     path: check.uri.startsWith('/') ? check.uri : `/${check.uri}`,
@@ -50,8 +54,14 @@ export function healthTarget(check: HealthCheck, endpoint: Endpoint): HealthTarg
   };
 }
 
+/** What keeps being checked once an instance is RUNNING. */
+export function livenessTarget(spec: InstanceSpec, endpoint: Endpoint): HealthTarget {
+  const target = healthTarget(spec.health, endpoint);
+  return spec.functionType === 'STREAMING' ? { ...target, check: 'tcp' } : target;
+}
+
 export function probe(target: HealthTarget, signal?: AbortSignal): Promise<ProbeResult> {
-  return target.protocol === 'GRPC' ? probeTcp(target, signal) : probeHttp(target, signal);
+  return target.check === 'tcp' ? probeTcp(target, signal) : probeHttp(target, signal);
 }
 
 function probeHttp(target: HealthTarget, signal?: AbortSignal): Promise<ProbeResult> {

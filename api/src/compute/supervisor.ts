@@ -9,12 +9,14 @@
 //                                                                its session; the control plane replaces it)
 //   any state ── no longer desired ──► STOPPED (SIGTERM, kill after the grace period)
 //
+// A RUNNING STREAMING instance is UNHEALTHY only when its control port stops accepting connections: its
+// ready check answers 500 during a session by design (health.ts).
 // Back-off doubles from initialMs to maxMs per failure in a row, and starts over once an instance has
 // stayed RUNNING for resetAfterMs. `restarts` counts every restart of this instance id.
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../logger.ts';
 import { backoffDelay, type BackoffSettings } from './backoff.ts';
-import { healthTarget, waitUntilHealthy, watchUntilUnhealthy, type ProbeSettings } from './health.ts';
+import { healthTarget, livenessTarget, waitUntilHealthy, watchUntilUnhealthy, type ProbeSettings } from './health.ts';
 import { prepareInstance } from './instance-env.ts';
 import type { InstanceReport, InstanceSpec } from './protocol.ts';
 import { UnstartableError, type ExitStatus, type Runtime, type RuntimeInstance } from './runtime.ts';
@@ -145,10 +147,9 @@ export class InstanceSupervisor {
     if (stopping.aborted) watch.abort();
     const exited = instance.exited.then((status): Ended => ({ kind: 'exited', status }));
     try {
-      const target = healthTarget(spec.health, instance.endpoint);
       const startup = await Promise.race([
         exited,
-        waitUntilHealthy(target, spec.startupGracePeriodMs, settings.probe, watch.signal).then((result): Outcome =>
+        waitUntilHealthy(healthTarget(spec.health, instance.endpoint), spec.startupGracePeriodMs, settings.probe, watch.signal).then((result): Outcome =>
           result.outcome === 'healthy' ? { kind: 'healthy' }
             : result.outcome === 'timeout' ? { kind: 'never-healthy', detail: result.detail } : { kind: 'stopping' }),
       ]);
@@ -157,7 +158,7 @@ export class InstanceSupervisor {
       this.#set({ state: 'RUNNING', endpoint: instance.endpoint });
       return await Promise.race([
         exited,
-        watchUntilUnhealthy(target, settings.probe, watch.signal).then((detail): Ended =>
+        watchUntilUnhealthy(livenessTarget(spec, instance.endpoint), settings.probe, watch.signal).then((detail): Ended =>
           detail === undefined ? { kind: 'stopping' } : { kind: 'unhealthy', detail }),
       ]);
     } finally {

@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import { startAgent, type Agent } from '../../src/compute/agent.ts';
 import type { InstanceSpec, ProgressReport } from '../../src/compute/protocol.ts';
 import { createProcessRuntime } from '../../src/compute/runtimes/process.ts';
-import { captureLog, eventually, FIXTURES_CATALOG, instanceSpec, isAlive, postJson, ReportLog, tempDir } from './helpers.ts';
+import { captureLog, eventually, FIXTURES_CATALOG, instanceSpec, isAlive, postJson, ReportLog, streamingSpec, tempDir } from './helpers.ts';
 
 describe('agent', () => {
   const captured = captureLog();
@@ -154,6 +154,22 @@ describe('agent', () => {
     assert.deepEqual(reports.states(spec.instanceId).slice(0, 6), ['STARTING', 'RUNNING', 'UNHEALTHY', 'RESTARTING', 'STARTING', 'RUNNING']);
     unwant(spec.instanceId);
     await reports.waitForState(spec.instanceId, 'STOPPED');
+  });
+
+  test('a RUNNING STREAMING instance whose ready check says 500 (a session in progress) is not restarted', async () => {
+    const spec = streamingSpec('test/unhealthy', { containerEnvironment: [{ key: 'HEALTHY_FOR_MS', value: '600' }] });
+    want(spec);
+    const running = await reports.waitForState(spec.instanceId, 'RUNNING');
+    const ready = `http://127.0.0.1:${running.endpoint!.ports.control}/v1/streaming/ready`;
+    // Well past failureThreshold × intervalMs of "not ready" answers.
+    let notReady = 0;
+    while (notReady < 6) {
+      if ((await fetch(ready)).status === 503) notReady++;
+      await new Promise((resolve) => setTimeout(resolve, 150));
+    }
+    unwant(spec.instanceId);
+    await reports.waitForState(spec.instanceId, 'STOPPED');
+    assert.deepEqual(reports.states(spec.instanceId), ['STARTING', 'RUNNING', 'STOPPED']);
   });
 
   test('secrets reach the instance as environment variables and a 0600 file, and never a log line', async () => {

@@ -5,12 +5,12 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, test } from 'node:test';
 import { backoffDelay } from '../../src/compute/backoff.ts';
-import { healthTarget, probe } from '../../src/compute/health.ts';
+import { healthTarget, livenessTarget, probe } from '../../src/compute/health.ts';
 import { parseProgress } from '../../src/compute/progress.ts';
 import { splitArgs } from '../../src/compute/runtimes/args.ts';
 import { parseImageReference } from '../../src/compute/runtimes/image-reference.ts';
 import { agentSettingsSchema, DEFAULT_IMAGE_CATALOG } from '../../src/compute/settings.ts';
-import { SAMPLES_CATALOG } from './helpers.ts';
+import { instanceSpec, SAMPLES_CATALOG, streamingSpec } from './helpers.ts';
 
 describe('compute units', () => {
   test('containerArgs split like a shell would, without running one', () => {
@@ -45,8 +45,12 @@ describe('compute units', () => {
   test('health: target from the function, HTTP status must match, GRPC is a TCP connect', async () => {
     const endpoint = { host: '127.0.0.1', ports: { inference: 1, health: 2 } };
     assert.deepEqual(healthTarget({ protocol: 'HTTP', uri: 'ready', port: 9, timeout: 'PT1.5S', expectedStatusCode: 204 }, endpoint),
-      { protocol: 'HTTP', host: '127.0.0.1', port: 2, path: '/ready', timeoutMs: 1500, expectedStatusCode: 204 });
+      { check: 'http', host: '127.0.0.1', port: 2, path: '/ready', timeoutMs: 1500, expectedStatusCode: 204 });
     assert.equal(healthTarget({ protocol: 'HTTP', uri: '/', port: 9, timeout: 'ten seconds', expectedStatusCode: 200 }, endpoint).timeoutMs, 10_000);
+    assert.equal(healthTarget({ protocol: 'GRPC', uri: '/', port: 9, timeout: 'PT1S', expectedStatusCode: 0 }, endpoint).check, 'tcp');
+    const streaming = streamingSpec('x');
+    assert.equal(livenessTarget(streaming, endpoint).check, 'tcp', 'STREAMING ready is 500 during a session: liveness is the control port');
+    assert.equal(livenessTarget(instanceSpec('x'), endpoint).check, 'http');
 
     const server = http.createServer((req, res) => {
       if (req.url === '/hang') return; // never answers
@@ -54,16 +58,16 @@ describe('compute units', () => {
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const port = (server.address() as AddressInfo).port;
-    const target = { protocol: 'HTTP' as const, host: '127.0.0.1', port, path: '/ok', timeoutMs: 300, expectedStatusCode: 200 };
+    const target = { check: 'http' as const, host: '127.0.0.1', port, path: '/ok', timeoutMs: 300, expectedStatusCode: 200 };
     assert.deepEqual(await probe(target), { healthy: true, detail: 'HTTP 200' });
     assert.deepEqual(await probe({ ...target, path: '/bad' }), { healthy: false, detail: 'HTTP 500' });
     assert.deepEqual(await probe({ ...target, path: '/ok', expectedStatusCode: 204 }), { healthy: false, detail: 'HTTP 200' });
     assert.deepEqual(await probe({ ...target, path: '/hang' }), { healthy: false, detail: 'timed out after 300 ms' });
-    assert.deepEqual(await probe({ ...target, protocol: 'GRPC' }), { healthy: true, detail: 'TCP connect' });
+    assert.deepEqual(await probe({ ...target, check: 'tcp' }), { healthy: true, detail: 'TCP connect' });
     server.closeAllConnections();
     await new Promise((resolve) => server.close(resolve));
     assert.deepEqual(await probe(target), { healthy: false, detail: 'ECONNREFUSED' });
-    assert.deepEqual(await probe({ ...target, protocol: 'GRPC' }), { healthy: false, detail: 'ECONNREFUSED' });
+    assert.deepEqual(await probe({ ...target, check: 'tcp' }), { healthy: false, detail: 'ECONNREFUSED' });
   });
 
   test('settings: defaults, the sample catalog, ranges from text', () => {
