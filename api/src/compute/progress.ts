@@ -34,24 +34,23 @@ export function watchProgress(options: ProgressWatchOptions): ProgressWatch {
   const intervalMs = options.intervalMs ?? 200;
   const maxAgeMs = options.maxAgeMs ?? 3_600_000;
   const seen = new Map<string, Seen>();
-  let lastSweep = Date.now();
+  let lastSweep = 0; // the first tick sweeps what an earlier run left
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
 
   async function tick(): Promise<void> {
     try {
       const entries = await readdir(options.outputDir, { withFileTypes: true });
-      const present = new Set<string>();
-      for (const entry of entries) {
-        if (!entry.isDirectory() || stopped) continue;
-        present.add(entry.name);
-        await check(entry.name);
-      }
-      for (const requestId of seen.keys()) if (!present.has(requestId)) seen.delete(requestId);
+      const present = new Set(entries.filter((entry) => entry.isDirectory()).map((entry) => entry.name));
       if (Date.now() - lastSweep >= SWEEP_EVERY_MS) {
         lastSweep = Date.now();
         await sweep(present);
       }
+      for (const requestId of present) {
+        if (stopped) break;
+        await check(requestId);
+      }
+      for (const requestId of seen.keys()) if (!present.has(requestId)) seen.delete(requestId);
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT') options.log.warn({ err: error }, 'progress watch failed');
     }
@@ -89,6 +88,7 @@ export function watchProgress(options: ProgressWatchOptions): ProgressWatch {
       if (info && now - touched > maxAgeMs) {
         await rm(dir, { recursive: true, force: true }).catch(() => {});
         seen.delete(requestId);
+        requestIds.delete(requestId);
       }
     }
   }

@@ -1,16 +1,19 @@
 // The small pure pieces: argument splitting, image references, progress files, back-off, health targets
 // and probes (against real listeners), the settings schema.
 import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import path from 'node:path';
 import { describe, test } from 'node:test';
 import { backoffDelay } from '../../src/compute/backoff.ts';
 import { healthTarget, livenessTarget, probe } from '../../src/compute/health.ts';
 import { parseProgress } from '../../src/compute/progress.ts';
 import { splitArgs } from '../../src/compute/runtimes/args.ts';
+import { lookUpImage } from '../../src/compute/runtimes/image-catalog.ts';
 import { parseImageReference } from '../../src/compute/runtimes/image-reference.ts';
 import { agentSettingsSchema, DEFAULT_IMAGE_CATALOG } from '../../src/compute/settings.ts';
-import { instanceSpec, SAMPLES_CATALOG, streamingSpec } from './helpers.ts';
+import { instanceSpec, REPO_ROOT, SAMPLES_CATALOG, streamingSpec } from './helpers.ts';
 
 describe('compute units', () => {
   test('containerArgs split like a shell would, without running one', () => {
@@ -81,5 +84,11 @@ describe('compute units', () => {
     assert.deepEqual([parsed.udpPortRange, parsed.dockerGpus, parsed.stopGraceMs], [[50000, 50011], true, 2000]);
     assert.equal(agentSettingsSchema.safeParse({ udpPortRange: '6000-5000' }).success, false);
     assert.equal(agentSettingsSchema.safeParse({ runtime: 'kubernetes' }).success, false);
+  });
+
+  test('every sample function in samples/functions.json runs from the sample catalog', async () => {
+    const functions = JSON.parse(await readFile(path.join(REPO_ROOT, 'samples/functions.json'), 'utf8')) as { name: string; containerImage: string }[];
+    assert.deepEqual(functions.map((fn) => fn.name), ['echo', 'slow', 'sse', 'error', 'streaming-app']);
+    for (const fn of functions) assert.ok(await lookUpImage(SAMPLES_CATALOG, fn.containerImage), `${fn.containerImage} is in the catalog`);
   });
 });
