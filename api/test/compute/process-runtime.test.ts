@@ -183,7 +183,9 @@ describe('process runtime', () => {
     const previous = spawn(process.execPath, [path.join(import.meta.dirname, 'fixtures/previous-agent.ts'), stateDir], { stdio: ['ignore', 'pipe', 'inherit'] });
     let output = '';
     previous.stdout.on('data', (chunk) => { output += chunk; });
+    after(() => previous.kill('SIGKILL'));
     const left = await eventually(() => (output.includes('\n') ? JSON.parse(output) as { pid: number; child: number } : undefined), 'the previous agent to start its instance', 15_000);
+    after(() => { try { process.kill(-left.pid, 'SIGKILL'); } catch { /* ended by cleanup, as it should */ } });
     previous.kill('SIGKILL');
     await new Promise((resolve) => previous.once('exit', resolve));
     assert.ok(isAlive(left.pid) && isAlive(left.child), 'its instance outlived it');

@@ -95,8 +95,15 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
 
     const pid = child.pid!;
     const pidFile = path.join(pidDir, `${fileNameFor(spec.instanceId)}.json`);
-    await mkdir(pidDir, { recursive: true });
-    await writeFile(pidFile, JSON.stringify({ pid, instanceId: spec.instanceId } satisfies PidFile));
+    try {
+      await mkdir(pidDir, { recursive: true });
+      await writeFile(pidFile, JSON.stringify({ pid, instanceId: spec.instanceId } satisfies PidFile));
+    } catch (error) {
+      // Without its pid file a crash of the agent would orphan it: do not run it at all.
+      try { process.kill(-pid, 'SIGKILL'); } catch { /* gone */ }
+      release();
+      throw error;
+    }
 
     const tail = new LogTail(options.logTailLines ?? 50);
     const logFile = createWriteStream(path.join(context.workDir, 'output.log'), { flags: 'a' });
