@@ -40,7 +40,7 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
   const reconnect: BackoffSettings = { initialMs: 250, maxMs: 5000, ...options.reconnect };
   const pingIntervalMs = options.pingIntervalMs ?? 15_000;
   const url = new URL(AGENT_LINK_PATH, options.server.replace(/^http/, 'ws'));
-  const log = options.log.child({ component: 'agent-link' });
+  const log = options.log.child({ link: url.origin });
   let socket: WebSocket | undefined;
   let open = false;
   let closed = false;
@@ -80,12 +80,16 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
       alive = true;
       if (!isBinary) receive(data.toString());
     });
+    let refused = false;
     ws.on('unexpected-response', (_request, response) => {
+      refused = true;
       log.warn({ status: response.statusCode }, 'agent link refused');
       response.resume();
       ws.terminate();
     });
-    ws.on('error', (error) => log.warn({ err: { message: error.message } }, 'agent link error'));
+    ws.on('error', (error) => {
+      if (!refused) log.warn({ reason: error.message }, 'agent link error');
+    });
     ws.on('close', () => {
       clearInterval(pingTimer);
       const wasOpen = open && socket === ws;
