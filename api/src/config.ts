@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { agentEnvSettings, agentSettingsSchema } from './compute/settings.ts';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const limit = (max: number) => z.coerce.number().int().min(0).max(max);
@@ -72,6 +73,9 @@ export const configSchema = z.object({
     resultRetentionSeconds: z.coerce.number().int().min(1).default(3600),
   }).prefault({}),
   compute: z.object({
+    /** `svc serve` runs a worker agent for the local cluster in its own process, linked over loopback. */
+    inProcessAgent: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
+    agent: agentSettingsSchema.prefault({}),
     /** The embedded default: this machine registered as one cluster, usable by every account. */
     localCluster: z.object({
       enabled: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
@@ -115,6 +119,8 @@ export const envSettings: Record<string, string> = {
   SVC_SECRETS_PREVIOUS_KEYS: 'secrets.previousKeys',
   SVC_ADMIN_SIGNING_KEY_FILE: 'admin.signingKeyFile',
   SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
+  SVC_IN_PROCESS_AGENT: 'compute.inProcessAgent',
+  ...Object.fromEntries(Object.entries(agentEnvSettings).map(([name, setting]) => [name, `compute.agent.${setting}`])),
   SVC_LOG_LEVEL: 'log.level',
 };
 

@@ -1,4 +1,5 @@
 // Composition root: config → store → planes → listen. Nothing else lives here.
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { DestinationStream } from 'pino';
 import type { Config } from './config.ts';
@@ -21,12 +22,14 @@ import { createFunctionsService } from './control/functions/service.ts';
 import { createRegistryRepo } from './control/registry/repo.ts';
 import { registryRoutes } from './control/registry/routes.ts';
 import { createRegistryService } from './control/registry/service.ts';
+import { deploySamples, type DeployedSample } from './control/samples.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
 import { keyRoutes, whoamiRoute } from './control/keys/routes.ts';
 import { createKeyService } from './control/keys/service.ts';
 import { loadAdminKey, loadTokenKey } from './control/keys/signing.ts';
 import { createCredentialVerifier } from './control/keys/verifier.ts';
 import { AGENT_LINK_PATH } from './compute/protocol.ts';
+import { startWorker } from './compute/worker.ts';
 import { createAgentHub } from './control/agents/hub.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
 import { createInstancesService } from './control/instances/service.ts';
@@ -50,12 +53,15 @@ export interface Platform {
   /** Present only on the first start of an installation: print it once. */
   bootstrapSecret?: string;
   adminSigningKeyFile: string;
+  samples: DeployedSample[];
   close(): Promise<void>;
 }
 
 export interface PlatformOptions {
   logDestination?: DestinationStream;
   now?: () => Date;
+  /** Deploy samples/functions.json into the default account on the local cluster (npm start). */
+  samples?: boolean;
 }
 
 const VERSION = '0.1.0';
@@ -87,10 +93,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       tokenLifetimeSeconds: config.keys.tokenLifetimeSeconds, now,
     });
     const clusters = createClustersService(createClustersRepo(store.db), now);
-    if (config.compute.localCluster.enabled) {
-      const local = config.compute.localCluster;
-      await ensureLocalCluster(settings, clusters, box, { ncaId: account.ncaId, name: local.name, groupName: local.groupName, gpus: local.gpus, now: startedAt });
-    }
+    const localCluster = config.compute.localCluster.enabled
+      ? await ensureLocalCluster(settings, clusters, box, { ...config.compute.localCluster, ncaId: account.ncaId, now: startedAt })
+      : undefined;
     const functionsRepo = createFunctionsRepo(store.db);
     const deploymentsRepo = createDeploymentsRepo(store.db);
     const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now });
@@ -144,14 +149,30 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const port = await gateway.listen(config.gateway.port, config.gateway.host);
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
+    // The local cluster's agent links to this gateway over loopback, exactly as a remote agent would.
+    const worker = localCluster && config.compute.inProcessAgent ? await startWorker({
+      settings: config.compute.agent, dataDir: config.store.dataDir, declaredGpus: config.compute.localCluster.gpus, log,
+      link: {
+        server: `${scheme}://127.0.0.1:${port}`, credential: localCluster.agentCredential, apiHost: `${gateway.hosts.api}:${port}`,
+        ca: config.gateway.tlsCert ? readFileSync(config.gateway.tlsCert, 'utf8') : undefined,
+      },
+    }) : undefined;
+
+    const localGpu = config.compute.localCluster.gpus[0];
+    const samples = options.samples && localCluster && localGpu ? await deploySamples({
+      ncaId: account.ncaId, functions, functionsRepo, deployments, skip: ['streaming-app'],
+      gpu: { name: localGpu.name, instanceType: (localGpu.instanceTypes.find((type) => type.default) ?? localGpu.instanceTypes[0]).name },
+    }) : [];
 
     return {
       url: `${scheme}://localhost:${port}`,
+      samples,
       port,
       hosts: gateway.hosts,
       bootstrapSecret: bootstrap.secret,
       adminSigningKeyFile,
       async close() {
+        await worker?.close();
         agentHub.close();
         await gateway.close();
         await instances.stop();

@@ -5,6 +5,8 @@ import { createInterface } from 'node:readline/promises';
 import { loadConfig } from '../../config.ts';
 import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../control/keys/signing.ts';
 import { functionKeyScopes, taskKeyScopes } from '../../http/scopes.ts';
+import { startWorker } from '../../compute/worker.ts';
+import { createLogger } from '../../logger.ts';
 import { startPlatform } from '../../main.ts';
 import { call, CliError } from '../client.ts';
 import { fields, parseDuration, table } from '../format.ts';
@@ -12,10 +14,12 @@ import type { Command, CommandContext } from '../main.ts';
 import { saveState } from '../state.ts';
 
 const serve: Command = {
-  summary: 'Run the whole platform (gateway, API, key service) on this machine',
-  async run({ env }) {
+  summary: 'Run the whole platform (gateway, API, key service, local agent) on this machine',
+  usage: '[--samples]',
+  options: { samples: { type: 'boolean', default: false } },
+  async run({ env, values }) {
     const config = loadConfig(env);
-    const platform = await startPlatform(config);
+    const platform = await startPlatform(config, { samples: values.samples === true });
     const port = platform.port;
     const lines = [
       'svc is running',
@@ -24,6 +28,12 @@ const serve: Command = {
       `  OpenAPI        ${platform.url}/v3/openapi`,
       `  Health         ${platform.url}/health`,
     ];
+    if (platform.samples.length) {
+      lines.push('', '  Sample functions (invoke with an SVC_API_KEY: npx svc api-key generate):');
+      for (const sample of platform.samples) {
+        lines.push(`    ${sample.name.padEnd(8)} POST ${platform.url}/v2/svc/pexec/functions/${sample.functionId}`);
+      }
+    }
     if (platform.bootstrapSecret) {
       lines.push('', `  Bootstrap secret (shown once; it mints management tokens): ${platform.bootstrapSecret}`,
         `  Next: npx svc init --secret ${platform.bootstrapSecret}`);
@@ -35,6 +45,30 @@ const serve: Command = {
       process.once('SIGTERM', stop);
     });
     await platform.close();
+  },
+};
+
+const agent: Command = {
+  summary: 'Run a worker agent for a registered cluster (SVC_AGENT_SERVER, SVC_AGENT_CREDENTIAL)',
+  usage: '[--server URL] [--credential svcagent-…]',
+  options: { credential: { type: 'string' } },
+  async run({ env, values }) {
+    const config = loadConfig(env);
+    const settings = config.compute.agent;
+    const server = (values.server as string | undefined) ?? settings.server;
+    const credential = (values.credential as string | undefined) ?? settings.credential;
+    if (!server || !credential) throw new CliError('an agent needs SVC_AGENT_SERVER and SVC_AGENT_CREDENTIAL (from `svc cluster register`)');
+    const log = createLogger(config.log.level);
+    const worker = await startWorker({
+      settings, dataDir: config.store.dataDir, declaredGpus: [], log,
+      link: { server, credential, apiHost: settings.apiHost ?? `api.${config.gateway.address}` },
+    });
+    console.log(`svc agent running (${worker.agent.runtimeName} runtime, GPUs: ${worker.gpus.map((gpu) => gpu.name).join(', ') || 'none'}), linked to ${server}`);
+    await new Promise<void>((resolve) => {
+      process.once('SIGINT', () => resolve());
+      process.once('SIGTERM', () => resolve());
+    });
+    await worker.close();
   },
 };
 
@@ -222,6 +256,7 @@ async function prompt(question: string): Promise<string | undefined> {
 
 export const foundationCommands: Record<string, Command> = {
   serve,
+  agent,
   init,
   'api-key generate': generateKey,
   'admin token': adminToken,

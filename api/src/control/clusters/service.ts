@@ -183,9 +183,16 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
     all: () => repo.listAll(),
     findById: (id: string) => repo.findById(id),
 
-    /** An agent said hello or is still there; the GPUs it detected replace the declared ones. */
-    async recordAgentContact(id: string, gpus: Gpu[]): Promise<void> {
-      await repo.update(id, { last_connected_at: now().toISOString(), ...(gpus.length ? { gpus: JSON.stringify(gpus) } : {}) });
+    /** An agent said hello or is still there; GPUs it detected join those declared at registration. */
+    async recordAgentContact(id: string, detected: Gpu[]): Promise<void> {
+      const changes: Partial<ClusterRow> = { last_connected_at: now().toISOString() };
+      if (detected.length) {
+        const row = await repo.findById(id);
+        const declared = row ? JSON.parse(row.gpus) as Gpu[] : [];
+        const merged = [...declared.filter((gpu) => !detected.some((found) => found.name === gpu.name)), ...detected];
+        changes.gpus = JSON.stringify(merged);
+      }
+      await repo.update(id, changes);
     },
 
     /** The cluster an agent credential belongs to. */
