@@ -134,11 +134,11 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
   });
 
   // Errors reaching http-proxy-3 without a per-request callback; each call below passes one.
-  proxy.on('error', (error) => logger.warn({ err: errorSummary(error) }, 'proxy error'));
+  proxy.on('error', (error) => logger.warn({ error: errorSummary(error) }, 'proxy error'));
 
   function upstreamProblem(error: Error, requestId: string): Problem {
     const code = (error as NodeJS.ErrnoException).code ?? '';
-    logger.warn({ requestId, err: errorSummary(error) }, 'platform unreachable');
+    logger.warn({ requestId, error: errorSummary(error) }, 'platform request failed');
     if (code === 'ECONNECT_TIMEOUT' || code === 'ETIMEDOUT') {
       return new Problem('gateway-timeout', 'the platform did not answer in time');
     }
@@ -150,7 +150,7 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
 
   function failure(error: unknown, requestId: string): Problem {
     if (error instanceof Problem) return error;
-    logger.error({ requestId, err: errorSummary(error) }, 'unexpected failure');
+    logger.error({ requestId, error: errorSummary(error) }, 'unexpected failure');
     return new Problem('internal', 'the proxy failed to handle the request');
   }
 
@@ -183,7 +183,7 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
     const url = req.url;
     const pathname = pathOf(url);
     const startedAt = Date.now();
-    socket.on('error', (error) => logger.debug({ requestId, err: errorSummary(error) }, 'browser socket error'));
+    socket.on('error', (error) => logger.debug({ requestId, error: errorSummary(error) }, 'browser socket error'));
     try {
       if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new Problem('bad-request', 'only WebSocket upgrades are forwarded');
       const inspected = inspectRequest(req);

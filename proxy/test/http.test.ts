@@ -48,6 +48,7 @@ describe('HTTP served by the proxy', () => {
       '',
     ].join('\n'));
     writeFileSync(path.join(clientDir, '.secret.ts'), 'export const secret = 1;');
+    writeFileSync(path.join(clientDir, 'tsconfig.json'), '{}');
     writeFileSync(path.join(base, 'outside.html'), 'outside');
     symlinkSync(path.join(base, 'outside.html'), path.join(clientDir, 'link.html'));
     [platform, identity] = await Promise.all([startFakePlatform(), startIdentityProvider()]);
@@ -100,7 +101,7 @@ describe('HTTP served by the proxy', () => {
   });
 
   test('no way out of the client directory, no dotfiles, no unknown types: 404 problem+json with CORS', async () => {
-    for (const target of ['/client/../outside.html', '/client/%2e%2e/outside.html', '/client/..%2foutside.html', '/client/link.html', '/client/.secret.ts', '/client/missing.js', '/client/index.exe']) {
+    for (const target of ['/client/../outside.html', '/client/%2e%2e/outside.html', '/client/..%2foutside.html', '/client/link.html', '/client/.secret.ts', '/client/missing.js', '/client/index.exe', '/client/tsconfig.json']) {
       const text = await rawGet(running.port, target);
       assert.match(text, /^HTTP\/1\.1 404/, target);
       assert.match(text, /access-control-allow-origin: \*/i, target);
