@@ -133,7 +133,7 @@ export function invocationRoutes(service: InvocationService, functionsRepo: Func
       const instance = req.originalUrl.split('?')[0];
       if ('response' in outcome) await sendUpstream(res, invocation, outcome.response, instance);
       else if ('result' in outcome) sendResult(res, invocation, outcome.result, instance);
-      else sendPending(res, invocation);
+      else if ('pending' in outcome) sendPending(res, invocation);
       res.off('close', leave);
       return undefined;
     },

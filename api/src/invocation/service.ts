@@ -296,7 +296,7 @@ export function createInvocationService(options: InvocationOptions) {
      * Waits up to `pollMs` for the response to start. `pending` means the caller answers 202: the
      * request is made durable before this returns.
      */
-    async awaitResponse(invocation: Invocation, pollMs: number): Promise<{ response: UpstreamResponse } | { result: StoredResult } | { pending: true }> {
+    async awaitResponse(invocation: Invocation, pollMs: number): Promise<{ response: UpstreamResponse } | { result: StoredResult } | { pending: true } | { cancelled: true }> {
       const started = new Promise<UpstreamResponse>((resolve) => {
         invocation.sink = resolve;
       });
@@ -304,11 +304,14 @@ export function createInvocationService(options: InvocationOptions) {
       const timedOut = new Promise<'timeout'>((resolve) => {
         timer = setTimeout(() => resolve('timeout'), pollMs);
       });
-      const done = new Promise<'done'>((resolve) => invocation.waiters.add(() => resolve('done')));
+      let wake = () => {};
+      const done = new Promise<'done'>((resolve) => invocation.waiters.add(wake = () => resolve('done')));
       const outcome = await Promise.race([started, timedOut, done]);
       clearTimeout(timer);
+      invocation.waiters.delete(wake);
       if (outcome !== 'timeout' && outcome !== 'done') return { response: outcome };
       invocation.sink = undefined;
+      if (invocation.cancelled) return { cancelled: true };
       if (invocation.result) {
         forget(invocation);
         return { result: invocation.result };
@@ -329,6 +332,7 @@ export function createInvocationService(options: InvocationOptions) {
       if (invocation.durable || invocation.state === 'done') return;
       invocation.cancelled = true;
       invocation.sink = undefined;
+      for (const wake of invocation.waiters) wake();
       if (queue.remove(invocation.id)) {
         invocations.delete(invocation.id);
         reportDemand(invocation.versionId);
@@ -429,7 +433,11 @@ export function createInvocationService(options: InvocationOptions) {
 
     async close() {
       clearInterval(sweeper);
-      for (const invocation of invocations.values()) invocation.abort?.abort();
+      for (const invocation of invocations.values()) {
+        invocation.cancelled = true;
+        invocation.abort?.abort();
+        for (const wake of invocation.waiters) wake();
+      }
       await Promise.all([...pools.values()].map((pool) => pool.close().catch(() => {})));
     },
   };

@@ -1,12 +1,15 @@
 // Starts the real platform on port 0 for a test: real store, real gateway, real sockets. Logs are
 // captured so tests can assert what was (and was not) written.
 import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
 import { loadConfig, type ConfigInput } from '../../src/config.ts';
 import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../src/control/keys/signing.ts';
 import { startPlatform, type Platform } from '../../src/main.ts';
 import { createDatabase, type TestDatabase } from './databases.ts';
 import { request, type RequestOptions, type TestResponse } from './http.ts';
 import { createResponseValidator, type ResponseValidator } from './openapi.ts';
+
+export const TEST_CATALOG = fileURLToPath(new URL('../fixtures/images.yaml', import.meta.url));
 
 export const MANAGEMENT_SCOPES = [
   'register_function', 'list_functions', 'list_functions_details', 'deploy_function', 'update_function',
@@ -52,13 +55,18 @@ export async function startTestPlatform(options: TestPlatformOptions = {}): Prom
   });
   let offset = 0;
   const now = () => new Date(Date.now() + offset);
-  const configFor = (overrides: ConfigInput = {}) => loadConfig({}, {
+  const configFor = (overrides: ConfigInput = {}) => loadConfig({}, merge({
     gateway: { port: 0, host: '127.0.0.1' },
     store: { dataDir: database.dataDir, databaseUrl: database.databaseUrl },
     log: { level: 'info' },
-    ...options.config,
-    ...overrides,
-  });
+    // Quick restarts and checks so tests of the execution plane take seconds, not minutes.
+    compute: {
+      agent: {
+        imageCatalog: TEST_CATALOG, healthIntervalMs: 200, healthFailureThreshold: 2, restartInitialMs: 100, restartMaxMs: 400,
+        stopGraceMs: 1000, udpPortRange: '48100-48199',
+      },
+    },
+  }, options.config ?? {}, overrides));
   let platform = await startPlatform(configFor(), { logDestination: logDestination as never, now });
   const bootstrapSecret = platform.bootstrapSecret!;
   const ca = options.ca;
@@ -125,4 +133,16 @@ export async function startTestPlatform(options: TestPlatformOptions = {}): Prom
     },
   };
   return test;
+}
+
+/** Deep merge of plain objects, later ones winning; arrays and values replace. */
+function merge(...layers: Record<string, any>[]): Record<string, any> {
+  const out: Record<string, any> = {};
+  for (const layer of layers) {
+    for (const [key, value] of Object.entries(layer)) {
+      out[key] = value && typeof value === 'object' && !Array.isArray(value) && out[key] && typeof out[key] === 'object'
+        ? merge(out[key], value) : value;
+    }
+  }
+  return out;
 }
