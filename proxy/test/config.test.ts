@@ -46,6 +46,9 @@ describe('development modes are announced at every start', () => {
       env: { PATH: process.env.PATH ?? '', ...BASE, SVC_TLS_SKIP_VERIFY: 'true', PROXY_SSL_INSECURE: 'true', PROXY_PORT: '0', PROXY_HOST: '127.0.0.1' },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
+    // Listening before anything can end the child, so an early exit is seen, never waited for forever.
+    const exited = once(child, 'exit');
+    const guard = setTimeout(() => child.kill('SIGKILL'), 10_000);
     let stdout = '';
     child.stdout.setEncoding('utf8');
     for await (const chunk of child.stdout) {
@@ -53,7 +56,9 @@ describe('development modes are announced at every start', () => {
       if (stdout.includes('proxy listening')) break;
     }
     child.kill('SIGTERM');
-    await once(child, 'exit');
+    await exited;
+    clearTimeout(guard);
+    assert.match(stdout, /proxy listening/, stdout);
     const warnings = stdout.split('\n').filter(Boolean).map((line) => JSON.parse(line) as { level: number; msg: string }).filter((line) => line.level === 40);
     assert.ok(warnings.some((line) => line.msg.startsWith('PROXY_AUTH_DISABLED=true: user authentication is OFF')));
     assert.ok(warnings.some((line) => line.msg.startsWith('SVC_TLS_SKIP_VERIFY=true')));
