@@ -3,7 +3,7 @@
 // the same run, interleaved. Target: authenticated ≥ 0.8× unauthenticated.
 import autocannon from 'autocannon';
 import { printTable, median } from '../lib/report.ts';
-import { servePlatform } from '../lib/platform.ts';
+import { servePlatform } from '../../api/test/helpers/served.ts';
 
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 32);
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);

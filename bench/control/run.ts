@@ -9,7 +9,7 @@ import pg from 'pg';
 import { request } from '../../api/test/helpers/http.ts';
 import { createDatabase } from '../../api/test/helpers/databases.ts';
 import { percentile, printTable } from '../lib/report.ts';
-import { servePlatform } from '../lib/platform.ts';
+import { servePlatform } from '../../api/test/helpers/served.ts';
 
 const FUNCTIONS = Number(process.env.BENCH_FUNCTIONS ?? 10_000);
 const SAMPLES = Number(process.env.BENCH_SAMPLES ?? 300);

@@ -170,9 +170,11 @@ export function createInvocationService(options: InvocationOptions) {
     invocation.state = 'running';
     slot.inflight++;
     inflight.set(versionId, (inflight.get(versionId) ?? 0) + 1);
-    if (invocation.durable) void repo.update(invocation.id, { state: 'running', updated_at: now().toISOString() }).catch(() => {});
     invocation.abort = new AbortController();
     try {
+      // At-most-once: a durable request is marked running before it can reach the instance, so a restart
+      // never runs it a second time.
+      if (invocation.durable) await repo.update(invocation.id, { state: 'running', updated_at: now().toISOString() });
       const response = await slot.pool.request({
         path: invocation.target.inferenceUrl, method: 'POST', headers: containerHeaders(invocation, slot), body: invocation.body,
         signal: invocation.abort.signal,

@@ -280,7 +280,9 @@ export function createInstancesService(options: InstancesOptions) {
     activeInstances,
 
     async start() {
-      for (const row of await repo.listAll()) rows.set(row.instance_id, row);
+      // What agents said before this process started is stale: no instance counts as running (or gets
+      // requests) until its agent reports it again, which a reconnecting agent does in its hello.
+      for (const row of await repo.listAll()) rows.set(row.instance_id, { ...row, state: 'PENDING' });
       await reconcile();
       timer = setInterval(() => void reconcile(), options.intervalMs ?? 2000);
       timer.unref();

@@ -1,0 +1,94 @@
+// Runs `svc serve` as its own process (benchmarks, and tests that kill the platform): the load
+// generator and the platform do not share an event loop, and a kill -9 is a real one.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { request } from './http.ts';
+
+const svcBin = path.resolve(import.meta.dirname, '../../bin/svc.js');
+
+export interface ServedPlatform {
+  url: string;
+  dataDir: string;
+  port: number;
+  bootstrapSecret: string;
+  readonly process: ChildProcess;
+  /** A management token and an opaque key with `scopes`. */
+  credentials(scopes: string[]): Promise<{ token: string; apiKey: string }>;
+  /** SIGKILL: no shutdown of any kind. */
+  kill9(): Promise<void>;
+  /** Starts `svc serve` again on the same data directory and port. */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<ServedPlatform> {
+  const dataDir = env.SVC_DATA_DIR ?? mkdtempSync(path.join(os.tmpdir(), 'svc-served-'));
+  // Output goes to a file, as a container runtime would take it; a pipe read by this (busy) process
+  // would make the platform wait on the load generator.
+  const outputFile = path.join(dataDir, 'output.log');
+
+  async function start(port: number): Promise<{ child: ChildProcess; url: string; secret?: string }> {
+    const offset = (() => {
+      try {
+        return readFileSync(outputFile).length;
+      } catch {
+        return 0;
+      }
+    })();
+    const child = spawn(process.execPath, [svcBin, 'serve'], {
+      env: { ...process.env, SVC_HOST: '127.0.0.1', ...env, SVC_PORT: String(port), SVC_DATA_DIR: dataDir },
+      stdio: ['ignore', openSync(outputFile, 'a'), 'inherit'],
+    });
+    let exited = false;
+    child.once('exit', () => {
+      exited = true;
+    });
+    for (;;) {
+      if (exited) throw new Error(`svc serve exited: ${readFileSync(outputFile, 'utf8').slice(offset)}`);
+      await sleep(50);
+      const output = readFileSync(outputFile, 'utf8').slice(offset);
+      const url = /API\s+(http:\/\/localhost:\d+)/.exec(output)?.[1];
+      if (url) return { child, url, secret: /Bootstrap secret[^:]*: (svcboot-\S+)/.exec(output)?.[1] };
+    }
+  }
+
+  const first = await start(Number(env.SVC_PORT ?? 0));
+  if (!first.secret) throw new Error('svc serve printed no bootstrap secret: is the data directory new?');
+  let child = first.child;
+  const port = Number(new URL(first.url).port);
+  const stopped = (process: ChildProcess) => new Promise((resolve) => (process.exitCode !== null || process.signalCode ? resolve(undefined) : process.once('exit', resolve)));
+
+  return {
+    url: first.url,
+    dataDir,
+    port,
+    bootstrapSecret: first.secret,
+    get process() {
+      return child;
+    },
+    async credentials(scopes) {
+      const token = (await request(first.url, 'POST', '/v1/admin/keys', { host: 'api-keys.localhost', bearer: first.secret, body: {} })).body.value;
+      const key = await request(first.url, 'POST', '/v1/keys', {
+        host: 'api-keys.localhost', bearer: token,
+        headers: { 'key-issuer-service': 'svc-api', 'key-issuer-id': 'svc-api', 'key-owner-id': 'served' },
+        body: { expires_at: new Date(Date.now() + 86_400_000).toISOString(), authorizations: { policies: [{ scopes }] } },
+      });
+      return { token, apiKey: key.body.value };
+    },
+    async kill9() {
+      child.kill('SIGKILL');
+      await stopped(child);
+    },
+    async restart() {
+      child = (await start(port)).child;
+    },
+    async stop() {
+      child.kill('SIGTERM');
+      await stopped(child);
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
