@@ -118,16 +118,17 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const agentHub = createAgentHub(clusters, instances, log);
 
     const apiRoutes = withOpenApi([
+      // The hot path first: Express tries routes in order.
+      ...invocationRoutes(invocation, functionsRepo, {
+        defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
+        maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
+      }),
       ...healthRoutes(health),
       ...accountRoutes(accounts, config.api.accountBootstrap.limits),
       ...functionRoutes(functions),
       ...deploymentRoutes(deployments),
       ...registryRoutes(registry),
       ...clusterRoutes(clusters),
-      ...invocationRoutes(invocation, functionsRepo, {
-        defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
-        maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
-      }),
       whoamiRoute(),
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),

@@ -1,6 +1,6 @@
 // Invocation endpoints (spec 4.1, 5.3; wire-reference 5): pexec and its status, and queue details.
 import { STATUS_CODES, type IncomingMessage } from 'node:http';
-import { pipeline } from 'node:stream/promises';
+import { once } from 'node:events';
 import type { Response } from 'express';
 import { z } from 'zod';
 import { access } from '../http/auth.ts';
@@ -39,15 +39,22 @@ function pollMs(header: number | undefined, sse: boolean, limits: PollLimits): n
   return Math.max(1, seconds) * 1000;
 }
 
-async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw new Problem('payload-too-large', `Request body exceeds ${limit} bytes`);
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks);
+/** The whole request body, refused past `limit`. Events rather than for-await: cheaper per request. */
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        req.removeAllListeners('data');
+        req.resume();
+        reject(new Problem('payload-too-large', `Request body exceeds ${limit} bytes`));
+      } else chunks.push(chunk);
+    });
+    req.once('end', () => resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)));
+    req.once('error', reject);
+  });
 }
 
 function kebab(status: number): string {
@@ -70,16 +77,50 @@ function invocationHeaders(id: string, status: number): Record<string, string> {
   return { 'svc-reqid': id, 'svc-status': svcStatus(status), 'access-control-expose-headers': EXPOSED };
 }
 
+/** Bodies up to this size are read whole and sent in one write; larger ones and SSE stream through. */
+const BUFFERED_BYTES = 64 * 1024;
+
+/**
+ * The function's response to the waiting client. Event streams and large bodies stream as produced;
+ * small bodies (and errors, which are rewrapped) are read first and sent in one write. Copies by hand
+ * rather than stream.pipeline, which costs an AbortController and a DOMException per response.
+ */
 async function sendUpstream(res: Response, invocation: Invocation, upstream: UpstreamResponse, instance: string) {
-  if (upstream.status >= 400 && !invocation.sse) {
-    const chunks: Buffer[] = [];
-    for await (const chunk of upstream.body) chunks.push(chunk as Buffer);
-    sendResult(res, invocation, { status: upstream.status, headers: {}, body: Buffer.concat(chunks) }, instance);
+  const rewrap = upstream.status >= 400 && !invocation.sse;
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let streaming = false;
+  const startStreaming = () => {
+    streaming = true;
+    res.writeHead(upstream.status, { ...forwardedResponseHeaders(upstream.headers), ...invocationHeaders(invocation.id, upstream.status) });
+    // Event streams must reach the client as produced; the headers go out before the first event.
+    res.flushHeaders();
+  };
+  if (invocation.sse) startStreaming();
+  try {
+    for await (const chunk of upstream.body) {
+      if (streaming) {
+        if (!res.write(chunk)) await once(res, 'drain');
+        continue;
+      }
+      chunks.push(chunk as Buffer);
+      size += (chunk as Buffer).length;
+      if (!rewrap && size > BUFFERED_BYTES) {
+        startStreaming();
+        for (const held of chunks.splice(0)) res.write(held);
+      }
+    }
+  } catch {
+    res.destroy();
     return;
   }
-  res.writeHead(upstream.status, { ...forwardedResponseHeaders(upstream.headers), ...invocationHeaders(invocation.id, upstream.status) });
-  res.flushHeaders();
-  await pipeline(upstream.body, res).catch(() => res.destroy());
+  if (streaming) {
+    res.end();
+    return;
+  }
+  const headers: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(upstream.headers)) if (value !== undefined) headers[name] = value;
+  sendResult(res, invocation, { status: upstream.status, headers, body: Buffer.concat(chunks) }, instance);
 }
 
 function sendResult(res: Response, invocation: Invocation, result: StoredResult, instance: string) {

@@ -12,7 +12,7 @@ import type { Principal } from '../http/auth.ts';
 import { notFound, Problem } from '../http/problem.ts';
 import type { Logger } from '../logger.ts';
 import type { DeploymentsRepo } from '../control/deployments/repo.ts';
-import type { FunctionsRepo, VersionRow } from '../control/functions/repo.ts';
+import type { FunctionsRepo } from '../control/functions/repo.ts';
 import type { InstancesService, ReadyInstance } from '../control/instances/service.ts';
 import type { ProgressReport } from '../compute/protocol.ts';
 import { forwardedRequestHeaders } from './headers.ts';
@@ -66,6 +66,12 @@ export interface Invocation {
   finishedAt?: number;
 }
 
+interface KnownVersion {
+  status: string;
+  streaming: boolean;
+  target: Target;
+}
+
 interface Slot {
   ready: ReadyInstance;
   inflight: number;
@@ -100,7 +106,7 @@ export function createInvocationService(options: InvocationOptions) {
   /** Every invocation not yet finished, and 202'd ones until collected. */
   const invocations = new Map<string, Invocation>();
   const inflight = new Map<string, number>();
-  const targets = new Map<string, { at: number; rows: VersionRow[] }>();
+  const targets = new Map<string, { at: number; versions: KnownVersion[] }>();
   let sweeper: NodeJS.Timeout | undefined;
 
   function poolFor(ready: ReadyInstance): Pool {
@@ -247,13 +253,21 @@ export function createInvocationService(options: InvocationOptions) {
     if (invocation.durable) void repo.delete(invocation.id).catch(() => {});
   }
 
-  async function versionsOf(ncaId: string, functionId: string): Promise<VersionRow[]> {
+  /** A function's versions as invocation needs them, read from the store at most every TARGET_CACHE_MS. */
+  async function versionsOf(ncaId: string, functionId: string): Promise<KnownVersion[]> {
     const key = `${ncaId}/${functionId}`;
     const cached = targets.get(key);
-    if (cached && Date.now() - cached.at < TARGET_CACHE_MS) return cached.rows;
-    const rows = await options.functionsRepo.listVersionsOf(ncaId, functionId);
-    targets.set(key, { at: Date.now(), rows });
-    return rows;
+    if (cached && Date.now() - cached.at < TARGET_CACHE_MS) return cached.versions;
+    const versions = (await options.functionsRepo.listVersionsOf(ncaId, functionId)).map((row) => ({
+      status: row.status,
+      streaming: row.function_type === 'STREAMING',
+      target: {
+        ncaId: row.nca_id, functionId: row.function_id, versionId: row.version_id, functionName: row.name,
+        inferenceUrl: (JSON.parse(row.document) as { inferenceUrl: string }).inferenceUrl,
+      },
+    }));
+    targets.set(key, { at: Date.now(), versions });
+    return versions;
   }
 
   return {
@@ -263,18 +277,17 @@ export function createInvocationService(options: InvocationOptions) {
      */
     async resolve(principal: Principal, functionId: string, versionId?: string): Promise<Target> {
       const versions = await versionsOf(principal.ncaId, functionId);
-      const named = versionId ? versions.filter((row) => row.version_id === versionId) : versions;
+      const named = versionId ? versions.filter((version) => version.target.versionId === versionId) : versions;
       if (named.length === 0) throw notFound(versionId ? `Function id '${functionId}', version '${versionId}': not found` : `Function id '${functionId}': not found`);
-      const deployable = named.filter((row) => DEPLOYABLE.has(row.status));
+      const deployable = named.filter((version) => DEPLOYABLE.has(version.status));
       if (deployable.length === 0) {
         const status = named[0].status;
         if (status === 'INACTIVE') throw notFound(`Function id '${functionId}'${versionId ? `, version '${versionId}'` : ''}: not deployed`);
         throw new Problem('service-unavailable', `Function id '${functionId}' is ${status} and takes no requests now`, { headers: { 'retry-after': '5' } });
       }
-      const row = deployable[Math.floor(Math.random() * deployable.length)];
-      if (row.function_type === 'STREAMING') throw new Problem('bad-request', 'STREAMING functions are reached over a WebSocket session, not pexec');
-      const document = JSON.parse(row.document) as { inferenceUrl: string };
-      return { ncaId: row.nca_id, functionId: row.function_id, versionId: row.version_id, functionName: row.name, inferenceUrl: document.inferenceUrl };
+      const chosen = deployable[Math.floor(Math.random() * deployable.length)];
+      if (chosen.streaming) throw new Problem('bad-request', 'STREAMING functions are reached over a WebSocket session, not pexec');
+      return chosen.target;
     },
 
     /** Queues a request; 429 when its version's queue is full. */

@@ -46,11 +46,14 @@ export interface InstancesOptions {
   intervalMs?: number;
   /** Start-up grace when a deployment's configuration does not give startupGracePeriod. */
   defaultStartupGraceMs?: number;
+  /** A version with minInstances 0 keeps one instance this long after its last request. */
+  idleBeforeZeroMs?: number;
 }
 
 /** Instances that restarted this often without becoming ready count as failing for ERROR status. */
 const CRASH_LOOP_RESTARTS = 3;
 const DEFAULT_GRACE_MS = 600_000;
+const DEFAULT_IDLE_BEFORE_ZERO_MS = 300_000;
 
 const apiStatus: Record<string, Instance['instanceStatus']> = {
   PENDING: 'STARTING', STARTING: 'STARTING', RESTARTING: 'STARTING', RUNNING: 'RUNNING', UNHEALTHY: 'ERRORED',
@@ -64,6 +67,8 @@ export function createInstancesService(options: InstancesOptions) {
   const agents = new Map<string, AgentChannel>();
   /** versionId → requests waiting or in flight; a version with demand never scales below one instance. */
   const demand = new Map<string, number>();
+  /** versionId → when it last had demand: a version scaled up from zero stays up this long after. */
+  const lastDemand = new Map<string, number>();
   const readyListeners: ((versionId: string, ready: ReadyInstance[]) => void)[] = [];
   const progressListeners: ((progress: ProgressReport) => void)[] = [];
   /** What each agent was last sent, so unchanged sets are not resent. */
@@ -87,9 +92,10 @@ export function createInstancesService(options: InstancesOptions) {
     return ready;
   }
 
-  /** Desired instances per GPU specification: its minimum, at least one while requests wait. */
+  /** Desired instances per GPU specification: its minimum, and at least one while requests wait or lately did. */
   function targetFor(spec: GpuSpecification, versionId: string): number {
-    const floor = (demand.get(versionId) ?? 0) > 0 ? 1 : 0;
+    const recent = now().getTime() - (lastDemand.get(versionId) ?? Number.NEGATIVE_INFINITY) < (options.idleBeforeZeroMs ?? DEFAULT_IDLE_BEFORE_ZERO_MS);
+    const floor = (demand.get(versionId) ?? 0) > 0 || recent ? 1 : 0;
     return Math.min(spec.maxInstances, Math.max(spec.minInstances, floor));
   }
 
@@ -303,12 +309,19 @@ export function createInstancesService(options: InstancesOptions) {
       progressListeners.push(listener);
     },
 
-    /** The invocation plane's count of waiting and running requests for a version. */
+    /**
+     * The invocation plane's count of waiting and running requests for a version. Called on every
+     * request, so it only prompts placement when a version with work has no instance at all.
+     */
     setDemand(versionId: string, count: number) {
-      const before = demand.get(versionId) ?? 0;
-      if (count === 0) demand.delete(versionId);
-      else demand.set(versionId, count);
-      if ((before === 0) !== (count === 0)) void reconcile();
+      if (count === 0) {
+        demand.delete(versionId);
+        return;
+      }
+      demand.set(versionId, count);
+      lastDemand.set(versionId, now().getTime());
+      const placed = [...rows.values()].some((row) => row.version_id === versionId && row.desired === 1);
+      if (!placed) void reconcile();
     },
 
     async agentConnected(cluster: ClusterRow, channel: AgentChannel, hello: { gpus: Gpu[]; instances: InstanceReport[] }) {
