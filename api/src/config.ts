@@ -72,6 +72,27 @@ export const configSchema = z.object({
     /** How long an uncollected result of a 202'd request is kept. */
     resultRetentionSeconds: z.coerce.number().int().min(1).default(3600),
   }).prefault({}),
+  streaming: z.object({
+    /** How long a dropped session waits for its browser to reconnect (spec: at most 300 s). */
+    resumeWindowSeconds: z.coerce.number().int().min(1).max(300).default(60),
+    /** How long a new session waits for a free instance before 503. */
+    waitForInstanceSeconds: z.coerce.number().int().min(0).max(600).default(10),
+  }).prefault({}),
+  turn: z.object({
+    /** auto: coturn when installed, else node-turn (STUN only); external: a TURN server you run; none: no STUN/TURN. */
+    server: z.enum(['auto', 'coturn', 'node-turn', 'external', 'none']).default('auto'),
+    /** The address browsers and containers reach the TURN server at. */
+    publicIp: z.string().min(1).default('127.0.0.1'),
+    listenIp: z.string().min(1).default('127.0.0.1'),
+    port: port.default(3478),
+    relayPortRange: z.string().regex(/^\d{1,5}-\d{1,5}$/, 'expected <min>-<max>').default('49160-49200'),
+    realm: z.string().min(1).default('svc'),
+    /** Shared secret of the TURN REST credentials; generated and kept sealed in the store when absent. */
+    secret: z.string().min(16).optional(),
+    /** Lifetime of a session's TURN credentials. */
+    credentialTtlSeconds: z.coerce.number().int().min(60).max(86_400).default(28_800),
+    coturnBinary: z.string().default('/usr/bin/turnserver'),
+  }).prefault({}),
   compute: z.object({
     /** `svc serve` runs a worker agent for the local cluster in its own process, linked over loopback. */
     inProcessAgent: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
@@ -121,6 +142,13 @@ export const envSettings: Record<string, string> = {
   SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
   SVC_IN_PROCESS_AGENT: 'compute.inProcessAgent',
   ...Object.fromEntries(Object.entries(agentEnvSettings).map(([name, setting]) => [name, `compute.agent.${setting}`])),
+  SVC_STREAMING_RESUME_WINDOW_SECONDS: 'streaming.resumeWindowSeconds',
+  SVC_TURN_SERVER: 'turn.server',
+  SVC_TURN_PUBLIC_IP: 'turn.publicIp',
+  SVC_TURN_LISTEN_IP: 'turn.listenIp',
+  SVC_TURN_PORT: 'turn.port',
+  SVC_TURN_RELAY_PORT_RANGE: 'turn.relayPortRange',
+  SVC_TURN_SECRET: 'turn.secret',
   SVC_LOG_LEVEL: 'log.level',
 };
 

@@ -1,4 +1,5 @@
 // Composition root: config → store → planes → listen. Nothing else lives here.
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { DestinationStream } from 'pino';
@@ -34,12 +35,12 @@ import { createAgentHub } from './control/agents/hub.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
 import { createInstancesService } from './control/instances/service.ts';
 import { createGateway } from './gateway/gateway.ts';
-import { notFound } from './http/problem.ts';
-import { rejectUpgrade } from './http/upgrade.ts';
 import { createInProcessQueue } from './invocation/queue.ts';
 import { createInvocationsRepo } from './invocation/repo.ts';
 import { invocationRoutes } from './invocation/routes.ts';
 import { createInvocationService } from './invocation/service.ts';
+import { createStreamingBroker } from './invocation/streaming.ts';
+import { startTurn } from './turn/server.ts';
 import { createApp } from './http/app.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
@@ -116,6 +117,15 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
     const agentHub = createAgentHub(clusters, instances, log);
+    const turnSecret = config.turn.secret
+      ?? box.decrypt((await settings.getOrCreate('turn.secret', () => box.encrypt(randomBytes(32).toString('base64url')), startedAt)).value);
+    const [relayMin, relayMax] = config.turn.relayPortRange.split('-').map(Number);
+    const turn = await startTurn({ ...config.turn, secret: turnSecret, relayPortRange: [relayMin, relayMax] }, log);
+    const streaming = createStreamingBroker({
+      verifier, functionsRepo, instances, turn, log, now,
+      resumeWindowMs: config.streaming.resumeWindowSeconds * 1000, waitForInstanceMs: config.streaming.waitForInstanceSeconds * 1000,
+    });
+    instances.onReady((versionId, ready) => streaming.ready(versionId, ready));
 
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
@@ -141,7 +151,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       keys: createApp({ ...appOptions, routes: keyServiceRoutes }),
       apiUpgrade: (req, socket, head) => {
         if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return void agentHub.upgrade(req, socket, head);
-        rejectUpgrade(req, socket, notFound(`No WebSocket endpoint at ${(req.url ?? '').split('?')[0]}`));
+        void streaming.upgrade(req, socket, head);
       },
       tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
     });
@@ -175,9 +185,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       async close() {
         await worker?.close();
         agentHub.close();
+        streaming.close();
         await gateway.close();
         await instances.stop();
         await invocation.close();
+        await turn.close();
         await store.close();
         log.flush();
       },

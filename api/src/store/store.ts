@@ -54,8 +54,10 @@ function openSqlite(dataDir: string) {
 
 function openPostgres(connectionString: string) {
   const pool = new pg.Pool({ connectionString, max: 10 });
-  // An idle client losing its connection must not crash the process; the next query reports it.
+  // A client losing its connection (database restart, admin termination) must not crash the process: an
+  // idle one reports through the pool, a busy one through the query it was running.
   pool.on('error', () => {});
+  pool.on('connect', (client) => client.on('error', () => {}));
   return { db: new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), dialect: 'postgres' as const };
 }
 

@@ -66,6 +66,9 @@ export async function startTestPlatform(options: TestPlatformOptions = {}): Prom
         stopGraceMs: 1000, udpPortRange: '48100-48199',
       },
     },
+    // Tests that need STUN/TURN start their own on free ports.
+    turn: { server: 'none' },
+    streaming: { waitForInstanceSeconds: 2 },
   }, options.config ?? {}, overrides));
   let platform = await startPlatform(configFor(), { logDestination: logDestination as never, now });
   const bootstrapSecret = platform.bootstrapSecret!;

@@ -1,0 +1,129 @@
+// The STUN/TURN server the platform hands to streaming sessions (spec 2.4, 4.6):
+// - coturn (Debian `coturn`), run by the platform with REST-style ephemeral credentials: STUN and relay;
+// - node-turn in-process when coturn is absent: it answers STUN, but drops TURN ChannelData, so it cannot
+//   relay WebRTC media (sessions still get host and server-reflexive candidates);
+// - an external TURN server the operator runs with the same shared secret;
+// - none: sessions get no STUN/TURN at all (host candidates only).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createSocket } from 'node:dgram';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import Turn from 'node-turn';
+import type { Logger } from '../logger.ts';
+import { mintTurnCredentials, type TurnCredentials } from './credentials.ts';
+
+export interface TurnSettings {
+  server: 'auto' | 'coturn' | 'node-turn' | 'external' | 'none';
+  /** Address sessions are told to reach the server at (stunIp). */
+  publicIp: string;
+  listenIp: string;
+  port: number;
+  relayPortRange: [number, number];
+  realm: string;
+  secret: string;
+  credentialTtlSeconds: number;
+  coturnBinary: string;
+}
+
+/** What a streaming container is told (POST /v1/streaming/creds). */
+export interface SessionCredentials {
+  stunIp: string;
+  stunPort: number;
+  username: string;
+  password: string;
+}
+
+export interface TurnService {
+  readonly kind: 'coturn' | 'node-turn' | 'external' | 'none';
+  /** Fresh credentials for one session, or undefined when there is no STUN/TURN server. */
+  credentialsFor(sessionId: string, now: Date): SessionCredentials | undefined;
+  close(): Promise<void>;
+}
+
+export async function startTurn(settings: TurnSettings, log: Logger): Promise<TurnService> {
+  const kind = settings.server === 'auto' ? (existsSync(settings.coturnBinary) ? 'coturn' : 'node-turn') : settings.server;
+  if (kind === 'none') return { kind, credentialsFor: () => undefined, close: async () => {} };
+
+  const expiring: { username: string; expiresAt: number }[] = [];
+  let nodeTurn: InstanceType<typeof Turn> | undefined;
+  let coturn: ChildProcess | undefined;
+  let workDir: string | undefined;
+
+  if (kind === 'coturn') {
+    workDir = mkdtempSync(path.join(os.tmpdir(), 'svc-coturn-'));
+    coturn = spawn(settings.coturnBinary, [
+      '-n', `--listening-ip=${settings.listenIp}`, `--relay-ip=${settings.listenIp}`, `--external-ip=${settings.publicIp}`,
+      `--listening-port=${settings.port}`, `--min-port=${settings.relayPortRange[0]}`, `--max-port=${settings.relayPortRange[1]}`,
+      '--use-auth-secret', `--static-auth-secret=${settings.secret}`, `--realm=${settings.realm}`, '--fingerprint',
+      '--no-cli', '--no-tls', '--no-dtls', '--no-multicast-peers', '--simple-log', '--no-stdout-log',
+      `--log-file=${path.join(workDir, 'turn.log')}`, `--pidfile=${path.join(workDir, 'turn.pid')}`,
+      // Sessions on one machine (the embedded default) relay between loopback addresses.
+      ...(settings.listenIp.startsWith('127.') ? ['--allow-loopback-peers'] : []),
+    ], { stdio: 'ignore' });
+    coturn.once('exit', (code) => code !== null && code !== 0 && log.error({ code }, 'coturn exited'));
+    await waitForStun(settings.listenIp === '0.0.0.0' ? '127.0.0.1' : settings.listenIp, settings.port, coturn);
+  } else if (kind === 'node-turn') {
+    nodeTurn = new Turn({
+      listeningPort: settings.port, listeningIps: [settings.listenIp], relayIps: [settings.listenIp],
+      minPort: settings.relayPortRange[0], maxPort: settings.relayPortRange[1], authMech: 'long-term', realm: settings.realm,
+      debugLevel: 'OFF', credentials: {},
+    });
+    nodeTurn.start();
+  }
+  log.info({ turn: kind, stun: `${settings.publicIp}:${settings.port}` }, 'STUN/TURN for streaming sessions');
+
+  return {
+    kind,
+    credentialsFor(sessionId, now) {
+      const minted: TurnCredentials = mintTurnCredentials(settings.secret, sessionId, settings.credentialTtlSeconds, now);
+      if (nodeTurn) {
+        // node-turn has no REST mechanism: each session's pair is added as a user until it expires.
+        nodeTurn.addUser(minted.username, minted.password);
+        expiring.push({ username: minted.username, expiresAt: minted.expiresAt.getTime() });
+        while (expiring.length && expiring[0].expiresAt <= now.getTime()) nodeTurn.removeUser(expiring.shift()!.username);
+      }
+      return { stunIp: settings.publicIp, stunPort: settings.port, username: minted.username, password: minted.password };
+    },
+    async close() {
+      nodeTurn?.stop();
+      if (coturn && coturn.exitCode === null) {
+        const exited = new Promise((resolve) => coturn!.once('exit', resolve));
+        coturn.kill('SIGTERM');
+        await exited;
+      }
+      if (workDir) rmSync(workDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** coturn is up once it answers a STUN binding request. */
+async function waitForStun(host: string, port: number, child: ChildProcess) {
+  for (let attempt = 0; attempt < 100; attempt++) {
+    if (child.exitCode !== null) throw new Error(`coturn exited with ${child.exitCode} at start (is port ${port} free?)`);
+    if (await stunAnswers(host, port)) return;
+    await sleep(100);
+  }
+  throw new Error(`coturn did not answer STUN on ${host}:${port}`);
+}
+
+export function stunAnswers(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createSocket('udp4');
+    const request = Buffer.alloc(20);
+    request.writeUInt16BE(0x0001, 0);
+    request.writeUInt32BE(0x2112a442, 4);
+    randomBytes(12).copy(request, 8);
+    const done = (answered: boolean) => {
+      clearTimeout(timer);
+      socket.close();
+      resolve(answered);
+    };
+    const timer = setTimeout(() => done(false), 200);
+    socket.once('message', () => done(true));
+    socket.once('error', () => done(false));
+    socket.send(request, port, host);
+  });
+}
