@@ -5,9 +5,12 @@
 // instances keep running and keep their ids. While disconnected, instance and progress messages are
 // dropped (hello carries the current state). Reconnects back off from 250 ms to 5 s, forever, until
 // close(). A ping every pingIntervalMs; no pong by the next one means a dead link, which is dropped.
+// Tasks ride the same link: hello carries the task runner's reports, `tasks` messages its desired set,
+// and each task report goes up as a `task` message.
 import { WebSocket, type ClientOptions, type RawData } from 'ws';
 import type { Logger } from '../logger.ts';
 import type { Agent } from './agent.ts';
+import type { TaskRunner } from './task-runner.ts';
 import { backoffDelay, type BackoffSettings } from './backoff.ts';
 import { AGENT_LINK_PATH, type AgentMessage, type ControlMessage, type GpuOffer } from './protocol.ts';
 
@@ -21,6 +24,8 @@ export interface AgentLinkOptions {
   /** Extra CA (PEM) to trust for a TLS server. */
   ca?: string | Buffer;
   agent: Agent;
+  /** The agent's task runner, when it runs tasks. */
+  tasks?: TaskRunner;
   gpus: GpuOffer[];
   agentVersion: string;
   log: Logger;
@@ -52,6 +57,7 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
   };
   const unsubscribeReports = options.agent.onReport((report) => send({ type: 'instance', report }));
   const unsubscribeProgress = options.agent.onProgress((progress) => send({ type: 'progress', progress }));
+  const unsubscribeTasks = options.tasks?.onReport((report) => send({ type: 'task', report }));
 
   function connect(): void {
     const headers: Record<string, string> = { authorization: `Bearer ${options.credential}` };
@@ -68,7 +74,10 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
     ws.on('open', () => {
       open = true;
       log.info({ server: url.origin }, 'agent link connected');
-      send({ type: 'hello', agentVersion: options.agentVersion, runtime: options.agent.runtimeName, gpus: options.gpus, instances: options.agent.reports() });
+      send({
+        type: 'hello', agentVersion: options.agentVersion, runtime: options.agent.runtimeName, gpus: options.gpus,
+        instances: options.agent.reports(), ...(options.tasks ? { tasks: options.tasks.reports() } : {}),
+      });
       pingTimer = setInterval(() => {
         if (!alive) return ws.terminate();
         alive = false;
@@ -118,6 +127,9 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
       options.onWelcome?.(message);
     } else if (message.type === 'desired' && Array.isArray(message.instances)) {
       options.agent.applyDesired(message.instances);
+    } else if (message.type === 'tasks' && Array.isArray(message.desired) && Array.isArray(message.specs)) {
+      if (options.tasks) options.tasks.applyDesired(message.desired, message.specs);
+      else log.warn('agent link: tasks sent to an agent that runs none; ignored');
     } else {
       log.warn({ type: (message as { type?: unknown }).type }, 'agent link: unknown message ignored');
     }
@@ -133,6 +145,7 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
       clearTimeout(retryTimer);
       unsubscribeReports();
       unsubscribeProgress();
+      unsubscribeTasks?.();
       const ws = socket;
       if (!ws || ws.readyState === WebSocket.CLOSED) return;
       await new Promise<void>((resolve) => {

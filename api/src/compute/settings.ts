@@ -40,6 +40,8 @@ export const agentSettingsSchema = z.object({
   /** Health probing of RUNNING instances. */
   healthIntervalMs: z.coerce.number().int().min(100).default(5000),
   healthFailureThreshold: z.coerce.number().int().min(1).default(3),
+  /** How often the progress files of running tasks are checked (percentComplete, heartbeats). */
+  taskProgressIntervalMs: z.coerce.number().int().min(50).default(500),
   /** A remote agent (`svc agent`): the platform URL, the cluster's agent credential, the api host. */
   server: z.string().url().optional(),
   credential: z.string().optional(),

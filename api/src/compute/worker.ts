@@ -1,4 +1,4 @@
-// Composition of a worker: settings → GPUs → runtime → agent → link. What `svc agent` runs, and what
+// Composition of a worker: settings → GPUs → runtime → agent and task runner → link. What `svc agent` runs, and what
 // `svc serve` runs in-process (linking to itself over loopback, or, without `link`, handing the bare
 // agent to the caller).
 import path from 'node:path';
@@ -8,6 +8,8 @@ import { discoverGpus } from './gpus.ts';
 import { connectAgentLink, type AgentLink } from './link.ts';
 import type { GpuOffer } from './protocol.ts';
 import type { Runtime } from './runtime.ts';
+import { startTaskRunner, type TaskRunner } from './task-runner.ts';
+import { httpResultUploader } from './task-results.ts';
 import { createDockerRuntime } from './runtimes/docker.ts';
 import { dockerSocketPath } from './runtimes/docker-api.ts';
 import { createProcessRuntime } from './runtimes/process.ts';
@@ -28,9 +30,10 @@ export interface WorkerOptions {
 
 export interface Worker {
   agent: Agent;
+  tasks: TaskRunner;
   gpus: GpuOffer[];
   link?: AgentLink;
-  /** Closes the link, then stops every instance. */
+  /** Closes the link, then stops every instance and task. */
   close(): Promise<void>;
 }
 
@@ -49,16 +52,23 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     },
     probe: { intervalMs: options.settings.healthIntervalMs, failureThreshold: options.settings.healthFailureThreshold },
   });
+  // After startAgent: its runtime.cleanup() has ended whatever an earlier run left, tasks included.
+  const tasks = await startTaskRunner({
+    runtime, stateDir, log, progressIntervalMs: options.settings.taskProgressIntervalMs,
+    uploader: options.link && httpResultUploader(options.link),
+  });
   const link = options.link && connectAgentLink({
-    ...options.link, agent, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log,
+    ...options.link, agent, tasks, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log,
   });
   return {
     agent,
+    tasks,
     gpus: discovery.gpus,
     link,
     async close() {
       await link?.close();
-      await agent.stop();
+      // A stopping agent does not wait out a task's own (long) grace period.
+      await Promise.all([agent.stop(), tasks.stop(options.settings.stopGraceMs)]);
     },
   };
 }

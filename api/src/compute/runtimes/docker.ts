@@ -66,13 +66,15 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
     }
     await pull(spec);
 
+    // A task serves nothing: no ports are exposed or published, and no port contract is in its environment.
+    const serves = spec.workload !== 'task';
     const needs = portNeeds(spec);
     const second = needs.streaming && !needs.healthOnSecond ? DEFAULT_CONTROL_PORT : spec.health.port;
-    const udpRange = needs.streaming ? await udpPool.take() : undefined;
+    const udpRange = serves && needs.streaming ? await udpPool.take() : undefined;
     let containerId: string | undefined;
     try {
       const inside = portMap(needs, spec.inferencePort, needs.second ? second : undefined, udpRange);
-      const tcpPorts = [inside.inference, ...(needs.second ? [second] : [])];
+      const tcpPorts = serves ? [inside.inference, ...(needs.second ? [second] : [])] : [];
       const udpPorts = udpRange ? range(udpRange[0], udpRange[1]) : [];
       const exposed: Record<string, object> = {};
       const bindings: Record<string, { HostIp: string; HostPort: string }[]> = {};
@@ -84,11 +86,12 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
         exposed[`${port}/udp`] = {};
         bindings[`${port}/udp`] = [{ HostIp: '', HostPort: String(port) }];
       }
-      const env = { ...context.env, ...portEnvironment(spec, inside) };
+      const env = { ...context.env, ...(serves ? portEnvironment(spec, inside) : {}) };
       // Containers often run as another user than the agent; let them reach the work dir and write
       // their request directories.
       await chmod(context.workDir, 0o711);
-      await chmod(outputDirOf(context.workDir), 0o777);
+      // (A task's own writable directories are made 0777 by compute/task-env.ts.)
+      if (serves) await chmod(outputDirOf(context.workDir), 0o777);
       const created = await api.call<{ Id: string }>('POST', '/containers/create', {
         query: { name: `svc-${fileNameFor(spec.instanceId)}` },
         body: {
@@ -116,7 +119,9 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
         if (!published) throw new Error(`container port ${port}/tcp was not published`);
         return published;
       };
-      const ports: PortMap = portMap(needs, hostPort(inside.inference), needs.second ? hostPort(second) : undefined, udpRange);
+      const ports: PortMap = serves
+        ? portMap(needs, hostPort(inside.inference), needs.second ? hostPort(second) : undefined, udpRange)
+        : { inference: 0, health: 0 };
       context.log.info({ containerId, image: spec.containerImage, ports }, 'instance container started');
       return running(containerId, ports, context, () => { if (udpRange) udpPool.release(udpRange); });
     } catch (error) {

@@ -41,6 +41,8 @@ export interface ProcessRuntimeOptions {
 const INHERITED_ENV = ['PATH', 'HOME', 'LANG', 'TZ', 'TMPDIR'];
 /** After the main process exits, how long its stdout/stderr may take to drain. */
 const DRAIN_MS = 1000;
+/** The endpoint ports of a task, which listens on nothing. */
+const NO_PORTS: PortMap = { inference: 0, health: 0 };
 
 interface PidFile {
   pid: number;
@@ -64,6 +66,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
       throw new UnstartableError((error as Error).message);
     }
 
+    // A task serves nothing: it gets no ports and no port contract.
+    const serves = spec.workload !== 'task';
     const needs = portNeeds(spec);
     const held: number[] = [];
     let udpRange: [number, number] | undefined;
@@ -72,15 +76,17 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
       if (udpRange) udpPool.release(udpRange);
     };
     let child: ChildProcess;
-    let ports: PortMap;
+    let ports: PortMap = NO_PORTS;
     try {
-      held.push(await tcpPorts.take());
-      if (needs.second) held.push(await tcpPorts.take());
-      if (needs.streaming) udpRange = await udpPool.take();
-      ports = portMap(needs, held[0], held[1], udpRange);
+      if (serves) {
+        held.push(await tcpPorts.take());
+        if (needs.second) held.push(await tcpPorts.take());
+        if (needs.streaming) udpRange = await udpPool.take();
+        ports = portMap(needs, held[0], held[1], udpRange);
+      }
       const env: Record<string, string> = {};
       for (const name of INHERITED_ENV) if (process.env[name] !== undefined) env[name] = process.env[name]!;
-      Object.assign(env, entry.env, context.env, portEnvironment(spec, ports));
+      Object.assign(env, entry.env, context.env, serves ? portEnvironment(spec, ports) : {});
       const [command, ...args] = [...entry.command, ...extraArgs];
       child = spawn(command, args, { cwd: entry.cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
       await new Promise<void>((resolve, reject) => {
@@ -114,7 +120,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
         logFile.write(chunk);
       });
     }
-    context.log.info({ childPid: pid, image: spec.containerImage, ports }, 'instance process started');
+    context.log.info({ childPid: pid, image: spec.containerImage, ...(serves ? { ports } : {}) }, 'instance process started');
 
     const signalGroup = (signal: NodeJS.Signals) => {
       try {

@@ -1,26 +1,32 @@
 // The control plane's end of the agent link (compute/protocol.ts): authenticates a cluster's agent by
 // its credential, hands it the desired set, and feeds its reports to placement. One link per cluster;
-// a newer link replaces an older one.
+// a newer link replaces an older one. Tasks ride the same link: hello's task reports, `tasks` desired
+// sets and `task` reports go to the task scheduler when one is given.
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
-import type { AgentMessage, ControlMessage } from '../../compute/protocol.ts';
+import type { AgentMessage, ControlMessage, TaskSpec } from '../../compute/protocol.ts';
 import { bearerOf } from '../../http/auth.ts';
 import { unauthorized } from '../../http/problem.ts';
 import { rejectUpgrade } from '../../http/upgrade.ts';
 import type { Logger } from '../../logger.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import type { AgentChannel, InstancesService } from '../instances/service.ts';
+import type { TaskScheduler } from '../tasks/scheduler.ts';
+
+/** What the hub needs of the task plane. */
+export type TaskAgents = Pick<TaskScheduler, 'agentConnected' | 'agentDisconnected' | 'report'>;
 
 const HEARTBEAT_MS = 15_000;
 const HELLO_TIMEOUT_MS = 10_000;
 
-export function createAgentHub(clusters: ClustersService, instances: InstancesService, log: Logger) {
+export function createAgentHub(clusters: ClustersService, instances: InstancesService, log: Logger, tasks?: TaskAgents) {
   const server = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
 
   function serve(ws: WebSocket, clusterId: string) {
     const send = (message: ControlMessage) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(message));
     const channel: AgentChannel = { sendDesired: (desired) => send({ type: 'desired', instances: desired }) };
+    const taskChannel = { sendTasks: (desired: string[], specs: TaskSpec[]) => send({ type: 'tasks', desired, specs }) };
     let alive = true;
     let greeted = false;
     const helloTimer = setTimeout(() => ws.close(4408, 'no hello'), HELLO_TIMEOUT_MS);
@@ -54,12 +60,15 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
         send({ type: 'welcome', clusterId, clusterName: cluster.name });
         log.info({ clusterId, runtime: message.runtime, agentVersion: message.agentVersion, instances: message.instances.length }, 'agent connected');
         await instances.agentConnected(cluster, channel, { gpus: message.gpus, instances: message.instances });
+        await tasks?.agentConnected(cluster, taskChannel, message.tasks ?? []);
       } else if (!greeted) {
         log.warn({ clusterId, type: message.type }, 'agent spoke before hello; ignored');
       } else if (message.type === 'instance') {
         await instances.report(clusterId, message.report);
       } else if (message.type === 'progress') {
         instances.progress(clusterId, message.progress);
+      } else if (message.type === 'task') {
+        await tasks?.report(clusterId, message.report);
       }
     }
 
@@ -67,6 +76,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       clearTimeout(helloTimer);
       clearInterval(heartbeat);
       instances.agentDisconnected(clusterId, channel);
+      tasks?.agentDisconnected(clusterId, taskChannel);
       log.info({ clusterId }, 'agent disconnected');
     });
   }

@@ -1,0 +1,93 @@
+// Progress of running tasks: each writes SVC_PROGRESS_FILE_PATH as {"progress": 0-100} (the invocation
+// plane's progress shape, compute/progress.ts) or the reference's {"percentComplete": 0-100, ...}. One
+// poller per agent checks every running task's file each interval (a stat each; the file is read only
+// when its size or mtime changed) and hands changes to the task: percentComplete, and the file's mtime as
+// lastHeartbeatAt. A half-written file is skipped and read again on the next tick.
+import { readFile, stat } from 'node:fs/promises';
+
+export interface TaskProgress {
+  percent: number;
+  /** When the task last wrote the file. */
+  at: Date;
+}
+
+interface Seen {
+  mtimeMs: number;
+  size: number;
+}
+
+/** {percent} from a progress file's text, or undefined when it is not (yet) a JSON object. */
+export function parseTaskProgress(text: string): number | undefined {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  if (!body || typeof body !== 'object' || Array.isArray(body)) return undefined;
+  const { progress, percentComplete } = body as { progress?: unknown; percentComplete?: unknown };
+  const value = Number(percentComplete ?? progress ?? 0);
+  return Number.isFinite(value) ? Math.round(Math.min(100, Math.max(0, value))) : 0;
+}
+
+export interface ProgressTarget {
+  readonly progressFile: string;
+  readonly running: boolean;
+  progress(percent: number, at: Date): void;
+}
+
+/** Polls the progress files of `targets()` every intervalMs until stopped. */
+export function pollTaskProgress(targets: () => Iterable<[string, ProgressTarget]>, intervalMs: number): { stop(): void } {
+  const seen = new Map<string, Seen>();
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+
+  async function tick(): Promise<void> {
+    const present = new Set<string>();
+    for (const [id, target] of targets()) {
+      if (stopped) return;
+      if (!target.running) continue;
+      present.add(id);
+      const change = await readChanged(target.progressFile, seen.get(id));
+      if (!change) continue;
+      seen.set(id, change.seen);
+      if (change.percent !== undefined) target.progress(change.percent, new Date(change.seen.mtimeMs));
+    }
+    for (const id of seen.keys()) if (!present.has(id)) seen.delete(id);
+  }
+
+  const loop = () => {
+    tick().catch(() => {}).finally(() => {
+      if (!stopped) timer = setTimeout(loop, intervalMs);
+    });
+  };
+  timer = setTimeout(loop, intervalMs);
+  return {
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** The progress file now, whatever was seen before (the last word after a task exits). */
+export async function readTaskProgress(file: string): Promise<TaskProgress | undefined> {
+  const change = await readChanged(file, undefined);
+  return change?.percent === undefined ? undefined : { percent: change.percent, at: new Date(change.seen.mtimeMs) };
+}
+
+async function readChanged(file: string, before: Seen | undefined): Promise<{ seen: Seen; percent?: number } | undefined> {
+  let info;
+  try {
+    info = await stat(file);
+  } catch {
+    return undefined; // not written (yet)
+  }
+  if (before && before.mtimeMs === info.mtimeMs && before.size === info.size) return undefined;
+  const text = await readFile(file, 'utf8').catch(() => undefined);
+  if (text === undefined) return undefined;
+  const percent = parseTaskProgress(text);
+  // Half-written: leave `seen` as it was so the next tick reads it again.
+  if (percent === undefined) return undefined;
+  return { seen: { mtimeMs: info.mtimeMs, size: info.size }, percent };
+}

@@ -1,0 +1,56 @@
+// The task plane, composed: repo → scheduler → service → routes. main.ts mounts `routes` on the api
+// host, hands `scheduler` to the agent hub (task messages of the agent link), and starts/stops it.
+import path from 'node:path';
+import type { Kysely } from 'kysely';
+import type { Logger } from '../../logger.ts';
+import type { SecretBox } from '../../store/encryption.ts';
+import type { AccountsService } from '../accounts/service.ts';
+import type { ClustersService } from '../clusters/service.ts';
+import type { TasksDatabase } from './migration.ts';
+import { createTasksRepo } from './repo.ts';
+import { createLocalResultsStore, type ResultsStore } from './results-store.ts';
+import { taskRoutes } from './routes.ts';
+import { createTaskScheduler, type CapacityInUse, type RegistrySecrets } from './scheduler.ts';
+import { createTasksService } from './service.ts';
+import type { TasksSettings } from './settings.ts';
+
+export interface TasksPlaneOptions {
+  /** The store's handle, with the tasks tables (store.db.withTables<TasksDatabase>() until they are in Database). */
+  db: Kysely<TasksDatabase>;
+  box: SecretBox;
+  accounts: AccountsService;
+  clusters: ClustersService;
+  log: Logger;
+  settings: TasksSettings;
+  /** store.dataDir: the results directory defaults to <dataDir>/task-results. */
+  dataDir: string;
+  now?: () => Date;
+  capacityInUse?: CapacityInUse;
+  registry?: RegistrySecrets;
+  results?: ResultsStore;
+}
+
+export function createTasksPlane(options: TasksPlaneOptions) {
+  const { settings } = options;
+  const log = options.log.child({ component: 'tasks' });
+  const repo = createTasksRepo(options.db);
+  const results = options.results ?? createLocalResultsStore(path.resolve(settings.resultsDir ?? path.join(options.dataDir, 'task-results')));
+  const scheduler = createTaskScheduler({
+    repo, clusters: options.clusters, box: options.box, log, now: options.now, capacityInUse: options.capacityInUse,
+    registry: options.registry, intervalMs: settings.schedulerIntervalMs, agentLostAfterMs: settings.agentLostAfterSeconds * 1000,
+  });
+  const service = createTasksService({
+    repo, scheduler, accounts: options.accounts, clusters: options.clusters, box: options.box, results,
+    maxResultBytes: settings.maxResultBytes, now: options.now,
+  });
+  return {
+    routes: taskRoutes(service),
+    service,
+    /** The agent hub's partner for task messages. */
+    scheduler,
+    start: () => scheduler.start(),
+    stop: () => scheduler.stop(),
+  };
+}
+
+export type TasksPlane = ReturnType<typeof createTasksPlane>;
