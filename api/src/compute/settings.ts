@@ -63,4 +63,5 @@ export const agentEnvSettings: Record<string, keyof AgentSettings> = {
   SVC_AGENT_SERVER: 'server',
   SVC_AGENT_CREDENTIAL: 'credential',
   SVC_AGENT_API_HOST: 'apiHost',
+  SVC_AGENT_TASK_PROGRESS_INTERVAL_MS: 'taskProgressIntervalMs',
 };
