@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { eventsOf, hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
 import { startTaskTestPlatform, type TaskTestPlatform } from './compute/tasks-platform.ts';
+import { postgresAvailable } from './helpers/databases.ts';
 import { request } from './helpers/http.ts';
 
 describe('task lifecycle on the local agent', () => {
@@ -150,5 +151,26 @@ describe('task lifecycle on the local agent', () => {
       assert.equal((await eventsOf(svc.api, key, done.id)).at(-1),
         "Changing status from 'QUEUED' to 'EXCEEDED_MAX_QUEUED_DURATION' with error 'not scheduled within maxQueuedDuration PT0.3S'");
     });
+  });
+});
+
+describe('task lifecycle on PostgreSQL', async () => {
+  const available = await postgresAvailable();
+  test('a task runs to COMPLETED with its events, progress and results', { skip: !available && 'PostgreSQL is not reachable' }, async () => {
+    const svc = await startTaskTestPlatform({ backend: 'postgres', tasks: { schedulerIntervalMs: 100 } });
+    try {
+      const key = await svc.apiKey(await svc.token(), TASK_KEY_SCOPES, { task: true });
+      const launched = await svc.api('POST', '/v1/svct/tasks', { bearer: key, body: taskBody({ name: 'pg' }) });
+      const done = await waitForTask(svc.api, key, launched.body.task.id, hasStatus('COMPLETED', 'ERRORED'));
+      assert.equal(done.status, 'COMPLETED');
+      assert.equal(done.percentComplete, 100);
+      assert.equal((await eventsOf(svc.api, key, done.id)).length, 4);
+      const results = (await svc.api('GET', `/v1/svct/tasks/${done.id}/results`, { bearer: key })).body.results;
+      assert.deepEqual(results.map((result: { size: number }) => typeof result.size), ['number', 'number']);
+      const listed = await svc.api('GET', '/v1/svct/tasks?status=COMPLETED', { bearer: key });
+      assert.deepEqual(listed.body.tasks.map((task: { id: string }) => task.id), [done.id]);
+    } finally {
+      await svc.close();
+    }
   });
 });

@@ -106,6 +106,7 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
   let busy = false;
   let again = false;
   let startedAt = 0;
+  let lastExpiryScan = 0;
 
   function documentOf(row: TaskRow): Document {
     return JSON.parse(row.document) as Document;
@@ -204,10 +205,17 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
       await end(flight, DISPATCHED, 'ERRORED', `the agent of its cluster has not been connected for ${Math.round(agentLostAfterMs / 1000)} s`);
     }
 
+    // Reading the queue is the costly part of a pass: do it when some connected cluster has room, and
+    // otherwise only once per interval, for the queued-duration expiry.
+    const connected = (await clusters.all()).filter((cluster) => agents.has(cluster.id));
+    const hasRoom = () => connected.some((cluster) => (JSON.parse(cluster.gpus) as Gpu[]).some((gpu) => capacityLeft(cluster, gpu.name) > 0));
+    const expiryDue = at.getTime() - lastExpiryScan >= (options.intervalMs ?? 1000);
+    if (!expiryDue && !hasRoom()) return;
+    if (expiryDue) lastExpiryScan = at.getTime();
     const queued = await repo.listQueued(options.batch ?? 1000);
-    if (queued.length === 0) return;
     const offerings = new Map<string, ClusterRow[]>();
     for (const row of queued) {
+      if (!expiryDue && !hasRoom()) break;
       const document = documentOf(row);
       const queuedFor = at.getTime() - Date.parse(row.created_at);
       const maxQueued = parseDuration(document.maxQueuedDuration) ?? Number.POSITIVE_INFINITY;
