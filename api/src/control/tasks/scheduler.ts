@@ -163,11 +163,15 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
     agent.channel.sendTasks(desired, specs);
   }
 
-  function held(clusterId: string, gpu: string): number {
-    let count = options.capacityInUse?.of(clusterId, gpu) ?? 0;
+  function tasksOn(clusterId: string, gpu: string): number {
+    let count = 0;
     for (const flight of flights.values()) if (flight.clusterId === clusterId && flight.gpu === gpu) count++;
     for (const stop of stopping.values()) if (stop.clusterId === clusterId && stop.gpu === gpu) count++;
     return count;
+  }
+
+  function held(clusterId: string, gpu: string): number {
+    return (options.capacityInUse?.of(clusterId, gpu) ?? 0) + tasksOn(clusterId, gpu);
   }
 
   function capacityLeft(cluster: ClusterRow, gpu: string): number {
@@ -388,6 +392,9 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
       flight.revision = revision;
       push(flight.clusterId);
     },
+
+    /** GPUs of `gpu` that tasks hold on a cluster (dispatched or still stopping), for function placement. */
+    tasksOn,
 
     /** Whether `clusterId` runs the task now (result uploads are taken only from there). */
     runsOn(taskId: string, clusterId: string): boolean {
