@@ -147,7 +147,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit };
     const gateway = createGateway({
       address: config.gateway.address,
-      api: createApp({ ...appOptions, routes: apiRoutes }),
+      api: (() => {
+        const app = createApp({ ...appOptions, routes: apiRoutes });
+        // The reference's streaming sign-in (SVC-ABSORB: true) reserves sessions on any path.
+        return (req, res) => (req.headers['svc-absorb'] === 'true' ? void streaming.signIn(req, res) : app(req, res));
+      })(),
       keys: createApp({ ...appOptions, routes: keyServiceRoutes }),
       apiUpgrade: (req, socket, head) => {
         if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return void agentHub.upgrade(req, socket, head);

@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { WebSocket } from 'ws';
 import { streamingBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
+import { request } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 
 const hasFfmpeg = (() => {
@@ -125,6 +126,28 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
     assert.ok(fresh.activeInstances.every((instance: any) => instance.instanceId !== instanceBefore), 'the container exited and was replaced');
     const gone = await open(svc, { ...headers(), cookie: first.cookie!.split(';')[0] }).then(() => undefined, (error) => error);
     assert.equal(gone?.status, 404, 'the ended session cannot be resumed');
+  });
+
+  test('the reference sign-in: POST with SVC-ABSORB reserves a session and its cookie, the WebSocket takes it, DELETE ends it', async () => {
+    // Sign-in lives on any path outside the REST API (and /v3/openapi): plain requests.
+    const signIn = (method: string, given: Record<string, string>) => request(svc.url, method, '/sign_in?app=test', { host: 'api.localhost', headers: { 'svc-absorb': 'true', ...given } });
+    const reserved = await signIn('POST', { ...headers(), cookie: 'svc-request-id=stale-and-replaced' });
+    assert.equal(reserved.status, 200);
+    const cookie = String(reserved.headers['set-cookie']).split(';')[0];
+    assert.equal(cookie, `svc-request-id=${reserved.body.sessionId}`);
+    assert.equal(reserved.headers['svc-reqid'], reserved.body.sessionId);
+    const session = await open(svc, { authorization: `Bearer ${key}`, cookie });
+    assert.equal(session.reqId, reserved.body.sessionId);
+    session.ws.send(JSON.stringify({ type: 'hello', protocol: 1 }));
+    assert.equal((await session.next('config')).resumed, false, 'the first connection of a reservation is a new session');
+    const instanceBefore = (await svc.api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`, { bearer: key })).body.function.activeInstances[0].instanceId;
+    const ended = await signIn('DELETE', { authorization: `Bearer ${key}`, cookie });
+    assert.equal(ended.status, 204);
+    assert.match(String(ended.headers['set-cookie']), /Max-Age=0/);
+    await new Promise((resolve) => session.ws.once('close', resolve));
+    const refused = await signIn('POST', { 'svc-function-id': fn.id });
+    assert.equal(refused.status, 401);
+    await waitFor(svc, key, fn, (record) => running(record) && record.activeInstances.length === 1 && record.activeInstances[0].instanceId !== instanceBefore, 60_000);
   });
 
   test('browsers may carry the key and function in Sec-WebSocket-Protocol; the function item is chosen, the key never echoed', async () => {

@@ -23,6 +23,7 @@ export type StreamClientOptions = {
 const RESUME_STORAGE_PREFIX = 'svc-stream-resume:';
 const DEFAULT_KEEPALIVE_MS = 2000;
 const MISSED_KEEPALIVES = 3;
+const NEW_SESSION_ATTEMPTS = 5;
 
 export class StreamClient {
   readonly #options: StreamClientOptions;
@@ -63,6 +64,25 @@ export class StreamClient {
     this.#options.onStatus(resuming ? 'reconnecting…' : 'connecting…');
     for (const key of Object.keys(this.timeline)) delete this.timeline[key];
     this.timeline.connect = performance.now();
+    if (resuming) this.#open(true);
+    else void this.#reserve().then(() => this.#open(false));
+  }
+
+  /**
+   * Behind the platform, a new session is reserved first with a plain request (the reference's sign-in:
+   * POST with SVC-ABSORB), whose cookie the WebSocket then carries; it also replaces a stale session cookie,
+   * which a browser would keep if only a refused WebSocket handshake tried to clear it. A container
+   * reached directly has no such endpoint, and the answer is ignored.
+   */
+  async #reserve(): Promise<void> {
+    const url = new URL(this.#options.signalUrl);
+    url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
+    await fetch(url, { method: 'POST', headers: { 'svc-absorb': 'true' }, credentials: 'include' }).catch(() => undefined);
+    this.timeline.reserved = performance.now();
+  }
+
+  #open(resuming: boolean): void {
+    if (this.#ended) return;
     const ws = new WebSocket(this.#options.signalUrl);
     this.#ws = ws;
     ws.onopen = () => {
@@ -230,7 +250,15 @@ export class StreamClient {
       return;
     }
     if (this.#resumeToken === undefined) {
-      this.#finish(`could not reach the app (${code}${reason ? `: ${reason}` : ''})`);
+      // A new session may be refused for a moment (every instance busy, a stale session cookie that the
+      // refusal just cleared): try a few times before giving up.
+      if (this.#attempt >= NEW_SESSION_ATTEMPTS) {
+        this.#finish(`could not reach the app (${code}${reason ? `: ${reason}` : ''})`);
+        return;
+      }
+      const delay = 250 * 2 ** this.#attempt++;
+      this.#options.onStatus(`could not connect (${code}); retrying in ${delay} ms`);
+      this.#reconnectTimer = setTimeout(() => this.connect(), delay);
       return;
     }
     // Keep trying within the resume window the app announced; back off up to 2 s between attempts.

@@ -5,15 +5,20 @@
 // `svc-request-id` and header `svc-reqid`; a reconnect carrying either within the resume window
 // reaches the same instance. Session lifetime follows the TCP connection: a dropped connection opens the
 // resume window, and the container itself ends a cleanly closed session and exits.
+//
+// As in the reference's sign-in flow, a client may first reserve a session with a plain HTTP request
+// carrying `SVC-ABSORB: true` (POST: reserve, answered with the cookie; DELETE: end it) and then open the
+// WebSocket with that cookie. Browsers keep cookies set on ordinary responses but ignore them on a refused
+// WebSocket handshake, so the reservation is also how a browser replaces a stale session cookie.
 import { randomUUID } from 'node:crypto';
-import type { ClientRequest, IncomingMessage } from 'node:http';
+import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createProxyServer } from 'http-proxy-3';
 import { request } from 'undici';
 import { bearerOf, type CredentialVerifier, type Principal } from '../http/auth.ts';
-import { forbidden, notFound, Problem, unauthorized } from '../http/problem.ts';
+import { forbidden, notFound, Problem, PROBLEM_CONTENT_TYPE, unauthorized } from '../http/problem.ts';
 import { rejectUpgrade } from '../http/upgrade.ts';
 import type { Logger } from '../logger.ts';
 import type { FunctionsRepo } from '../control/functions/repo.ts';
@@ -25,6 +30,10 @@ const DEPLOYABLE = new Set(['ACTIVE', 'DEPLOYING', 'DEGRADING']);
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Sec-WebSocket-Protocol items that carry what a browser cannot put in headers; never passed on. */
 const CREDENTIAL_ITEMS = ['authorization.', 'function-id.', 'function-version-id.'];
+/** A reserved session whose WebSocket never arrives is released after this long. */
+const RESERVATION_MS = 30_000;
+const cookieFor = (id: string) => `${SESSION_COOKIE}=${id}; Path=/; HttpOnly; SameSite=Lax`;
+const CLEAR_COOKIE = `${SESSION_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax`;
 
 export interface StreamingOptions {
   verifier: CredentialVerifier;
@@ -47,7 +56,10 @@ interface Session {
   inferenceUrl: string;
   /** The live browser connection, if any. */
   client?: Duplex;
-  resumeTimer?: NodeJS.Timeout;
+  /** Whether a WebSocket ever connected (a reservation's first connection is not a resume). */
+  connectedOnce: boolean;
+  /** Ends a session nobody is connected to: the resume window, or a reservation's wait. */
+  idleTimer?: NodeJS.Timeout;
 }
 
 interface Route {
@@ -73,7 +85,7 @@ export function createStreamingBroker(options: StreamingOptions) {
     if (!route) return;
     proxyReq.on('upgrade', (response: IncomingMessage, upstream: Socket) => {
       const { session } = route;
-      response.headers['set-cookie'] = [`${SESSION_COOKIE}=${session.id}; Path=/; HttpOnly; SameSite=Lax`];
+      response.headers['set-cookie'] = [cookieFor(session.id)];
       response.headers['svc-reqid'] = session.id;
       attach(session, client);
       // An abrupt drop of the browser must reach the container as one, so it keeps the session to resume.
@@ -91,19 +103,26 @@ export function createStreamingBroker(options: StreamingOptions) {
   });
 
   function attach(session: Session, client: Duplex) {
-    clearTimeout(session.resumeTimer);
+    clearTimeout(session.idleTimer);
     if (session.client && session.client !== client) session.client.destroy();
     session.client = client;
+    session.connectedOnce = true;
     client.once('close', () => {
       if (session.client !== client || !sessions.has(session.id)) return;
       session.client = undefined;
-      session.resumeTimer = setTimeout(() => end(session), options.resumeWindowMs);
-      session.resumeTimer.unref();
+      endWhenIdle(session, options.resumeWindowMs);
     });
   }
 
+  function endWhenIdle(session: Session, ms: number) {
+    clearTimeout(session.idleTimer);
+    session.idleTimer = setTimeout(() => end(session), ms);
+    session.idleTimer.unref();
+  }
+
   function end(session: Session) {
-    clearTimeout(session.resumeTimer);
+    clearTimeout(session.idleTimer);
+    session.client?.destroy();
     sessions.delete(session.id);
     if (busy.get(session.instance.instanceId) === session) busy.delete(session.instance.instanceId);
     reportDemand(session.versionId);
@@ -165,7 +184,9 @@ export function createStreamingBroker(options: StreamingOptions) {
           for (const instance of ready.get(version.versionId) ?? []) {
             if (busy.has(instance.instanceId) || !await containerReady(instance)) continue;
             if (busy.has(instance.instanceId)) continue;
-            const session: Session = { id: randomUUID(), ncaId: principal.ncaId, versionId: version.versionId, instance, inferenceUrl: version.inferenceUrl };
+            const session: Session = {
+              id: randomUUID(), ncaId: principal.ncaId, versionId: version.versionId, instance, inferenceUrl: version.inferenceUrl, connectedOnce: false,
+            };
             busy.set(instance.instanceId, session);
             return session;
           }
@@ -204,18 +225,21 @@ export function createStreamingBroker(options: StreamingOptions) {
     if (response.statusCode !== 200) throw new Problem('bad-gateway', `The streaming instance refused its credentials (${response.statusCode})`);
   }
 
-  async function route(req: IncomingMessage, items: string[]): Promise<Route> {
-    const principal = await authenticate(req, items);
-    const resumeId = sessionIdOf(req);
-    if (resumeId) {
-      const session = sessions.get(resumeId);
-      if (!session || session.ncaId !== principal.ncaId) {
-        throw new Problem('not-found', 'No existing session found; start a new one without the svc-request-id cookie', {
-          headers: { 'set-cookie': `${SESSION_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax` },
-        });
-      }
-      return { session, resumed: true };
+  /** The session a request names by cookie or svc-reqid header, if the caller's account owns it. */
+  function existing(req: IncomingMessage, principal: Principal): Session | undefined {
+    const id = sessionIdOf(req);
+    if (!id) return undefined;
+    const session = sessions.get(id);
+    if (!session || session.ncaId !== principal.ncaId) {
+      throw new Problem('not-found', 'No existing session found; start a new one without the svc-request-id cookie', {
+        headers: { 'set-cookie': CLEAR_COOKIE },
+      });
     }
+    return session;
+  }
+
+  /** A new session: a ready, free instance of the function named by headers or subprotocol items. */
+  async function place(req: IncomingMessage, items: string[], principal: Principal): Promise<Session> {
     const functionId = (req.headers['svc-function-id'] ?? req.headers['function-id'] ?? fromItems(items, 'function-id.')) as string | undefined;
     const versionId = (req.headers['svc-function-version-id'] ?? req.headers['function-version-id'] ?? fromItems(items, 'function-version-id.')) as string | undefined;
     if (!functionId || !UUID.test(functionId)) throw new Problem('bad-request', 'A streaming session needs the function id: header svc-function-id, or a function-id.<uuid> subprotocol item');
@@ -230,7 +254,20 @@ export function createStreamingBroker(options: StreamingOptions) {
     sessions.set(session.id, session);
     reportDemand(session.versionId);
     log.info({ sessionId: session.id, instanceId: session.instance.instanceId, versionId: session.versionId }, 'streaming session placed');
-    return { session, resumed: false };
+    return session;
+  }
+
+  async function route(req: IncomingMessage, items: string[]): Promise<Route> {
+    const principal = await authenticate(req, items);
+    const session = existing(req, principal);
+    if (session) return { session, resumed: session.connectedOnce };
+    return { session: await place(req, items, principal), resumed: false };
+  }
+
+  function sendProblem(req: IncomingMessage, res: ServerResponse, problem: Problem) {
+    const requestId = randomUUID();
+    res.writeHead(problem.status, { 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8`, 'x-request-id': requestId, ...problem.headers });
+    res.end(JSON.stringify(problem.toBody((req.url ?? '/').split('?')[0], requestId)));
   }
 
   return {
@@ -256,6 +293,7 @@ export function createStreamingBroker(options: StreamingOptions) {
       } catch (error) {
         const problem = error instanceof Problem ? error : new Problem('internal', 'The session could not be started');
         if (!(error instanceof Problem)) log.error({ err: error }, 'streaming session failed');
+        else log.info({ status: problem.status, detail: problem.message }, 'streaming session refused');
         return rejectUpgrade(req, socket, problem);
       }
       const { session } = routed;
@@ -274,12 +312,40 @@ export function createStreamingBroker(options: StreamingOptions) {
       proxy.ws(req, socket, head, { target: `http://${session.instance.endpoint.host}:${session.instance.endpoint.ports.streaming ?? session.instance.endpoint.ports.inference}` });
     },
 
+    /**
+     * The sign-in requests of the reference flow (header SVC-ABSORB: true): POST reserves a new session
+     * and answers its cookie (any cookie sent along is replaced); DELETE ends the session it names.
+     */
+    async signIn(req: IncomingMessage, res: ServerResponse) {
+      req.resume();
+      try {
+        const principal = await authenticate(req, []);
+        if (req.method === 'DELETE') {
+          const session = existing(req, principal);
+          if (session) {
+            end(session);
+            // The container ends a session only on its own protocol's bye; a fresh instance takes its place.
+            await options.instances.retire(session.instance.instanceId);
+          }
+          res.writeHead(204, { 'set-cookie': CLEAR_COOKIE }).end();
+          return;
+        }
+        if (req.method !== 'POST') throw new Problem('method-not-allowed', 'Sign-in takes POST (reserve a session) or DELETE (end it)');
+        const session = await place(req, [], principal);
+        endWhenIdle(session, RESERVATION_MS);
+        res.writeHead(200, { 'content-type': 'application/json', 'set-cookie': cookieFor(session.id), 'svc-reqid': session.id });
+        res.end(JSON.stringify({ sessionId: session.id }));
+      } catch (error) {
+        sendProblem(req, res, error instanceof Problem ? error : new Problem('internal', 'The session could not be started'));
+      }
+    },
+
     /** Sessions now, for tests and metrics. */
     sessionCount: () => sessions.size,
 
     close() {
       for (const session of sessions.values()) {
-        clearTimeout(session.resumeTimer);
+        clearTimeout(session.idleTimer);
         session.client?.destroy();
       }
       sessions.clear();

@@ -324,6 +324,15 @@ export function createInstancesService(options: InstancesOptions) {
       if (!placed) void reconcile();
     },
 
+    /** Stops an instance and lets placement start a fresh one in its place (a session ended by sign-out). */
+    async retire(instanceId: string) {
+      const row = rows.get(instanceId);
+      if (!row || row.desired === 0) return;
+      row.desired = 0;
+      await repo.update(instanceId, { desired: 0, updated_at: now().toISOString() });
+      await reconcile();
+    },
+
     async agentConnected(cluster: ClusterRow, channel: AgentChannel, hello: { gpus: Gpu[]; instances: InstanceReport[] }) {
       const previous = agents.get(cluster.id);
       agents.set(cluster.id, channel);
