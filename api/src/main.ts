@@ -55,6 +55,8 @@ export interface Platform {
   bootstrapSecret?: string;
   adminSigningKeyFile: string;
   samples: DeployedSample[];
+  /** With samples: the streaming sample and a key the demo proxy invokes it with. */
+  streamingDemo?: { functionId: string; apiKey: string };
   close(): Promise<void>;
 }
 
@@ -175,13 +177,27 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
 
     const localGpu = config.compute.localCluster.gpus[0];
     const samples = options.samples && localCluster && localGpu ? await deploySamples({
-      ncaId: account.ncaId, functions, functionsRepo, deployments, skip: ['streaming-app'],
+      ncaId: account.ncaId, functions, functionsRepo, deployments,
       gpu: { name: localGpu.name, instanceType: (localGpu.instanceTypes.find((type) => type.default) ?? localGpu.instanceTypes[0]).name },
     }) : [];
+
+    const streamingSample = samples.find((sample) => sample.functionType === 'STREAMING');
+    const streamingDemo = streamingSample && {
+      functionId: streamingSample.functionId,
+      apiKey: (await keys.issueApiKey(
+        { credentialId: 'samples', kind: 'token', ncaId: account.ncaId, ownerId: 'svc-samples', scopes: new Set() },
+        { 'key-issuer-service': 'svc-api', 'key-issuer-id': config.keys.serviceId, 'key-owner-id': 'svc-demo-proxy' },
+        {
+          description: 'npm start: the demo streaming proxy', expires_at: new Date(now().getTime() + 7 * 86_400_000).toISOString(),
+          authorizations: { policies: [{ scopes: ['invoke_function'] }] },
+        },
+      )).value!,
+    };
 
     return {
       url: `${scheme}://localhost:${port}`,
       samples,
+      streamingDemo,
       port,
       hosts: gateway.hosts,
       bootstrapSecret: bootstrap.secret,

@@ -1,5 +1,7 @@
 // Foundation commands: run the platform, obtain credentials, administer accounts.
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { loadConfig } from '../../config.ts';
@@ -21,6 +23,7 @@ const serve: Command = {
     const config = loadConfig(env);
     const platform = await startPlatform(config, { samples: values.samples === true });
     const port = platform.port;
+    const proxy = platform.streamingDemo && startDemoProxy(platform.streamingDemo, platform.url, `${platform.hosts.api}:${port}`, env);
     const lines = [
       'svc is running',
       `  API            ${platform.url}   (Host ${platform.hosts.api})`,
@@ -30,9 +33,12 @@ const serve: Command = {
     ];
     if (platform.samples.length) {
       lines.push('', '  Sample functions (invoke with an SVC_API_KEY: npx svc api-key generate):');
-      for (const sample of platform.samples) {
+      for (const sample of platform.samples.filter((candidate) => candidate.functionType !== 'STREAMING')) {
         lines.push(`    ${sample.name.padEnd(8)} POST ${platform.url}/v2/svc/pexec/functions/${sample.functionId}`);
       }
+    }
+    if (proxy) {
+      lines.push('', `  Streaming demo: open ${proxy.url}  (self-signed certificate: accept it; no user login in this demo)`);
     }
     if (platform.bootstrapSecret) {
       lines.push('', `  Bootstrap secret (shown once; it mints management tokens): ${platform.bootstrapSecret}`,
@@ -44,9 +50,26 @@ const serve: Command = {
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
     });
+    proxy?.process.kill('SIGTERM');
     await platform.close();
   },
 };
+
+/**
+ * npm start's streaming demo: the intermediary proxy (its own package and process) in front of the
+ * streaming sample, over TLS with a self-signed certificate and without user authentication.
+ */
+function startDemoProxy(demo: { functionId: string; apiKey: string }, gatewayUrl: string, apiHost: string, env: NodeJS.ProcessEnv) {
+  const port = env.SVC_DEMO_PROXY_PORT ?? '49100';
+  const child = spawn(process.execPath, [fileURLToPath(new URL('../../../../proxy/src/main.ts', import.meta.url))], {
+    env: {
+      ...process.env, SVC_API_KEY: demo.apiKey, STREAMING_FUNCTION_ID: demo.functionId, SVC_SERVER: gatewayUrl.replace('localhost', '127.0.0.1'),
+      SVC_SERVER_HOST: apiHost, PROXY_PORT: port, PROXY_SSL_INSECURE: 'true', PROXY_AUTH_DISABLED: 'true', PROXY_LOG_LEVEL: env.SVC_LOG_LEVEL ?? 'info',
+    },
+    stdio: 'inherit',
+  });
+  return { process: child, url: `https://localhost:${port}/client/` };
+}
 
 const agent: Command = {
   summary: 'Run a worker agent for a registered cluster (SVC_AGENT_SERVER, SVC_AGENT_CREDENTIAL)',
