@@ -100,6 +100,11 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
     }
 
     const pid = child.pid!;
+    // Listen at once: a short-lived child (a task) can end while its pid file is being written, and an
+    // 'exit' or 'close' emitted with no listener is lost.
+    const exit = new Promise<ExitStatus>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+    let closed = false;
+    child.once('close', () => { closed = true; });
     const pidFile = path.join(pidDir, `${fileNameFor(spec.instanceId)}.json`);
     try {
       await mkdir(pidDir, { recursive: true });
@@ -130,24 +135,26 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
       }
     };
 
-    const exited = new Promise<ExitStatus>((resolve) => {
-      child.once('exit', (code, signal) => {
-        // Like a container: when the main process ends, whatever it left running in its group ends too.
-        signalGroup('SIGKILL');
-        const finish = () => {
-          clearTimeout(drainTimer);
-          child.stdout!.destroy();
-          child.stderr!.destroy();
-          logFile.end();
-          release();
-          rm(pidFile, { force: true }).catch(() => {});
-          context.log.info({ childPid: pid, code, signal }, 'instance process ended');
-          resolve({ code, signal });
-        };
-        const drainTimer = setTimeout(finish, DRAIN_MS);
-        child.once('close', finish);
-      });
-    });
+    const exited = exit.then(({ code, signal }) => new Promise<ExitStatus>((resolve) => {
+      // Like a container: when the main process ends, whatever it left running in its group ends too.
+      signalGroup('SIGKILL');
+      let done = false;
+      const finish = () => {
+        if (done) return;
+        done = true;
+        clearTimeout(drainTimer);
+        child.stdout!.destroy();
+        child.stderr!.destroy();
+        logFile.end();
+        release();
+        rm(pidFile, { force: true }).catch(() => {});
+        context.log.info({ childPid: pid, code, signal }, 'instance process ended');
+        resolve({ code, signal });
+      };
+      const drainTimer = setTimeout(finish, DRAIN_MS);
+      if (closed) finish();
+      else child.once('close', finish);
+    }));
     let ended = false;
     exited.then(() => { ended = true; });
 
