@@ -5,6 +5,7 @@ import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { agentEnvSettings, agentSettingsSchema } from './compute/settings.ts';
+import { tasksEnvSettings, tasksSettingsSchema } from './control/tasks/settings.ts';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const limit = (max: number) => z.coerce.number().int().min(0).max(max);
@@ -93,6 +94,7 @@ export const configSchema = z.object({
     credentialTtlSeconds: z.coerce.number().int().min(60).max(86_400).default(28_800),
     coturnBinary: z.string().default('/usr/bin/turnserver'),
   }).prefault({}),
+  tasks: tasksSettingsSchema.prefault({}),
   compute: z.object({
     /** `svc serve` runs a worker agent for the local cluster in its own process, linked over loopback. */
     inProcessAgent: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
@@ -149,6 +151,7 @@ export const envSettings: Record<string, string> = {
   SVC_TURN_PORT: 'turn.port',
   SVC_TURN_RELAY_PORT_RANGE: 'turn.relayPortRange',
   SVC_TURN_SECRET: 'turn.secret',
+  ...Object.fromEntries(Object.entries(tasksEnvSettings).map(([name, setting]) => [name, `tasks.${setting}`])),
   SVC_LOG_LEVEL: 'log.level',
 };
 

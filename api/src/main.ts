@@ -23,6 +23,7 @@ import { createFunctionsService } from './control/functions/service.ts';
 import { createRegistryRepo } from './control/registry/repo.ts';
 import { registryRoutes } from './control/registry/routes.ts';
 import { createRegistryService } from './control/registry/service.ts';
+import { createTasksPlane } from './control/tasks/plane.ts';
 import { deploySamples, type DeployedSample } from './control/samples.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
 import { keyRoutes, whoamiRoute } from './control/keys/routes.ts';
@@ -118,7 +119,12 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     });
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
-    const agentHub = createAgentHub(clusters, instances, log);
+    const taskPlane = createTasksPlane({
+      db: store.db, box, accounts, clusters, log, now, dataDir: config.store.dataDir, registry, settings: config.tasks,
+      capacityInUse: { of: instances.instancesOn },
+    });
+    instances.countTasks(taskPlane.scheduler.tasksOn);
+    const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
     const turnSecret = config.turn.secret
       ?? box.decrypt((await settings.getOrCreate('turn.secret', () => box.encrypt(randomBytes(32).toString('base64url')), startedAt)).value);
     const [relayMin, relayMax] = config.turn.relayPortRange.split('-').map(Number);
@@ -141,6 +147,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...deploymentRoutes(deployments),
       ...registryRoutes(registry),
       ...clusterRoutes(clusters),
+      ...taskPlane.routes,
       whoamiRoute(),
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),
@@ -163,6 +170,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     });
     await invocation.recover();
     await instances.start();
+    await taskPlane.start();
     const port = await gateway.listen(config.gateway.port, config.gateway.host);
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
@@ -208,6 +216,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
         streaming.close();
         await gateway.close();
         await instances.stop();
+        await taskPlane.stop();
         await invocation.close();
         await turn.close();
         await store.close();

@@ -10,11 +10,11 @@ import { taskCommands } from '../src/cli/commands/tasks.ts';
 import type { CommandContext } from '../src/cli/main.ts';
 import type { CliState } from '../src/cli/state.ts';
 import { hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
-import { startTaskTestPlatform, type TaskTestPlatform } from './compute/tasks-platform.ts';
+import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 import { tempDir } from './helpers/databases.ts';
 
 describe('svc task commands', () => {
-  let svc: TaskTestPlatform;
+  let svc: TestPlatform;
   let state: CliState;
   const dir = tempDir('svc-task-cli-');
 
@@ -32,7 +32,7 @@ describe('svc task commands', () => {
   }
 
   before(async () => {
-    svc = await startTaskTestPlatform({ tasks: { schedulerIntervalMs: 100 } });
+    svc = await startTestPlatform({ config: { tasks: { schedulerIntervalMs: 100 } } });
     const key = await svc.apiKey(await svc.token(), TASK_KEY_SCOPES, { task: true });
     state = { server: svc.url, gatewayAddress: 'localhost', taskApiKey: key };
   });

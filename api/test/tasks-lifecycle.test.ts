@@ -5,16 +5,16 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { eventsOf, hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
-import { startTaskTestPlatform, type TaskTestPlatform } from './compute/tasks-platform.ts';
+import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 import { postgresAvailable } from './helpers/databases.ts';
 import { request } from './helpers/http.ts';
 
 describe('task lifecycle on the local agent', () => {
-  let svc: TaskTestPlatform;
+  let svc: TestPlatform;
   let key: string;
 
   before(async () => {
-    svc = await startTaskTestPlatform({ tasks: { schedulerIntervalMs: 100 } });
+    svc = await startTestPlatform({ config: { tasks: { schedulerIntervalMs: 100 } } });
     key = await svc.apiKey(await svc.token(), TASK_KEY_SCOPES, { task: true });
   });
   after(() => svc.close());
@@ -157,7 +157,7 @@ describe('task lifecycle on the local agent', () => {
 describe('task lifecycle on PostgreSQL', async () => {
   const available = await postgresAvailable();
   test('a task runs to COMPLETED with its events, progress and results', { skip: !available && 'PostgreSQL is not reachable' }, async () => {
-    const svc = await startTaskTestPlatform({ backend: 'postgres', tasks: { schedulerIntervalMs: 100 } });
+    const svc = await startTestPlatform({ backend: 'postgres', config: { tasks: { schedulerIntervalMs: 100 } } });
     try {
       const key = await svc.apiKey(await svc.token(), TASK_KEY_SCOPES, { task: true });
       const launched = await svc.api('POST', '/v1/svct/tasks', { bearer: key, body: taskBody({ name: 'pg' }) });

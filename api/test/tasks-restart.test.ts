@@ -8,12 +8,13 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { tempDir } from './helpers/databases.ts';
 import { eventsOf, hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
-import { SAMPLES_CATALOG, startTaskTestPlatform, type TaskTestPlatform } from './compute/tasks-platform.ts';
+import { SAMPLES_CATALOG } from './compute/helpers.ts';
+import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 
 const svcBin = path.resolve(import.meta.dirname, '../bin/svc.js');
 
 describe('tasks across restarts', () => {
-  let svc: TaskTestPlatform;
+  let svc: TestPlatform;
   let token: string;
   let key: string;
   let credential: string;
@@ -41,7 +42,7 @@ describe('tasks across restarts', () => {
   }
 
   before(async () => {
-    svc = await startTaskTestPlatform({ tasks: { schedulerIntervalMs: 100 } });
+    svc = await startTestPlatform({ config: { tasks: { schedulerIntervalMs: 100 } } });
     token = await svc.token();
     key = await svc.apiKey(token, TASK_KEY_SCOPES, { task: true });
     const registered = await svc.api('POST', '/v1/accounts/svc-default/clusters', {

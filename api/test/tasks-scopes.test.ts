@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { TASK_KEY_SCOPES, taskBody } from './compute/tasks-fixtures.ts';
-import { startTaskTestPlatform, type TaskTestPlatform } from './compute/tasks-platform.ts';
+import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 import { MANAGEMENT_SCOPES } from './helpers/platform.ts';
 
 type Credential = 'none' | 'taskKey' | 'token' | 'apiKey' | 'tokenWithTaskScopes' | 'apiKeyWithTaskScopes' | 'narrowTaskKey' | 'admin';
@@ -34,13 +34,13 @@ const rows: Row[] = [
 ];
 
 describe('task scope matrix', () => {
-  let svc: TaskTestPlatform;
+  let svc: TestPlatform;
   let taskKey: string;
   let done: { id: string; resultId: string };
   const bearers = {} as Record<Credential, string | undefined>;
 
   before(async () => {
-    svc = await startTaskTestPlatform({ config: { api: { accountBootstrap: { limits: { maxTasks: 10_000 } } } } });
+    svc = await startTestPlatform({ config: { api: { accountBootstrap: { limits: { maxTasks: 10_000 } } } } });
     const token = await svc.token();
     taskKey = await svc.apiKey(token, TASK_KEY_SCOPES, { task: true });
     Object.assign(bearers, {

@@ -6,19 +6,19 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
-import { startTaskTestPlatform, type TaskTestPlatform } from './compute/tasks-platform.ts';
+import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 import { request } from './helpers/http.ts';
 
 const offline = { gpu: 'OFFLINE', instanceType: 'OFFLINE_1x' };
 
 describe('task API', () => {
-  let svc: TaskTestPlatform;
+  let svc: TestPlatform;
   let token: string;
   let key: string;
   let agentCredential: string;
 
   before(async () => {
-    svc = await startTaskTestPlatform({ tasks: { schedulerIntervalMs: 100 } });
+    svc = await startTestPlatform({ config: { tasks: { schedulerIntervalMs: 100 } } });
     token = await svc.token();
     key = await svc.apiKey(token, TASK_KEY_SCOPES, { task: true });
     // A cluster whose agent never connects: its tasks stay QUEUED.

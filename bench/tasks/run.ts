@@ -2,14 +2,13 @@
 // the embedded local cluster, through the process runtime: launch → COMPLETED latency (p50/p99, from each
 // task's createdAt to the time of its COMPLETED transition, both on the platform's clock), and the p99 of
 // GET /v1/svct/tasks (one default page of 10) while they run next to the same at rest (the same 1,000 rows,
-// nothing running). The platform runs in its own process (bench/tasks/serve.ts).
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+// nothing running). The platform runs in its own process (`svc serve`).
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from '../../api/test/helpers/http.ts';
+import { servePlatform } from '../../api/test/helpers/served.ts';
 import { percentile, printTable } from '../lib/report.ts';
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 1000);
@@ -23,24 +22,12 @@ const TASK_SCOPES = ['launch_task', 'list_tasks', 'task_details', 'cancel_task',
 const dataDir = mkdtempSync(path.join(os.tmpdir(), 'svc-bench-tasks-'));
 // The local cluster's offer, with the capacity asked for.
 const configFile = path.join(dataDir, 'config.yaml');
-writeFileSync(configFile, `compute:\n  localCluster:\n    gpus:\n      - name: LOCAL\n        capacity: ${CAPACITY}\n        instanceTypes:\n          - { name: LOCAL.CPU_1x, default: true }\n`);
-const server = spawn(process.execPath, [path.join(import.meta.dirname, 'serve.ts')], {
-  env: {
-    ...process.env, SVC_PORT: '0', SVC_HOST: '127.0.0.1', SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn',
-    SVC_ACCOUNT_MAX_TASKS: String(TASKS * 10), SVC_CONFIG: configFile, NODE_NO_WARNINGS: '1',
-    SVC_AGENT_TASK_PROGRESS_INTERVAL_MS: '200',
-  },
-  stdio: ['ignore', 'pipe', 'inherit'],
+writeFileSync(configFile, `tasks:\n  schedulerIntervalMs: 200\ncompute:\n  localCluster:\n    gpus:\n      - name: LOCAL\n        capacity: ${CAPACITY}\n        instanceTypes:\n          - { name: LOCAL.CPU_1x, default: true }\n`);
+const platform = await servePlatform({
+  SVC_LOG_LEVEL: 'warn', SVC_ACCOUNT_MAX_TASKS: String(TASKS * 10), SVC_CONFIG: configFile, NODE_NO_WARNINGS: '1',
+  SVC_AGENT_TASK_PROGRESS_INTERVAL_MS: '200', SVC_DATA_DIR: dataDir,
 });
-const { url, bootstrapSecret } = await new Promise<{ url: string; bootstrapSecret: string }>((resolve, reject) => {
-  createInterface({ input: server.stdout! }).on('line', (line) => {
-    try {
-      const parsed = JSON.parse(line) as { url?: string; bootstrapSecret?: string };
-      if (parsed.url) resolve(parsed as { url: string; bootstrapSecret: string });
-    } catch { /* a log line */ }
-  });
-  server.once('exit', (code) => reject(new Error(`serve.ts exited ${code}`)));
-});
+const { url, bootstrapSecret } = platform;
 
 try {
   const api = (method: string, target: string, options: { bearer?: string; body?: unknown; headers?: Record<string, string> } = {}) =>
@@ -107,7 +94,5 @@ try {
   ]);
   if (completed !== TASKS) process.exitCode = 1;
 } finally {
-  server.kill('SIGTERM');
-  await new Promise((resolve) => server.once('exit', resolve));
-  rmSync(dataDir, { recursive: true, force: true });
+  await platform.stop();
 }

@@ -2,6 +2,7 @@
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import { foundationCommands } from './commands/foundation.ts';
 import { functionCommands } from './commands/functions.ts';
+import { taskCommands } from './commands/tasks.ts';
 import { loadState, type CliState } from './state.ts';
 
 export interface CommandContext {
@@ -20,7 +21,7 @@ export interface Command {
   run(context: CommandContext): Promise<void>;
 }
 
-const commands: Record<string, Command> = { ...foundationCommands, ...functionCommands };
+const commands: Record<string, Command> = { ...foundationCommands, ...functionCommands, ...taskCommands };
 
 const globalOptions: ParseArgsOptionsConfig = {
   json: { type: 'boolean', default: false },

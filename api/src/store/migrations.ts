@@ -1,6 +1,7 @@
 // The schema's history. Append a migration; never edit one that has shipped.
 import type { Kysely } from 'kysely';
 import type { Migration } from 'kysely/migration';
+import { tasksMigration } from '../control/tasks/migration.ts';
 
 /** The migrations for one backend; binary columns are bytea on PostgreSQL, blob on SQLite. */
 export function migrationsFor(dialect: 'sqlite' | 'postgres'): Record<string, Migration> {
@@ -148,5 +149,6 @@ export function migrationsFor(dialect: 'sqlite' | 'postgres'): Record<string, Mi
           .execute();
       },
     },
+    '0004_tasks': tasksMigration(dialect),
   };
 }

@@ -1,5 +1,7 @@
 // Row types of every table, as Kysely sees them. Timestamps are ISO 8601 UTC strings (sortable as text
 // on both backends); lists and objects are JSON text; booleans are 0/1 integers.
+import type { TasksDatabase } from '../control/tasks/migration.ts';
+
 export interface AccountsTable {
   nca_id: string;
   name: string;
@@ -151,7 +153,8 @@ export interface InvocationsTable {
   updated_at: string;
 }
 
-export interface Database {
+/** Every table; the tasks tables are declared with the task plane (control/tasks/migration.ts). */
+export interface Database extends TasksDatabase {
   accounts: AccountsTable;
   credentials: CredentialsTable;
   settings: SettingsTable;

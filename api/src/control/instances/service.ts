@@ -73,6 +73,8 @@ export function createInstancesService(options: InstancesOptions) {
   const progressListeners: ((progress: ProgressReport) => void)[] = [];
   /** What each agent was last sent, so unchanged sets are not resent. */
   const lastSent = new Map<string, string>();
+  /** GPUs running tasks hold (the task scheduler's count, once wired). */
+  let tasksOn: (clusterId: string, gpu: string) => number = () => 0;
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> = Promise.resolve();
   let again = false;
@@ -99,11 +101,15 @@ export function createInstancesService(options: InstancesOptions) {
     return Math.min(spec.maxInstances, Math.max(spec.minInstances, floor));
   }
 
+  /** GPUs of a cluster that desired instances hold. */
+  function instancesOn(clusterId: string, gpu: string): number {
+    return [...rows.values()].filter((row) => row.cluster_id === clusterId && row.gpu === gpu && row.desired === 1).length;
+  }
+
   function capacityLeft(cluster: ClusterRow, gpu: string): number {
     const offered = (JSON.parse(cluster.gpus) as Gpu[]).find((candidate) => candidate.name === gpu);
     if (offered?.capacity === undefined) return Number.POSITIVE_INFINITY;
-    const used = [...rows.values()].filter((row) => row.cluster_id === cluster.id && row.gpu === gpu && row.desired === 1).length;
-    return offered.capacity - used;
+    return offered.capacity - instancesOn(cluster.id, gpu) - tasksOn(cluster.id, gpu);
   }
 
   async function place(deployment: DeploymentRow, spec: GpuSpecification): Promise<ClusterRow | undefined> {
@@ -284,6 +290,12 @@ export function createInstancesService(options: InstancesOptions) {
 
   return {
     activeInstances,
+    instancesOn,
+
+    /** Functions and tasks share GPUs: placement leaves room for what tasks hold. */
+    countTasks(count: (clusterId: string, gpu: string) => number) {
+      tasksOn = count;
+    },
 
     async start() {
       // What agents said before this process started is stale: no instance counts as running (or gets

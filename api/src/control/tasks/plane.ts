@@ -6,7 +6,7 @@ import type { Logger } from '../../logger.ts';
 import type { SecretBox } from '../../store/encryption.ts';
 import type { AccountsService } from '../accounts/service.ts';
 import type { ClustersService } from '../clusters/service.ts';
-import type { TasksDatabase } from './migration.ts';
+import type { Database } from '../../store/schema.ts';
 import { createTasksRepo } from './repo.ts';
 import { createLocalResultsStore, type ResultsStore } from './results-store.ts';
 import { taskRoutes } from './routes.ts';
@@ -15,8 +15,7 @@ import { createTasksService } from './service.ts';
 import type { TasksSettings } from './settings.ts';
 
 export interface TasksPlaneOptions {
-  /** The store's handle, with the tasks tables (store.db.withTables<TasksDatabase>() until they are in Database). */
-  db: Kysely<TasksDatabase>;
+  db: Kysely<Database>;
   box: SecretBox;
   accounts: AccountsService;
   clusters: ClustersService;
