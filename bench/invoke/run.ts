@@ -1,6 +1,7 @@
-// bench/invoke: POST /v2/svc/pexec through the gateway, next to the same echo instance called directly
-// and through nginx (Debian) proxy_pass with upstream keep-alive, at concurrency 1, 32 and 256.
-// Targets: added p50 ≤ 1 ms at c=1; ≥ 0.7× nginx req/s at c=32.
+// bench/invoke: POST /v2/svc/pexec through the gateway, next to the same echo instance called directly,
+// through nginx (Debian) proxy_pass with upstream keep-alive, and through the barest Node.js proxy (an
+// http server forwarding with undici: the ceiling of any Node implementation on this machine), at
+// concurrency 1, 32 and 256. Targets: added p50 ≤ 1 ms at c=1; ≥ 0.7× nginx req/s at c=32.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
@@ -51,8 +52,30 @@ http {
   return { port, process: child };
 }
 
+/** The barest Node.js reverse proxy, in its own process: read the body, forward with undici, answer. */
+async function startBareNodeProxy(upstreamPort: number): Promise<{ port: number; process: ChildProcess }> {
+  const port = await freePort();
+  const source = `
+    import http from 'node:http';
+    import { Pool } from 'undici';
+    const pool = new Pool('http://127.0.0.1:${upstreamPort}', { connections: 256 });
+    http.createServer((req, res) => {
+      const chunks = [];
+      req.on('data', (chunk) => chunks.push(chunk));
+      req.on('end', async () => {
+        const upstream = await pool.request({ path: '/echo', method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks) });
+        const body = Buffer.from(await upstream.body.arrayBuffer());
+        res.writeHead(upstream.statusCode, { 'content-type': 'application/json', 'content-length': body.length }).end(body);
+      });
+    }).listen(${port}, '127.0.0.1');`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', source], { stdio: 'inherit', cwd: path.resolve(import.meta.dirname, '../..') });
+  await sleep(500);
+  return { port, process: child };
+}
+
 const platform = await servePlatform({ SVC_LOG_LEVEL: 'warn' });
 let nginx: ChildProcess | undefined;
+let bareNode: ChildProcess | undefined;
 try {
   const { token, apiKey } = await platform.credentials(['invoke_function', 'list_functions']);
   const api = (method: string, url: string, options: Record<string, unknown>) => request(platform.url, method, url, { host: 'api.localhost', ...options });
@@ -71,11 +94,14 @@ try {
   const echoPort = (JSON.parse(row.endpoint) as { ports: { inference: number } }).ports.inference;
   const started = await startNginx(echoPort);
   nginx = started.process;
+  const bare = await startBareNodeProxy(echoPort);
+  bareNode = bare.process;
 
   const json = { 'content-type': 'application/json' };
   const targets: Record<string, LoadTarget> = {
     'direct to the instance': { origin: `http://127.0.0.1:${echoPort}`, path: '/echo', headers: json, body: BODY },
     'nginx proxy_pass': { origin: `http://127.0.0.1:${started.port}`, path: '/', headers: json, body: BODY },
+    'bare Node.js proxy': { origin: `http://127.0.0.1:${bare.port}`, path: '/echo', headers: json, body: BODY },
     'svc pexec (gateway)': {
       origin: `http://127.0.0.1:${platform.port}`, path: `/v2/svc/pexec/functions/${fn.id}`, body: BODY,
       headers: { ...json, host: 'api.localhost', authorization: `Bearer ${apiKey}` },
@@ -94,7 +120,7 @@ try {
     for (const [name, result] of Object.entries(results)) {
       rows.push([`c=${concurrency}  ${name}`, result.requestsPerSecond, result.p50, result.p99, result.requestsPerSecond / results['nginx proxy_pass'].requestsPerSecond, result.errors]);
     }
-    summary.push(`c=${concurrency}: added p50 ${(ours.p50 - results['direct to the instance'].p50).toFixed(2)} ms over direct; ${(ours.requestsPerSecond / results['nginx proxy_pass'].requestsPerSecond).toFixed(2)}× nginx req/s`);
+    summary.push(`c=${concurrency}: added p50 ${(ours.p50 - results['direct to the instance'].p50).toFixed(2)} ms over direct; ${(ours.requestsPerSecond / results['nginx proxy_pass'].requestsPerSecond).toFixed(2)}× nginx req/s; bare Node.js proxy ${(results['bare Node.js proxy'].requestsPerSecond / results['nginx proxy_pass'].requestsPerSecond).toFixed(2)}× nginx`);
   }
   printTable(`bench/invoke: ${SECONDS} s per row, echo sample, closed-loop clients (node ${process.version})`,
     ['concurrency  path', 'req/s', 'p50 ms', 'p99 ms', '× nginx', 'errors'], rows);
@@ -102,5 +128,6 @@ try {
   console.log('targets: added p50 ≤ 1 ms at c=1; ≥ 0.7× nginx req/s at c=32');
 } finally {
   nginx?.kill('SIGTERM');
+  bareNode?.kill('SIGTERM');
   await platform.stop();
 }
