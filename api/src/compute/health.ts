@@ -142,7 +142,7 @@ export async function watchUntilUnhealthy(
 }
 
 /** Sleeps; false when aborted. */
-async function pause(ms: number, signal: AbortSignal): Promise<boolean> {
+export async function pause(ms: number, signal: AbortSignal): Promise<boolean> {
   try {
     await sleep(ms, undefined, { signal });
     return true;

@@ -13,10 +13,9 @@
 // ready check answers 500 during a session by design (health.ts).
 // Back-off doubles from initialMs to maxMs per failure in a row, and starts over once an instance has
 // stayed RUNNING for resetAfterMs. `restarts` counts every restart of this instance id.
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../logger.ts';
 import { backoffDelay, type BackoffSettings } from './backoff.ts';
-import { healthTarget, livenessTarget, waitUntilHealthy, watchUntilUnhealthy, type ProbeSettings } from './health.ts';
+import { healthTarget, livenessTarget, pause, waitUntilHealthy, watchUntilUnhealthy, type ProbeSettings } from './health.ts';
 import { prepareInstance } from './instance-env.ts';
 import type { InstanceReport, InstanceSpec } from './protocol.ts';
 import { UnstartableError, type ExitStatus, type Runtime, type RuntimeInstance } from './runtime.ts';
@@ -179,15 +178,5 @@ export class InstanceSupervisor {
     const { state, restarts, message, exitCode } = this.#report;
     this.#options.log.info({ state, restarts, exitCode, reason: message }, `instance ${state}`);
     this.#options.onReport(this.#report);
-  }
-}
-
-/** Sleeps; false when aborted. */
-async function pause(ms: number, signal: AbortSignal): Promise<boolean> {
-  try {
-    await sleep(ms, undefined, { signal });
-    return true;
-  } catch {
-    return false;
   }
 }

@@ -11,7 +11,7 @@
 // control plane sees COMPLETED has its results listed. An upload the control plane cannot take right now
 // is retried (back-off up to 5 s) for as long as the task stays desired; a refused one (4xx) makes the
 // task ERRORED. Failure reports carry the last lines the task wrote.
-import { setTimeout as sleep } from 'node:timers/promises';
+import { pause } from './health.ts';
 import type { Logger } from '../logger.ts';
 import { backoffDelay } from './backoff.ts';
 import type { TaskReport, TaskRunState, TaskSpec } from './protocol.ts';
@@ -206,14 +206,4 @@ export class TaskRun {
 
 function describeExit(status: ExitStatus): string {
   return status.signal ? `killed by ${status.signal}` : `exited with code ${status.code}`;
-}
-
-/** Sleeps; false when aborted. */
-async function pause(ms: number, signal: AbortSignal): Promise<boolean> {
-  try {
-    await sleep(ms, undefined, { signal });
-    return true;
-  } catch {
-    return false;
-  }
 }
