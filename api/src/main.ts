@@ -142,13 +142,13 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
         maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
       }),
       ...healthRoutes(health),
+      whoamiRoute(),
       ...accountRoutes(accounts, config.api.accountBootstrap.limits),
       ...functionRoutes(functions),
       ...deploymentRoutes(deployments),
       ...registryRoutes(registry),
       ...clusterRoutes(clusters),
       ...taskPlane.routes,
-      whoamiRoute(),
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),
       { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });
