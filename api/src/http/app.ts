@@ -14,6 +14,9 @@ export interface AppOptions {
   bodyLimit: string;
   /** Header that carries the request id on this host's responses. */
   requestIdHeader?: string;
+  /** Request metrics (http/metrics.ts), labelled with `host` and the declared route template. */
+  metrics?: { observeHttp(host: string, method: string, route: string, status: number, seconds: number): void };
+  host?: string;
 }
 
 export function createApp(options: AppOptions) {
@@ -29,12 +32,14 @@ export function createApp(options: AppOptions) {
     res.setHeader(requestIdHeader, requestId);
     const started = process.hrtime.bigint();
     res.on('finish', () => {
+      const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      options.metrics?.observeHttp(options.host ?? 'api', req.method, res.locals.route ?? 'unmatched', res.statusCode, ms / 1000);
       options.log.info({
         reqId: requestId,
         method: req.method,
         url: req.originalUrl,
         status: res.statusCode,
-        ms: Number(process.hrtime.bigint() - started) / 1e6,
+        ms,
         credentialId: res.locals.principal?.credentialId,
       }, 'request');
     });
@@ -46,8 +51,13 @@ export function createApp(options: AppOptions) {
     const path = expressPath(route.path);
     const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch' | 'delete';
     const handler = handlerFor(route, { verifier: options.verifier, log: options.log });
-    if (route.body) app[method](path, requireJson, json, handler);
-    else app[method](path, handler);
+    // The template, not the path: metric labels stay bounded whatever ids callers send.
+    const named = (_req: Request, res: Response, next: NextFunction) => {
+      res.locals.route = route.path;
+      next();
+    };
+    if (route.body) app[method](path, named, requireJson, json, handler);
+    else app[method](path, named, handler);
   }
 
   app.use((req: Request) => {

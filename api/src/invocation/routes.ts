@@ -9,7 +9,11 @@ import { route } from '../http/route.ts';
 import { functionParams, versionParams } from '../control/functions/schema.ts';
 import type { FunctionsRepo } from '../control/functions/repo.ts';
 import { forwardedResponseHeaders, svcStatus } from './headers.ts';
+import type { FunctionRef } from '../http/metrics.ts';
 import type { Invocation, InvocationService, StoredResult, UpstreamResponse } from './service.ts';
+
+/** Told of every answered invocation of a resolved version (http/metrics.ts observeInvocation). */
+export type InvocationObserver = (ref: FunctionRef, status: number, seconds: number) => void;
 
 const tag = 'Invocation';
 const invoke = access.functions('invoke_function');
@@ -154,18 +158,27 @@ const invocationResponses = {
   202: { description: 'Not finished within SVC-POLL-SECONDS: poll GET /v2/svc/pexec/status/{SVC-REQID}; the body is the partial response, if any', ...anything },
 };
 
-export function invocationRoutes(service: InvocationService, functionsRepo: FunctionsRepo, limits: PollLimits & { maxRequestBytes: number }) {
+export function invocationRoutes(service: InvocationService, functionsRepo: FunctionsRepo, limits: PollLimits & { maxRequestBytes: number }, observe?: InvocationObserver) {
   const headers = pollHeaders(limits);
 
   const pexec = (path: string, params: typeof functionParams | typeof versionParams) => route({
     method: 'POST', path, summary: 'Invoke a function; the body and headers pass through to its inferenceUrl', tag, access: invoke,
     params, headers, responses: invocationResponses,
     handle: async ({ principal, params: ids, headers: given, req }, res) => {
+      const started = performance.now();
       const versionId = 'functionVersionId' in ids ? ids.functionVersionId : undefined;
       const sse = (given.accept ?? '').includes('text/event-stream');
+      // Metrics only for versions that resolved: labels never carry an id a caller made up.
       const target = await service.resolve(principal, ids.functionId, versionId as string | undefined);
-      const body = await readBody(req, limits.maxRequestBytes);
-      const invocation = service.submit(target, principal, req.headers, body, sse);
+      const seen = (status: number) => observe?.(target, status, (performance.now() - started) / 1000);
+      let invocation: Invocation;
+      try {
+        const body = await readBody(req, limits.maxRequestBytes);
+        invocation = service.submit(target, principal, req.headers, body, sse);
+      } catch (error) {
+        seen((error as { status?: number }).status ?? 500);
+        throw error;
+      }
       const leave = () => {
         if (!res.writableFinished) service.cancel(invocation);
       };
@@ -176,6 +189,7 @@ export function invocationRoutes(service: InvocationService, functionsRepo: Func
       else if ('result' in outcome) sendResult(res, invocation, outcome.result, instance);
       else if ('pending' in outcome) sendPending(res, invocation);
       res.off('close', leave);
+      if (!('cancelled' in outcome)) seen(res.statusCode);
       return undefined;
     },
   });

@@ -9,6 +9,7 @@ import type { Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import { Pool } from 'undici';
 import type { Principal } from '../http/auth.ts';
+import type { FunctionLoad } from '../http/metrics.ts';
 import { notFound, Problem } from '../http/problem.ts';
 import type { Logger } from '../logger.ts';
 import type { DeploymentsRepo } from '../control/deployments/repo.ts';
@@ -107,6 +108,8 @@ export function createInvocationService(options: InvocationOptions) {
   const invocations = new Map<string, Invocation>();
   const inflight = new Map<string, number>();
   const targets = new Map<string, { at: number; versions: KnownVersion[] }>();
+  /** Every version invoked since start: the load metrics (and through them the autoscaler) read these. */
+  const invoked = new Map<string, { target: Target; lastRequestAt?: number }>();
   let sweeper: NodeJS.Timeout | undefined;
 
   function poolFor(ready: ReadyInstance): Pool {
@@ -302,6 +305,9 @@ export function createInvocationService(options: InvocationOptions) {
         body, sse, state: 'queued', durable: false, waiters: new Set(), cancelled: false,
       };
       invocations.set(invocation.id, invocation);
+      const seen = invoked.get(target.versionId);
+      if (seen) seen.lastRequestAt = now().getTime();
+      else invoked.set(target.versionId, { target, lastRequestAt: now().getTime() });
       queue.enqueue(invocation);
       pump(target.versionId);
       return invocation;
@@ -394,6 +400,15 @@ export function createInvocationService(options: InvocationOptions) {
 
     depth: (versionId: string) => queue.depth(versionId),
 
+    /** Queue depth, requests in flight and the latest request of every version invoked since start. */
+    *load(): Iterable<FunctionLoad> {
+      for (const [versionId, { target, lastRequestAt }] of invoked) {
+        yield {
+          ncaId: target.ncaId, functionId: target.functionId, versionId, queued: queue.depth(versionId), inflight: inflight.get(versionId) ?? 0, lastRequestAt,
+        };
+      }
+    },
+
     /** Instances of a version that take requests now (from placement). */
     ready(versionId: string, ready: ReadyInstance[]) {
       const previous = new Map((slots.get(versionId) ?? []).map((slot) => [slot.ready.instanceId, slot]));
@@ -432,6 +447,7 @@ export function createInvocationService(options: InvocationOptions) {
         } else if (row.state === 'running') {
           await complete(invocation, problemResult(502, 'bad-gateway', 'The platform restarted while the request was running; it was not retried (at-most-once execution)'));
         } else {
+          if (!invoked.has(invocation.versionId)) invoked.set(invocation.versionId, { target: invocation.target });
           queue.enqueue(invocation);
           reportDemand(invocation.versionId);
         }

@@ -3,6 +3,7 @@
 // through DEPLOYING → ACTIVE → DEGRADING/DEGRADED/ERROR (wire-reference 2).
 import { randomUUID } from 'node:crypto';
 import { parseDuration } from '../../duration.ts';
+import type { FunctionInstances } from '../../http/metrics.ts';
 import type { Logger } from '../../logger.ts';
 import type { Endpoint, InstanceReport, InstanceSpec, ProgressReport } from '../../compute/protocol.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
@@ -33,6 +34,16 @@ export interface ReadyInstance {
   region: string;
 }
 
+/**
+ * Desired instances per GPU specification, set by the autoscaler (autoscaler/plane.ts) in the store. Placement
+ * starts and stops instances toward them; without an entry a specification holds its minInstances.
+ */
+export interface DesiredCounts {
+  load(): Promise<Map<string, number>>;
+  /** A request waits on a version held at zero: placement starts one instance and records it here. */
+  wake(version: { versionId: string; ncaId: string; functionId: string }, gpuSpecId: string, at: string): Promise<void>;
+}
+
 export interface InstancesOptions {
   repo: InstancesRepo;
   deployments: DeploymentsRepo;
@@ -46,7 +57,9 @@ export interface InstancesOptions {
   intervalMs?: number;
   /** Start-up grace when a deployment's configuration does not give startupGracePeriod. */
   defaultStartupGraceMs?: number;
-  /** A version with minInstances 0 keeps one instance this long after its last request. */
+  /** The autoscaler's desired counts; without them a version holds its minimum (see targetsOf). */
+  desired?: DesiredCounts;
+  /** Without `desired` only: a version woken from zero keeps one instance this long after its last request. */
   idleBeforeZeroMs?: number;
 }
 
@@ -67,8 +80,10 @@ export function createInstancesService(options: InstancesOptions) {
   const agents = new Map<string, AgentChannel>();
   /** versionId → requests waiting or in flight; a version with demand never scales below one instance. */
   const demand = new Map<string, number>();
-  /** versionId → when it last had demand: a version scaled up from zero stays up this long after. */
+  /** versionId → when it last had demand (without an autoscaler: it lingers at one instance that long). */
   const lastDemand = new Map<string, number>();
+  /** versionId → desired instances per GPU specification id, as of the last placement round. */
+  const targets = new Map<string, Map<string, number>>();
   const readyListeners: ((versionId: string, ready: ReadyInstance[]) => void)[] = [];
   const progressListeners: ((progress: ProgressReport) => void)[] = [];
   /** What each agent was last sent, so unchanged sets are not resent. */
@@ -94,11 +109,28 @@ export function createInstancesService(options: InstancesOptions) {
     return ready;
   }
 
-  /** Desired instances per GPU specification: its minimum, and at least one while requests wait or lately did. */
-  function targetFor(spec: GpuSpecification, versionId: string): number {
-    const recent = now().getTime() - (lastDemand.get(versionId) ?? Number.NEGATIVE_INFINITY) < (options.idleBeforeZeroMs ?? DEFAULT_IDLE_BEFORE_ZERO_MS);
-    const floor = (demand.get(versionId) ?? 0) > 0 || recent ? 1 : 0;
-    return Math.min(spec.maxInstances, Math.max(spec.minInstances, floor));
+  /**
+   * Desired instances per GPU specification: the autoscaler's count (else the minimum), within the bounds.
+   * A version held at zero with requests waiting gets one instance on its first specification (by
+   * preferredOrder) at once, and the autoscaler is told (wake), so it goes back to zero only after its idle
+   * window. Without an autoscaler it keeps that instance for idleBeforeZeroMs after its last request.
+   */
+  async function targetsOf(deployment: DeploymentRow, specs: GpuSpecification[], desired: Map<string, number> | undefined): Promise<Map<string, number>> {
+    const out = new Map(specs.map((spec) => [spec.gpuSpecificationId,
+      Math.min(spec.maxInstances, Math.max(spec.minInstances, desired?.get(spec.gpuSpecificationId) ?? spec.minInstances))]));
+    const waiting = (demand.get(deployment.version_id) ?? 0) > 0;
+    const lingering = !options.desired
+      && now().getTime() - (lastDemand.get(deployment.version_id) ?? Number.NEGATIVE_INFINITY) < (options.idleBeforeZeroMs ?? DEFAULT_IDLE_BEFORE_ZERO_MS);
+    const first = specs.map((spec, index) => ({ spec, index }))
+      .sort((a, b) => (a.spec.preferredOrder ?? 100) - (b.spec.preferredOrder ?? 100) || a.index - b.index)[0]?.spec;
+    if (first && (waiting || lingering) && [...out.values()].every((count) => count === 0)) {
+      out.set(first.gpuSpecificationId, 1);
+      if (waiting && options.desired) {
+        await options.desired.wake({ versionId: deployment.version_id, ncaId: deployment.nca_id, functionId: deployment.function_id }, first.gpuSpecificationId, now().toISOString())
+          .catch((error) => log.warn({ err: error, versionId: deployment.version_id }, 'could not record a wake from zero; the instance starts anyway'));
+      }
+    }
+    return out;
   }
 
   /** GPUs of a cluster that desired instances hold. */
@@ -122,6 +154,7 @@ export function createInstancesService(options: InstancesOptions) {
   async function reconcileOnce() {
     const deployments = await options.deployments.listAll();
     const deployed = new Map(deployments.map((deployment) => [deployment.version_id, deployment]));
+    const desired = await options.desired?.load();
     const at = now().toISOString();
 
     for (const row of [...rows.values()]) {
@@ -141,10 +174,14 @@ export function createInstancesService(options: InstancesOptions) {
       }
     }
 
+    targets.clear();
     for (const deployment of deployments) {
-      for (const spec of JSON.parse(deployment.specs) as GpuSpecification[]) {
+      const specs = JSON.parse(deployment.specs) as GpuSpecification[];
+      const versionTargets = await targetsOf(deployment, specs, desired);
+      targets.set(deployment.version_id, versionTargets);
+      for (const spec of specs) {
         const mine = [...rows.values()].filter((row) => row.gpu_spec_id === spec.gpuSpecificationId && row.desired === 1);
-        const target = targetFor(spec, deployment.version_id);
+        const target = versionTargets.get(spec.gpuSpecificationId) ?? 0;
         for (let missing = target - mine.length; missing > 0; missing--) {
           const cluster = await place(deployment, spec);
           if (!cluster) break;
@@ -180,7 +217,7 @@ export function createInstancesService(options: InstancesOptions) {
       if (!version) continue;
       const specs = JSON.parse(deployment.specs) as GpuSpecification[];
       const minimum = specs.reduce((sum, spec) => sum + spec.minInstances, 0);
-      const target = specs.reduce((sum, spec) => sum + targetFor(spec, deployment.version_id), 0);
+      const target = [...(targets.get(deployment.version_id)?.values() ?? [])].reduce((sum, count) => sum + count, 0);
       const mine = [...rows.values()].filter((row) => row.version_id === deployment.version_id && row.desired === 1);
       const ready = mine.filter((row) => row.state === 'RUNNING').length;
       const failing = mine.length > 0 && ready === 0
@@ -290,6 +327,20 @@ export function createInstancesService(options: InstancesOptions) {
 
   return {
     activeInstances,
+
+    /** Instances per version placement holds now (metrics: svc_function_instances). */
+    instanceCounts(): FunctionInstances[] {
+      const byVersion = new Map<string, FunctionInstances>();
+      for (const row of rows.values()) {
+        if (row.desired !== 1) continue;
+        let counts = byVersion.get(row.version_id);
+        if (!counts) byVersion.set(row.version_id, counts = { ncaId: row.nca_id, functionId: row.function_id, versionId: row.version_id, running: 0, starting: 0 });
+        if (row.state === 'RUNNING') counts.running++;
+        else counts.starting++;
+      }
+      return [...byVersion.values()];
+    },
+
     instancesOn,
 
     /** Functions and tasks share GPUs: placement leaves room for what tasks hold. */
@@ -393,11 +444,13 @@ export function createInstancesService(options: InstancesOptions) {
 /**
  * The status lifecycle: DEPLOYING until ready ≥ minimum (and ≥ 1 when any instance is wanted); then
  * ACTIVE, DEGRADING below the minimum, DEGRADED at zero ready; ERROR when every wanted instance fails.
+ * With minInstances 0, zero ready is a normal state (scaled to zero, or waking for a queued request), so
+ * such a version stays ACTIVE and keeps taking requests while its instances start.
  */
 export function nextStatus(current: FunctionStatus, facts: { minimum: number; target: number; ready: number; failing: boolean }): FunctionStatus {
   const { minimum, target, ready, failing } = facts;
   if (failing) return 'ERROR';
-  const satisfied = ready >= minimum && (target === 0 || ready > 0);
+  const satisfied = ready >= minimum && (target === 0 || ready > 0 || minimum === 0);
   if (current === 'INACTIVE' || current === 'DEPLOYING') return satisfied ? 'ACTIVE' : 'DEPLOYING';
   if (satisfied) return 'ACTIVE';
   if (current === 'ERROR') return ready > 0 ? 'DEGRADING' : 'ERROR';

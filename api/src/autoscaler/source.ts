@@ -1,0 +1,139 @@
+// MetricsSource: where the autoscaler reads load from. Two implementations read the same series
+// (http/metrics.ts): in-process from this platform's registry (the embedded default), or Prometheus'
+// HTTP API when SVC_PROMETHEUS_URL is set (N replicas behind one timeseries database).
+import type { Registry } from 'prom-client';
+import type { FunctionRef } from '../http/metrics.ts';
+import type { AutoscalerMetrics } from './metrics.ts';
+import type { Sample } from './policy.ts';
+
+export interface VersionLoad {
+  /** Oldest first, the last one taken now. */
+  samples: Sample[];
+  /** Ms since epoch; undefined when the source knows of none. */
+  lastInvocationAt?: number;
+}
+
+export interface MetricsSource {
+  readonly kind: 'in-process' | 'prometheus';
+  /** Versions invoked within `windowMs`, or holding instances now. */
+  discover(windowMs: number): Promise<FunctionRef[]>;
+  /** Every version's samples over the last `windowMs`, about one per `stepMs`. */
+  load(windowMs: number, stepMs: number): Promise<Map<string, VersionLoad>>;
+  /** Health probe: resolves when the source answers. */
+  ping(): Promise<void>;
+}
+
+/** A failed query, classed for the failure counters. The message never carries the URL or a credential. */
+export class TimeseriesError extends Error {
+  override name = 'TimeseriesError';
+  readonly kind: 'auth' | 'server' | 'client' | 'network';
+
+  constructor(kind: TimeseriesError['kind'], message: string) {
+    super(message);
+    this.kind = kind;
+  }
+}
+
+/** Counts and times every call; failures raise the error, auth-failure and server-side-failure counters. */
+export function instrumented(source: MetricsSource, metrics: AutoscalerMetrics): MetricsSource {
+  async function timed<T>(call: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    try {
+      const result = await call();
+      metrics.timeseriesRequests.inc({ status: 'ok' });
+      return result;
+    } catch (error) {
+      metrics.timeseriesRequests.inc({ status: 'error' });
+      const kind = (error as TimeseriesError).kind;
+      if (kind === 'auth') metrics.timeseriesAuthFailures.inc();
+      if (kind === 'server') metrics.timeseriesServerFailures.inc();
+      throw error;
+    } finally {
+      metrics.timeseriesDuration.observe(performance.now() - started);
+    }
+  }
+  return {
+    kind: source.kind,
+    discover: (windowMs) => timed(() => source.discover(windowMs)),
+    load: (windowMs, stepMs) => timed(() => source.load(windowMs, stepMs)),
+    ping: () => timed(() => source.ping()),
+  };
+}
+
+interface Snapshot extends FunctionRef {
+  demand: number;
+  instances: number;
+  lastInvocationAt?: number;
+}
+
+/** The longest history kept per version (stickiness windows are at most PT1H). */
+const HISTORY_MS = 3_600_000;
+const HISTORY_SAMPLES = 4000;
+
+/**
+ * Reads this process's own registry. History for stickiness is what this source has sampled itself: one
+ * sample per load() call, i.e. per scaling round of this replica.
+ */
+export function createInProcessSource(registry: Registry, now: () => number): MetricsSource {
+  const history = new Map<string, Sample[]>();
+
+  async function values(name: string) {
+    const metric = registry.getSingleMetric(name);
+    return metric ? (await metric.get()).values : [];
+  }
+
+  async function snapshot(): Promise<Map<string, Snapshot>> {
+    const [queued, inflight, last, instances] = await Promise.all([
+      values('svc_function_queue_depth'), values('svc_function_inflight_requests'),
+      values('svc_function_last_request_timestamp_seconds'), values('svc_function_instances'),
+    ]);
+    const out = new Map<string, Snapshot>();
+    const entry = (labels: Partial<Record<string, string | number>>) => {
+      const versionId = String(labels.function_version_id);
+      let found = out.get(versionId);
+      if (!found) {
+        found = { versionId, ncaId: String(labels.nca_id), functionId: String(labels.function_id), demand: 0, instances: 0 };
+        out.set(versionId, found);
+      }
+      return found;
+    };
+    for (const value of queued) entry(value.labels).demand += value.value;
+    for (const value of inflight) entry(value.labels).demand += value.value;
+    for (const value of last) entry(value.labels).lastInvocationAt = value.value * 1000;
+    for (const value of instances) entry(value.labels).instances += value.value;
+    return out;
+  }
+
+  return {
+    kind: 'in-process',
+
+    async discover(windowMs) {
+      const since = now() - windowMs;
+      return [...(await snapshot()).values()]
+        .filter((version) => version.instances > 0 || version.demand > 0 || (version.lastInvocationAt ?? 0) >= since)
+        .map(({ versionId, ncaId, functionId }) => ({ versionId, ncaId, functionId }));
+    },
+
+    async load(windowMs) {
+      const at = now();
+      const current = await snapshot();
+      const out = new Map<string, VersionLoad>();
+      for (const versionId of new Set([...current.keys(), ...history.keys()])) {
+        const seen = current.get(versionId);
+        const samples = history.get(versionId) ?? [];
+        // A version gone from the registry with nothing but idle history left is forgotten.
+        if (!seen && samples.every((sample) => sample.demand === 0 && sample.instances === 0)) {
+          history.delete(versionId);
+          continue;
+        }
+        samples.push({ at, demand: seen?.demand ?? 0, instances: seen?.instances ?? 0 });
+        while (samples.length > HISTORY_SAMPLES || (samples.length > 0 && samples[0].at < at - HISTORY_MS)) samples.shift();
+        history.set(versionId, samples);
+        out.set(versionId, { samples: samples.filter((sample) => sample.at >= at - windowMs), lastInvocationAt: seen?.lastInvocationAt });
+      }
+      return out;
+    },
+
+    async ping() {},
+  };
+}

@@ -1,0 +1,267 @@
+// TEMPORARY, until the lead wires the autoscaler and metrics into api/src/main.ts (the patch in the
+// autoscaler report): api/src/main.ts as it will be after that patch, with imports pointing at src/, the
+// autoscaler and metrics settings taken from options until config.ts mounts them (`config.autoscaler`,
+// `config.metrics`), and the autoscaler migration run with its own migration table until store/migrations.ts
+// registers it as '0005_autoscaler' (it is idempotent, so either order works). Lines the patch adds are
+// marked "+autoscaler". Once main.ts carries the patch, tests switch to helpers/platform.ts and this goes.
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { DestinationStream } from 'pino';
+import type { Config } from '../../src/config.ts';
+import { createAutoscalerPlane } from '../../src/autoscaler/plane.ts'; // +autoscaler
+import { accountRoutes } from '../../src/control/accounts/routes.ts';
+import { createAccountsRepo } from '../../src/control/accounts/repo.ts';
+import { createAccountsService } from '../../src/control/accounts/service.ts';
+import { healthRoutes } from '../../src/control/health/routes.ts';
+import { createHealthService } from '../../src/control/health/service.ts';
+import { createSettingsRepo } from '../../src/control/installation/repo.ts';
+import { ensureBootstrapSecret, ensureLocalCluster, loadSecretBox } from '../../src/control/installation/service.ts';
+import { createClustersRepo } from '../../src/control/clusters/repo.ts';
+import { clusterRoutes } from '../../src/control/clusters/routes.ts';
+import { createClustersService } from '../../src/control/clusters/service.ts';
+import { createDeploymentsRepo } from '../../src/control/deployments/repo.ts';
+import { deploymentRoutes } from '../../src/control/deployments/routes.ts';
+import { createDeploymentsService } from '../../src/control/deployments/service.ts';
+import { createFunctionsRepo } from '../../src/control/functions/repo.ts';
+import { functionRoutes } from '../../src/control/functions/routes.ts';
+import { createFunctionsService } from '../../src/control/functions/service.ts';
+import { createRegistryRepo } from '../../src/control/registry/repo.ts';
+import { registryRoutes } from '../../src/control/registry/routes.ts';
+import { createRegistryService } from '../../src/control/registry/service.ts';
+import { createTasksPlane } from '../../src/control/tasks/plane.ts';
+import { deploySamples, type DeployedSample } from '../../src/control/samples.ts';
+import { createKeysRepo } from '../../src/control/keys/repo.ts';
+import { keyRoutes, whoamiRoute } from '../../src/control/keys/routes.ts';
+import { createKeyService } from '../../src/control/keys/service.ts';
+import { loadAdminKey, loadTokenKey } from '../../src/control/keys/signing.ts';
+import { createCredentialVerifier } from '../../src/control/keys/verifier.ts';
+import { AGENT_LINK_PATH } from '../../src/compute/protocol.ts';
+import { startWorker } from '../../src/compute/worker.ts';
+import { createAgentHub } from '../../src/control/agents/hub.ts';
+import { createInstancesRepo } from '../../src/control/instances/repo.ts';
+import { createInstancesService } from '../../src/control/instances/service.ts';
+import { createGateway } from '../../src/gateway/gateway.ts';
+import { createInProcessQueue } from '../../src/invocation/queue.ts';
+import { createInvocationsRepo } from '../../src/invocation/repo.ts';
+import { invocationRoutes } from '../../src/invocation/routes.ts';
+import { createInvocationService } from '../../src/invocation/service.ts';
+import { createStreamingBroker } from '../../src/invocation/streaming.ts';
+import { startTurn } from '../../src/turn/server.ts';
+import { createApp } from '../../src/http/app.ts';
+import { createMetrics, metricsRoute } from '../../src/http/metrics.ts'; // +autoscaler
+import { withOpenApi } from '../../src/http/openapi.ts';
+import { createLogger } from '../../src/logger.ts';
+import { openStore, type Store } from '../../src/store/store.ts';
+import { Migrator } from 'kysely/migration';
+import { autoscalerMigration } from '../../src/autoscaler/migration.ts';
+import type { AutoscalerSettings } from '../../src/autoscaler/settings.ts';
+import type { MetricsSettings } from '../../src/http/metrics.ts';
+
+export interface Platform {
+  /** http(s)://localhost:<port> */
+  url: string;
+  port: number;
+  hosts: { api: string; keys: string };
+  /** Present only on the first start of an installation: print it once. */
+  bootstrapSecret?: string;
+  adminSigningKeyFile: string;
+  samples: DeployedSample[];
+  /** With samples: the streaming sample and a key the demo proxy invokes it with. */
+  streamingDemo?: { functionId: string; apiKey: string };
+  close(): Promise<void>;
+}
+
+export interface PlatformOptions {
+  /** +autoscaler: config.autoscaler and config.metrics until config.ts mounts them. */
+  autoscalerSettings: AutoscalerSettings;
+  metricsSettings: MetricsSettings;
+  logDestination?: DestinationStream;
+  now?: () => Date;
+  /** Deploy samples/functions.json into the default account on the local cluster (npm start). */
+  samples?: boolean;
+}
+
+const VERSION = '0.1.0';
+
+export async function startPlatform(config: Config, options: PlatformOptions): Promise<Platform> {
+  const { autoscalerSettings, metricsSettings } = options; // +autoscaler: config.autoscaler, config.metrics
+  const now = options.now ?? (() => new Date());
+  const log = createLogger(config.log.level, options.logDestination);
+  const store = await openStore(config.store);
+  try {
+    await migrateAutoscaler(store); // +autoscaler (store/migrations.ts '0005_autoscaler')
+    const settings = createSettingsRepo(store.db);
+    const startedAt = now().toISOString();
+    const box = await loadSecretBox(settings, { ...config.secrets, dataDir: config.store.dataDir, now: startedAt });
+
+    const accounts = createAccountsService(createAccountsRepo(store.db), now);
+    const { account } = await accounts.ensureBootstrapAccount(config.api.accountBootstrap);
+
+    const bootstrap = await ensureBootstrapSecret(settings, startedAt);
+    const tokenKey = await loadTokenKey(settings, box, startedAt);
+    const adminSigningKeyFile = config.admin.signingKeyFile ?? path.join(config.store.dataDir, 'admin-signing-key.pem');
+    const adminKey = await loadAdminKey(adminSigningKeyFile, { create: !config.admin.signingKeyFile });
+
+    const keysRepo = createKeysRepo(store.db);
+    const verifier = createCredentialVerifier({
+      repo: keysRepo, tokenKey, adminKey, bootstrapSecretHash: bootstrap.hash,
+      serviceId: config.keys.serviceId, recheckMs: config.keys.recheckMs, now: () => now().getTime(),
+    });
+    const keys = createKeyService({
+      repo: keysRepo, accounts, tokenKey, serviceId: config.keys.serviceId, defaultAccountId: account.ncaId,
+      tokenLifetimeSeconds: config.keys.tokenLifetimeSeconds, now,
+    });
+    const clusters = createClustersService(createClustersRepo(store.db), now);
+    const localCluster = config.compute.localCluster.enabled
+      ? await ensureLocalCluster(settings, clusters, box, { ...config.compute.localCluster, ncaId: account.ncaId, now: startedAt })
+      : undefined;
+    const functionsRepo = createFunctionsRepo(store.db);
+    const deploymentsRepo = createDeploymentsRepo(store.db);
+    const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now });
+    const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, now);
+    const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
+    const metrics = createMetrics(); // +autoscaler
+    const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: autoscalerSettings, log, now }); // +autoscaler
+    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, autoscaler.health]); // +autoscaler
+    metrics.watchHealth(() => health.report()); // +autoscaler
+
+    const instances = createInstancesService({
+      repo: createInstancesRepo(store.db), deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
+      desired: autoscaler.desiredCounts, // +autoscaler
+    });
+    autoscaler.onApplied(() => void instances.reconcile()); // +autoscaler
+    metrics.watchInstances(() => instances.instanceCounts()); // +autoscaler
+    functions.useInstances(instances.activeInstances);
+    deployments.onChange(() => void instances.reconcile());
+    const invocation = createInvocationService({
+      queue: createInProcessQueue(), repo: createInvocationsRepo(store.db), functionsRepo, deployments: deploymentsRepo, instances, log, now,
+      maxQueueDepth: config.invocation.maxQueueDepth, maxResultBytes: config.invocation.maxResultBytes,
+      resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
+    });
+    metrics.watchLoad(() => invocation.load()); // +autoscaler
+    instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
+    instances.onProgress((progress) => invocation.progress(progress));
+    const taskPlane = createTasksPlane({
+      db: store.db, box, accounts, clusters, log, now, dataDir: config.store.dataDir, registry, settings: config.tasks,
+      capacityInUse: { of: instances.instancesOn },
+    });
+    instances.countTasks(taskPlane.scheduler.tasksOn);
+    const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
+    const turnSecret = config.turn.secret
+      ?? box.decrypt((await settings.getOrCreate('turn.secret', () => box.encrypt(randomBytes(32).toString('base64url')), startedAt)).value);
+    const [relayMin, relayMax] = config.turn.relayPortRange.split('-').map(Number);
+    const turn = await startTurn({ ...config.turn, secret: turnSecret, relayPortRange: [relayMin, relayMax] }, log);
+    const streaming = createStreamingBroker({
+      verifier, functionsRepo, instances, turn, log, now,
+      resumeWindowMs: config.streaming.resumeWindowSeconds * 1000, waitForInstanceMs: config.streaming.waitForInstanceSeconds * 1000,
+    });
+    instances.onReady((versionId, ready) => streaming.ready(versionId, ready));
+
+    const apiRoutes = withOpenApi([
+      // The hot path first: Express tries routes in order.
+      ...invocationRoutes(invocation, functionsRepo, {
+        defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
+        maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
+      }, metrics.observeInvocation), // +autoscaler
+      ...healthRoutes(health),
+      metricsRoute(metrics, metricsSettings), // +autoscaler
+      ...autoscaler.routes, // +autoscaler
+      ...accountRoutes(accounts, config.api.accountBootstrap.limits),
+      ...functionRoutes(functions),
+      ...deploymentRoutes(deployments),
+      ...registryRoutes(registry),
+      ...clusterRoutes(clusters),
+      ...taskPlane.routes,
+      whoamiRoute(),
+    ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
+    const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),
+      { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });
+
+    const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit, metrics }; // +autoscaler
+    const gateway = createGateway({
+      address: config.gateway.address,
+      api: (() => {
+        const app = createApp({ ...appOptions, routes: apiRoutes, host: 'api' }); // +autoscaler
+        // The reference's streaming sign-in (SVC-ABSORB: true) reserves sessions on any path.
+        return (req, res) => (req.headers['svc-absorb'] === 'true' ? void streaming.signIn(req, res) : app(req, res));
+      })(),
+      keys: createApp({ ...appOptions, routes: keyServiceRoutes, host: 'keys' }), // +autoscaler
+      apiUpgrade: (req, socket, head) => {
+        if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return void agentHub.upgrade(req, socket, head);
+        void streaming.upgrade(req, socket, head);
+      },
+      tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
+    });
+    await invocation.recover();
+    await instances.start();
+    await taskPlane.start();
+    autoscaler.start(); // +autoscaler
+    const port = await gateway.listen(config.gateway.port, config.gateway.host);
+    const scheme = config.gateway.tlsCert ? 'https' : 'http';
+    log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
+    // The local cluster's agent links to this gateway over loopback, exactly as a remote agent would.
+    const worker = localCluster && config.compute.inProcessAgent ? await startWorker({
+      settings: config.compute.agent, dataDir: config.store.dataDir, declaredGpus: config.compute.localCluster.gpus, log,
+      link: {
+        server: `${scheme}://127.0.0.1:${port}`, credential: localCluster.agentCredential, apiHost: `${gateway.hosts.api}:${port}`,
+        ca: config.gateway.tlsCert ? readFileSync(config.gateway.tlsCert, 'utf8') : undefined,
+      },
+    }) : undefined;
+
+    const localGpu = config.compute.localCluster.gpus[0];
+    const samples = options.samples && localCluster && localGpu ? await deploySamples({
+      ncaId: account.ncaId, functions, functionsRepo, deployments,
+      gpu: { name: localGpu.name, instanceType: (localGpu.instanceTypes.find((type) => type.default) ?? localGpu.instanceTypes[0]).name },
+    }) : [];
+
+    const streamingSample = samples.find((sample) => sample.functionType === 'STREAMING');
+    const streamingDemo = streamingSample && {
+      functionId: streamingSample.functionId,
+      apiKey: (await keys.issueApiKey(
+        { credentialId: 'samples', kind: 'token', ncaId: account.ncaId, ownerId: 'svc-samples', scopes: new Set() },
+        { 'key-issuer-service': 'svc-api', 'key-issuer-id': config.keys.serviceId, 'key-owner-id': 'svc-demo-proxy' },
+        {
+          description: 'npm start: the demo streaming proxy', expires_at: new Date(now().getTime() + 7 * 86_400_000).toISOString(),
+          authorizations: { policies: [{ scopes: ['invoke_function'] }] },
+        },
+      )).value!,
+    };
+
+    return {
+      url: `${scheme}://localhost:${port}`,
+      samples,
+      streamingDemo,
+      port,
+      hosts: gateway.hosts,
+      bootstrapSecret: bootstrap.secret,
+      adminSigningKeyFile,
+      async close() {
+        await autoscaler.stop(); // +autoscaler
+        await worker?.close();
+        agentHub.close();
+        streaming.close();
+        await gateway.close();
+        await instances.stop();
+        await taskPlane.stop();
+        await invocation.close();
+        await turn.close();
+        await store.close();
+        log.flush();
+      },
+    };
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+}
+
+/** +autoscaler: the autoscaler migration, with its own migration table until store/migrations.ts registers it. */
+async function migrateAutoscaler(store: Store): Promise<void> {
+  const migrator = new Migrator({
+    db: store.db, migrationTableName: 'svc_autoscaler_migration', migrationLockTableName: 'svc_autoscaler_migration_lock',
+    provider: { getMigrations: async () => ({ '0005_autoscaler': autoscalerMigration() }) },
+  });
+  const { error } = await migrator.migrateToLatest();
+  if (error) throw error;
+}
