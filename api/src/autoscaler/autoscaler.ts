@@ -12,11 +12,12 @@ import type { Logger } from '../logger.ts';
 import type { AutoscalerMetrics } from './metrics.ts';
 import type { DeployedVersion, DesiredEntry, ScalingPlatform } from './platform.ts';
 import { decide, platformPolicy, policyFor, reasons, spread, type Policy } from './policy.ts';
-import type { AutoscalerRepo, Decision } from './repo.ts';
+import type { AutoscalerRepo, FunctionStateRow } from './repo.ts';
 import type { AutoscalerSettings } from './settings.ts';
 import type { MetricsSource } from './source.ts';
 
 export const DISCOVERY_LOCK = 'discovery';
+const CLOCK_WRITES_PER_ROUND = 200;
 /** Statuses in which a version takes requests (as the invocation plane's); others are skipped. */
 const DEPLOYABLE = new Set(['ACTIVE', 'DEPLOYING', 'DEGRADING']);
 
@@ -43,13 +44,13 @@ export function createAutoscaler(options: AutoscalerOptions) {
   const lockMs = settings.discoveryLockDurationSeconds * 1000;
   const idleMs = settings.scaleToZeroIdleSeconds * 1000;
   const stepMs = settings.scalingIntervalMs;
+  /** The idle clock is written when it moved this much: a quarter of the idle window at most. */
+  const idleWriteMs = Math.max(idleMs / 4, stepMs);
   let leaderUntil = 0;
   let nextDiscoveryAt = 0;
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> = Promise.resolve();
   let busy = false;
-  /** Labels of the per-version gauges set last round, so versions that left are cleared. */
-  let labelled: Record<string, string>[] = [];
 
   const leading = () => now() < leaderUntil;
 
@@ -72,12 +73,9 @@ export function createAutoscaler(options: AutoscalerOptions) {
     const started = performance.now();
     const at = now();
     const found = await source.discover(settings.discoveryWindowSeconds * 1000);
-    await repo.markSeen(found, iso(at));
-    await repo.forgetUnseen(iso(at - settings.functionTtlSeconds * 1000));
-    // Desired counts of versions that are no longer deployed have nothing left to apply to.
-    const deployed = await platform.deployed();
-    const stale = [...new Set((await repo.desired()).map((row) => row.version_id))].filter((versionId) => !deployed.has(versionId));
-    if (stale.length) await repo.forgetDesired(stale);
+    const ttlMs = settings.functionTtlSeconds * 1000;
+    await repo.markSeen(found, iso(at), iso(at - ttlMs / 4));
+    await repo.forgetUnseen(iso(at - ttlMs));
     metrics.discoveryDuration.observe((performance.now() - started) / 1000);
   }
 
@@ -102,9 +100,15 @@ export function createAutoscaler(options: AutoscalerOptions) {
     }
     const loads = await source.load(windowFor([...policies.values()]), stepMs);
 
+    // Desired counts of versions no longer deployed have nothing left to apply to.
+    const undeployed = [...new Set(desiredRows.filter((row) => !deployed.has(row.version_id)).map((row) => row.version_id))];
+    if (undeployed.length) await repo.forgetDesired(undeployed);
+
+    const decidedAt = iso(readAt);
     const entries: DesiredEntry[] = [];
-    const decisions: Decision[] = [];
-    const invoked: { versionId: string; at: string }[] = [];
+    const writes: FunctionStateRow[] = [];
+    const clocks: { row: FunctionStateRow; stored: string }[] = [];
+    const moves: Record<string, unknown>[] = [];
     const gauges: [Record<string, string>, number, number, number | null, number][] = [];
     for (const fn of active) {
       const version = deployed.get(fn.version_id);
@@ -122,7 +126,10 @@ export function createAutoscaler(options: AutoscalerOptions) {
         : specs[0].maxRequestConcurrency;
       const load = loads.get(fn.version_id);
       const storedInvocation = fn.last_invocation_at ? Date.parse(fn.last_invocation_at) : undefined;
-      const lastInvocationAt = Math.max(storedInvocation ?? Number.NEGATIVE_INFINITY, load?.lastInvocationAt ?? Number.NEGATIVE_INFINITY);
+      // The store's idle clock lags the metrics by up to idleWriteMs; without a metric (after a restart)
+      // count from the latest it could be, so a version never goes to zero early.
+      const lastInvocationAt = Math.max(load?.lastInvocationAt ?? Number.NEGATIVE_INFINITY,
+        storedInvocation === undefined ? Number.NEGATIVE_INFINITY : storedInvocation + (load?.lastInvocationAt === undefined ? idleWriteMs : 0));
       const outcome = decide(policies.get(fn.version_id)!, {
         now: readAt, current, concurrency, samples: load?.samples ?? [], idleMs, stepMs,
         min: specs.reduce((sum, spec) => sum + spec.minInstances, 0), max: specs.reduce((sum, spec) => sum + spec.maxInstances, 0),
@@ -133,12 +140,19 @@ export function createAutoscaler(options: AutoscalerOptions) {
           if (stored.get(gpuSpecId) !== desired) entries.push({ gpuSpecId, versionId: fn.version_id, desired });
         }
       }
-      if (fn.desired !== outcome.desired || fn.reason !== outcome.reason || fn.skipped_status !== null || fn.instances !== current) {
-        decisions.push({ versionId: fn.version_id, desired: outcome.desired, instances: current, utilization: finite(outcome.utilization), reason: outcome.reason, detail: outcome.detail });
-      }
+      const changed = fn.desired !== outcome.desired || fn.reason !== outcome.reason || fn.skipped_status !== null || fn.instances !== current;
       // The idle clock lives in the store (survives a takeover); written only when it moved noticeably.
-      if (load?.lastInvocationAt !== undefined && load.lastInvocationAt > (storedInvocation ?? 0) + Math.max(idleMs / 10, stepMs)) {
-        invoked.push({ versionId: fn.version_id, at: iso(load.lastInvocationAt) });
+      const invoked = load?.lastInvocationAt !== undefined && load.lastInvocationAt > (storedInvocation ?? 0) + idleWriteMs;
+      const row = { ...fn, skipped_status: null, last_invocation_at: invoked ? iso(load!.lastInvocationAt!) : fn.last_invocation_at };
+      if (changed) {
+        writes.push({
+          ...row, desired: outcome.desired, instances: current, utilization: finite(outcome.utilization), reason: outcome.reason, detail: outcome.detail, decided_at: decidedAt,
+        });
+        if (outcome.desired !== current) {
+          moves.push({ versionId: fn.version_id, desired: outcome.desired, instances: current, reason: outcome.reason, detail: outcome.detail });
+        }
+      } else if (invoked) {
+        clocks.push({ row, stored: fn.last_invocation_at ?? '' });
       }
       gauges.push([{ nca_id: fn.nca_id, function_id: fn.function_id, function_version_id: fn.version_id }, outcome.desired, current, outcome.utilization, reasons.indexOf(outcome.reason)]);
     }
@@ -155,13 +169,12 @@ export function createAutoscaler(options: AutoscalerOptions) {
       }
       metrics.processed.inc(entries.length);
     }
-    await repo.saveDecisions(decisions, iso(now()));
-    await repo.setLastInvocations(invoked);
-    for (const decision of decisions) {
-      if (decision.reason !== 'hold' || decision.desired !== decision.instances) log.info({ versionId: decision.versionId, desired: decision.desired, instances: decision.instances, reason: decision.reason, detail: decision.detail }, 'scaling decision');
-    }
-    for (const labels of labelled) for (const gauge of [metrics.desired, metrics.current, metrics.utilization, metrics.status]) gauge.remove(labels);
-    labelled = gauges.map(([labels]) => labels);
+    // Idle clocks alone: the stalest first, a bounded number per round, so many versions busy at once do not
+    // make one round slow (the decisions use the metrics' clock; the store's is for a restart or takeover).
+    clocks.sort((a, b) => a.stored.localeCompare(b.stored));
+    await repo.saveRound([...writes, ...clocks.slice(0, CLOCK_WRITES_PER_ROUND).map((clock) => clock.row)]);
+    for (const move of moves) log.info(move, 'scaling decision');
+    for (const gauge of [metrics.desired, metrics.current, metrics.utilization, metrics.status]) gauge.reset();
     for (const [labels, desired, current, utilization, reason] of gauges) {
       metrics.desired.set(labels, desired);
       metrics.current.set(labels, current);

@@ -41,7 +41,7 @@ export function createAutoscalerPlane(options: AutoscalerPlaneOptions) {
   const metrics = createAutoscalerMetrics(options.metrics.registry);
   const source = instrumented(settings.prometheusUrl
     ? createPrometheusSource({ url: settings.prometheusUrl, token: settings.prometheusToken, timeoutMs: settings.prometheusTimeoutMs, now: () => now().getTime() })
-    : createInProcessSource(options.metrics.registry, () => now().getTime()), metrics);
+    : createInProcessSource(options.metrics, () => now().getTime()), metrics);
   const appliedListeners: (() => void)[] = [];
   const platform = createScalingPlatform(options.db, repo, metrics, () => appliedListeners.forEach((listener) => listener()));
   const autoscaler = settings.enabled
@@ -64,7 +64,7 @@ export function createAutoscalerPlane(options: AutoscalerPlaneOptions) {
     /** /health's timeseries_db_client: healthy while the metrics source answers. */
     health: { name: 'timeseries_db_client', probe: () => source.ping() } satisfies HealthComponent,
 
-    routes: autoscalerRoutes(createScalingStatus(repo, platform, options.metrics.registry, settings.platformPolicy)),
+    routes: autoscalerRoutes(createScalingStatus(repo, platform, options.metrics, settings.platformPolicy)),
 
     /** Called after desired counts were written (main.ts: prompt placement). */
     onApplied(listener: () => void) {

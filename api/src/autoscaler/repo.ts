@@ -12,15 +12,6 @@ export interface Seen {
   functionId: string;
 }
 
-export interface Decision {
-  versionId: string;
-  desired: number;
-  instances: number;
-  utilization: number | null;
-  reason: string;
-  detail: string;
-}
-
 /** Rows per statement in batch writes: well under SQLite's bound-parameter limit. */
 const BATCH = 200;
 
@@ -58,9 +49,16 @@ export function createAutoscalerRepo(db: Kysely<AutoscalerDatabase>) {
       return db.selectFrom('autoscaler_locks').selectAll().where('name', '=', name).executeTakeFirst();
     },
 
-    /** Discovery: adds new versions to the active set and refreshes the ones seen again. */
-    async markSeen(seen: Seen[], at: string): Promise<void> {
-      for (const batch of chunks(seen)) {
+    /**
+     * Discovery: adds new versions to the active set and refreshes the ones seen again, but only those last
+     * marked before `refreshBefore`, so a steady active set costs a read, not a write per version.
+     */
+    async markSeen(seen: Seen[], at: string, refreshBefore: string): Promise<void> {
+      const known = new Map((await db.selectFrom('autoscaler_functions').select(['version_id', 'last_seen_at']).execute())
+        .map((row) => [row.version_id, row.last_seen_at]));
+      const fresh = seen.filter((version) => !known.has(version.versionId));
+      const stale = seen.filter((version) => (known.get(version.versionId) ?? at) < refreshBefore).map((version) => version.versionId);
+      for (const batch of chunks(fresh)) {
         await db.insertInto('autoscaler_functions')
           .values(batch.map((version) => ({
             version_id: version.versionId, nca_id: version.ncaId, function_id: version.functionId, discovered_at: at, last_seen_at: at,
@@ -68,6 +66,9 @@ export function createAutoscalerRepo(db: Kysely<AutoscalerDatabase>) {
           })))
           .onConflict((conflict) => conflict.column('version_id').doUpdateSet({ last_seen_at: at }))
           .execute();
+      }
+      for (const batch of chunks(stale)) {
+        await db.updateTable('autoscaler_functions').set({ last_seen_at: at }).where('version_id', 'in', batch).execute();
       }
     },
 
@@ -81,35 +82,27 @@ export function createAutoscalerRepo(db: Kysely<AutoscalerDatabase>) {
       return db.selectFrom('autoscaler_functions').selectAll().execute();
     },
 
-    /** The last decisions whose outcome changed this round. */
-    async saveDecisions(decisions: Decision[], at: string): Promise<void> {
-      if (decisions.length === 0) return;
-      await db.transaction().execute(async (trx) => {
-        for (const decision of decisions) {
-          await trx.updateTable('autoscaler_functions').set({
-            desired: decision.desired, instances: decision.instances, utilization: decision.utilization, reason: decision.reason,
-            detail: decision.detail, decided_at: at, skipped_status: null,
-          }).where('version_id', '=', decision.versionId).execute();
-        }
-      });
+    /**
+     * The round's writes in batches of one statement each: decisions whose outcome changed, and idle clocks
+     * that moved (only ever forward). Rows are given whole, so a row forgotten meanwhile comes back intact.
+     */
+    async saveRound(rows: FunctionStateRow[]): Promise<void> {
+      for (const batch of chunks(rows)) {
+        await db.insertInto('autoscaler_functions').values(batch)
+          .onConflict((conflict) => conflict.column('version_id').doUpdateSet((eb) => ({
+            desired: eb.ref('excluded.desired'), instances: eb.ref('excluded.instances'), utilization: eb.ref('excluded.utilization'),
+            reason: eb.ref('excluded.reason'), detail: eb.ref('excluded.detail'), decided_at: eb.ref('excluded.decided_at'),
+            skipped_status: eb.ref('excluded.skipped_status'),
+            last_invocation_at: sql<string | null>`case when autoscaler_functions.last_invocation_at is null or autoscaler_functions.last_invocation_at < excluded.last_invocation_at then excluded.last_invocation_at else autoscaler_functions.last_invocation_at end`,
+          })))
+          .execute();
+      }
     },
 
     async markSkipped(versionId: string, status: string, detail: string, at: string): Promise<void> {
       await db.updateTable('autoscaler_functions')
         .set({ skipped_status: status, reason: 'skipped', detail, decided_at: at })
         .where('version_id', '=', versionId).execute();
-    },
-
-    async setLastInvocations(entries: { versionId: string; at: string }[]): Promise<void> {
-      if (entries.length === 0) return;
-      await db.transaction().execute(async (trx) => {
-        for (const entry of entries) {
-          await trx.updateTable('autoscaler_functions').set({ last_invocation_at: entry.at })
-            .where('version_id', '=', entry.versionId)
-            .where((eb) => eb.or([eb('last_invocation_at', 'is', null), eb('last_invocation_at', '<', entry.at)]))
-            .execute();
-        }
-      });
     },
 
     desired(): Promise<DesiredRow[]> {

@@ -1,8 +1,7 @@
 // MetricsSource: where the autoscaler reads load from. Two implementations read the same series
 // (http/metrics.ts): in-process from this platform's registry (the embedded default), or Prometheus'
 // HTTP API when SVC_PROMETHEUS_URL is set (N replicas behind one timeseries database).
-import type { Registry } from 'prom-client';
-import type { FunctionRef } from '../http/metrics.ts';
+import type { FunctionRef, PlatformMetrics } from '../http/metrics.ts';
 import type { AutoscalerMetrics } from './metrics.ts';
 import type { Sample } from './policy.ts';
 
@@ -71,36 +70,30 @@ const HISTORY_MS = 3_600_000;
 const HISTORY_SAMPLES = 4000;
 
 /**
- * Reads this process's own registry. History for stickiness is what this source has sampled itself: one
- * sample per load() call, i.e. per scaling round of this replica.
+ * Reads this process's own metrics: the values its load and instance gauges report, taken from the same
+ * providers without formatting them. History for stickiness is what this source sampled itself: one sample
+ * per load() call, i.e. per scaling round of this replica.
  */
-export function createInProcessSource(registry: Registry, now: () => number): MetricsSource {
+export function createInProcessSource(metrics: PlatformMetrics, now: () => number): MetricsSource {
   const history = new Map<string, Sample[]>();
 
-  async function values(name: string) {
-    const metric = registry.getSingleMetric(name);
-    return metric ? (await metric.get()).values : [];
-  }
-
   async function snapshot(): Promise<Map<string, Snapshot>> {
-    const [queued, inflight, last, instances] = await Promise.all([
-      values('svc_function_queue_depth'), values('svc_function_inflight_requests'),
-      values('svc_function_last_request_timestamp_seconds'), values('svc_function_instances'),
-    ]);
+    const { loads, instances } = metrics.snapshot();
     const out = new Map<string, Snapshot>();
-    const entry = (labels: Partial<Record<string, string | number>>) => {
-      const versionId = String(labels.function_version_id);
-      let found = out.get(versionId);
+    const entry = (ref: FunctionRef) => {
+      let found = out.get(ref.versionId);
       if (!found) {
-        found = { versionId, ncaId: String(labels.nca_id), functionId: String(labels.function_id), demand: 0, instances: 0 };
-        out.set(versionId, found);
+        found = { versionId: ref.versionId, ncaId: ref.ncaId, functionId: ref.functionId, demand: 0, instances: 0 };
+        out.set(ref.versionId, found);
       }
       return found;
     };
-    for (const value of queued) entry(value.labels).demand += value.value;
-    for (const value of inflight) entry(value.labels).demand += value.value;
-    for (const value of last) entry(value.labels).lastInvocationAt = value.value * 1000;
-    for (const value of instances) entry(value.labels).instances += value.value;
+    for (const load of loads) {
+      const found = entry(load);
+      found.demand += load.queued + load.inflight;
+      if (load.lastRequestAt !== undefined) found.lastInvocationAt = Math.max(found.lastInvocationAt ?? 0, load.lastRequestAt);
+    }
+    for (const counts of instances) entry(counts).instances += counts.running + counts.starting;
     return out;
   }
 

@@ -1,6 +1,6 @@
 // What `svc autoscaler status` shows: per deployed version of an account, its instances now, the desired
 // count placement works toward, and the autoscaler's last reason.
-import type { Registry } from 'prom-client';
+import type { PlatformMetrics } from '../http/metrics.ts';
 import type { DeployedVersion, ScalingPlatform } from './platform.ts';
 import { platformPolicy, policyFor, type AutoscalingConfiguration } from './policy.ts';
 import type { AutoscalerRepo } from './repo.ts';
@@ -22,17 +22,16 @@ export interface FunctionScaling {
   lastInvocationAt: string | null;
 }
 
-export function createScalingStatus(repo: AutoscalerRepo, platform: ScalingPlatform, registry: Registry, platformOverride?: AutoscalingConfiguration) {
+export function createScalingStatus(repo: AutoscalerRepo, platform: ScalingPlatform, metrics: PlatformMetrics, platformOverride?: AutoscalingConfiguration) {
   const defaults = platformPolicy(platformOverride);
 
+  /** Instances placement holds now in this process (none where only the autoscaler role runs). */
   async function liveInstances(): Promise<Map<string, { running: number; starting: number }>> {
     const out = new Map<string, { running: number; starting: number }>();
-    const metric = registry.getSingleMetric('svc_function_instances');
-    for (const { labels, value } of metric ? (await metric.get()).values : []) {
-      const versionId = String(labels.function_version_id);
+    for (const { versionId, running, starting } of metrics.snapshot().instances) {
       const counts = out.get(versionId) ?? { running: 0, starting: 0 };
-      if (labels.state === 'running') counts.running += value;
-      else counts.starting += value;
+      counts.running += running;
+      counts.starting += starting;
       out.set(versionId, counts);
     }
     return out;

@@ -125,6 +125,14 @@ export function createMetrics() {
       functionDuration.observe(labels, seconds);
     },
 
+    /** What the load gauges read, straight from the planes (the in-process MetricsSource). */
+    snapshot(): { loads: FunctionLoad[]; instances: FunctionInstances[] } {
+      const out = { loads: [] as FunctionLoad[], instances: [] as FunctionInstances[] };
+      each(loads, (load) => out.loads.push(load));
+      each(instanceCounts, (counts) => out.instances.push(counts));
+      return out;
+    },
+
     watchLoad(provider: () => Iterable<FunctionLoad>) {
       loads.push(provider);
     },
