@@ -61,8 +61,11 @@ export function createAutoscalerPlane(options: AutoscalerPlaneOptions) {
       wake: (version: WakingVersion, gpuSpecId: string, at: string) => repo.wake(version, gpuSpecId, at),
     },
 
-    /** /health's timeseries_db_client: healthy while the metrics source answers. */
-    health: { name: 'timeseries_db_client', probe: () => source.ping() } satisfies HealthComponent,
+    /**
+     * /health's timeseries_db_client (healthy while the metrics source answers), only where the loops run:
+     * an API replica whose autoscaler runs elsewhere stays ready through a Prometheus outage.
+     */
+    health: (autoscaler ? [{ name: 'timeseries_db_client', probe: () => source.ping() }] : []) satisfies HealthComponent[],
 
     routes: autoscalerRoutes(createScalingStatus(repo, platform, options.metrics, settings.platformPolicy)),
 

@@ -31,7 +31,7 @@ export async function startAutoscalerRole(options: AutoscalerRoleOptions) {
   const plane = createAutoscalerPlane({
     db: store.db, metrics, settings: { ...options.settings, enabled: true }, log, replicaId: options.replicaId,
   });
-  const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, plane.health]);
+  const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, ...plane.health]);
   metrics.watchHealth(() => health.report());
   const app = createApp({
     routes: [...healthRoutes(health), metricsRoute(metrics, options.metrics)], log, bodyLimit: '1kb', metrics, host: 'autoscaler',

@@ -123,7 +123,7 @@ export async function startPlatform(config: Config, options: PlatformOptions): P
     const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
     const metrics = createMetrics(); // +autoscaler
     const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: autoscalerSettings, log, now }); // +autoscaler
-    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, autoscaler.health]); // +autoscaler
+    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, ...autoscaler.health]); // +autoscaler
     metrics.watchHealth(() => health.report()); // +autoscaler
 
     const instances = createInstancesService({
