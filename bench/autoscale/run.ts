@@ -168,9 +168,9 @@ async function roundCost(backend: 'sqlite' | 'postgres') {
     plain.sort((a, b) => a - b);
     withDiscovery.sort((a, b) => a - b);
     return [
-      [`${backend}: first round (lock, discover ${refs.length}, decide all)`, 1, first, first, first, Number.NaN],
-      [`${backend}: scaling round`, plain.length, percentile(plain, 50), percentile(plain, 99), plain[plain.length - 1], processed / ROUNDS],
-      [`${backend}: scaling round + discovery`, withDiscovery.length, percentile(withDiscovery, 50), percentile(withDiscovery, 99), withDiscovery[withDiscovery.length - 1], Number.NaN],
+      [`${backend}: first round (lock, discover ${refs.length}, decide all)`, '1', first, first, first, Number.NaN],
+      [`${backend}: scaling round`, String(plain.length), percentile(plain, 50), percentile(plain, 99), plain[plain.length - 1], processed / ROUNDS],
+      [`${backend}: scaling round + discovery`, String(withDiscovery.length), percentile(withDiscovery, 50), percentile(withDiscovery, 99), withDiscovery[withDiscovery.length - 1], Number.NaN],
     ] as (string | number)[][];
   } finally {
     await database.drop();
