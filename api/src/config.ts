@@ -5,7 +5,9 @@ import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { agentEnvSettings, agentSettingsSchema } from './compute/settings.ts';
+import { autoscalerEnvSettings, autoscalerSettingsSchema } from './autoscaler/settings.ts';
 import { tasksEnvSettings, tasksSettingsSchema } from './control/tasks/settings.ts';
+import { metricsEnvSettings, metricsSettingsSchema } from './http/metrics.ts';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const limit = (max: number) => z.coerce.number().int().min(0).max(max);
@@ -95,6 +97,10 @@ export const configSchema = z.object({
     coturnBinary: z.string().default('/usr/bin/turnserver'),
   }).prefault({}),
   tasks: tasksSettingsSchema.prefault({}),
+  /** The function autoscaler (api/src/autoscaler/README.md). */
+  autoscaler: autoscalerSettingsSchema.prefault({}),
+  /** GET /metrics (Prometheus text format). */
+  metrics: metricsSettingsSchema.prefault({}),
   compute: z.object({
     /** `svc serve` runs a worker agent for the local cluster in its own process, linked over loopback. */
     inProcessAgent: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
@@ -152,6 +158,8 @@ export const envSettings: Record<string, string> = {
   SVC_TURN_RELAY_PORT_RANGE: 'turn.relayPortRange',
   SVC_TURN_SECRET: 'turn.secret',
   ...Object.fromEntries(Object.entries(tasksEnvSettings).map(([name, setting]) => [name, `tasks.${setting}`])),
+  ...Object.fromEntries(Object.entries(autoscalerEnvSettings).map(([name, setting]) => [name, `autoscaler.${setting}`])),
+  ...Object.fromEntries(Object.entries(metricsEnvSettings).map(([name, setting]) => [name, `metrics.${setting}`])),
   SVC_LOG_LEVEL: 'log.level',
 };
 

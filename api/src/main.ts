@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { DestinationStream } from 'pino';
 import type { Config } from './config.ts';
+import { createAutoscalerPlane } from './autoscaler/plane.ts';
 import { accountRoutes } from './control/accounts/routes.ts';
 import { createAccountsRepo } from './control/accounts/repo.ts';
 import { createAccountsService } from './control/accounts/service.ts';
@@ -43,6 +44,7 @@ import { createInvocationService } from './invocation/service.ts';
 import { createStreamingBroker } from './invocation/streaming.ts';
 import { startTurn } from './turn/server.ts';
 import { createApp } from './http/app.ts';
+import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
 import { openStore } from './store/store.ts';
@@ -105,11 +107,17 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now });
     const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, now);
     const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
-    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }]);
+    const metrics = createMetrics();
+    const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
+    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, ...autoscaler.health]);
+    metrics.watchHealth(() => health.report());
 
     const instances = createInstancesService({
       repo: createInstancesRepo(store.db), deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
+      desired: autoscaler.desiredCounts,
     });
+    autoscaler.onApplied(() => void instances.reconcile());
+    metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
     deployments.onChange(() => void instances.reconcile());
     const invocation = createInvocationService({
@@ -117,6 +125,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       maxQueueDepth: config.invocation.maxQueueDepth, maxResultBytes: config.invocation.maxResultBytes,
       resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
     });
+    metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
     const taskPlane = createTasksPlane({
@@ -140,8 +149,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...invocationRoutes(invocation, functionsRepo, {
         defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
         maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
-      }),
+      }, metrics.observeInvocation),
       ...healthRoutes(health),
+      metricsRoute(metrics, config.metrics),
       whoamiRoute(),
       ...accountRoutes(accounts, config.api.accountBootstrap.limits),
       ...functionRoutes(functions),
@@ -149,19 +159,20 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...registryRoutes(registry),
       ...clusterRoutes(clusters),
       ...taskPlane.routes,
+      ...autoscaler.routes,
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),
       { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });
 
-    const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit };
+    const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit, metrics };
     const gateway = createGateway({
       address: config.gateway.address,
       api: (() => {
-        const app = createApp({ ...appOptions, routes: apiRoutes });
+        const app = createApp({ ...appOptions, routes: apiRoutes, host: 'api' });
         // The reference's streaming sign-in (SVC-ABSORB: true) reserves sessions on any path.
         return (req, res) => (req.headers['svc-absorb'] === 'true' ? void streaming.signIn(req, res) : app(req, res));
       })(),
-      keys: createApp({ ...appOptions, routes: keyServiceRoutes }),
+      keys: createApp({ ...appOptions, routes: keyServiceRoutes, host: 'keys' }),
       apiUpgrade: (req, socket, head) => {
         if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return void agentHub.upgrade(req, socket, head);
         void streaming.upgrade(req, socket, head);
@@ -171,6 +182,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     await invocation.recover();
     await instances.start();
     await taskPlane.start();
+    autoscaler.start();
     const port = await gateway.listen(config.gateway.port, config.gateway.host);
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
@@ -211,6 +223,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       bootstrapSecret: bootstrap.secret,
       adminSigningKeyFile,
       async close() {
+        await autoscaler.stop();
         await worker?.close();
         agentHub.close();
         streaming.close();

@@ -1,5 +1,6 @@
 // The `svc` command: parses the command line, runs one command, prints one clear line on failure.
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
+import { autoscalerCommands } from './commands/autoscaler.ts';
 import { foundationCommands } from './commands/foundation.ts';
 import { functionCommands } from './commands/functions.ts';
 import { taskCommands } from './commands/tasks.ts';
@@ -21,7 +22,7 @@ export interface Command {
   run(context: CommandContext): Promise<void>;
 }
 
-const commands: Record<string, Command> = { ...foundationCommands, ...functionCommands, ...taskCommands };
+const commands: Record<string, Command> = { ...foundationCommands, ...functionCommands, ...taskCommands, ...autoscalerCommands };
 
 const globalOptions: ParseArgsOptionsConfig = {
   json: { type: 'boolean', default: false },

@@ -1,6 +1,7 @@
 // The schema's history. Append a migration; never edit one that has shipped.
 import type { Kysely } from 'kysely';
 import type { Migration } from 'kysely/migration';
+import { autoscalerMigration } from '../autoscaler/migration.ts';
 import { tasksMigration } from '../control/tasks/migration.ts';
 
 /** The migrations for one backend; binary columns are bytea on PostgreSQL, blob on SQLite. */
@@ -150,5 +151,6 @@ export function migrationsFor(dialect: 'sqlite' | 'postgres'): Record<string, Mi
       },
     },
     '0004_tasks': tasksMigration(dialect),
+    '0005_autoscaler': autoscalerMigration(),
   };
 }

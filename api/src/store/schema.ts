@@ -1,5 +1,6 @@
 // Row types of every table, as Kysely sees them. Timestamps are ISO 8601 UTC strings (sortable as text
 // on both backends); lists and objects are JSON text; booleans are 0/1 integers.
+import type { AutoscalerDatabase } from '../autoscaler/migration.ts';
 import type { TasksDatabase } from '../control/tasks/migration.ts';
 
 export interface AccountsTable {
@@ -153,8 +154,8 @@ export interface InvocationsTable {
   updated_at: string;
 }
 
-/** Every table; the tasks tables are declared with the task plane (control/tasks/migration.ts). */
-export interface Database extends TasksDatabase {
+/** Every table; the tasks and autoscaler tables are declared with their planes (control/tasks/migration.ts, autoscaler/migration.ts). */
+export interface Database extends TasksDatabase, AutoscalerDatabase {
   accounts: AccountsTable;
   credentials: CredentialsTable;
   settings: SettingsTable;
