@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { agentEnvSettings, agentSettingsSchema } from './compute/settings.ts';
+import { agentEnvSettings, agentSettingsSchema, portRangeSchema } from './compute/settings.ts';
 import { autoscalerEnvSettings, autoscalerSettingsSchema } from './autoscaler/settings.ts';
 import { tasksEnvSettings, tasksSettingsSchema } from './control/tasks/settings.ts';
 import { metricsEnvSettings, metricsSettingsSchema } from './http/metrics.ts';
@@ -88,7 +88,7 @@ export const configSchema = z.object({
     publicIp: z.string().min(1).default('127.0.0.1'),
     listenIp: z.string().min(1).default('127.0.0.1'),
     port: port.default(3478),
-    relayPortRange: z.string().regex(/^\d{1,5}-\d{1,5}$/, 'expected <min>-<max>').default('49160-49200'),
+    relayPortRange: portRangeSchema.default([49160, 49200]),
     realm: z.string().min(1).default('svc'),
     /** Shared secret of the TURN REST credentials; generated and kept sealed in the store when absent. */
     secret: z.string().min(16).optional(),

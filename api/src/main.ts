@@ -1,5 +1,4 @@
 // Composition root: config → store → planes → listen. Nothing else lives here.
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { DestinationStream } from 'pino';
@@ -11,7 +10,7 @@ import { createAccountsService } from './control/accounts/service.ts';
 import { healthRoutes } from './control/health/routes.ts';
 import { createHealthService } from './control/health/service.ts';
 import { createSettingsRepo } from './control/installation/repo.ts';
-import { ensureBootstrapSecret, ensureLocalCluster, loadSecretBox } from './control/installation/service.ts';
+import { ensureBootstrapSecret, ensureLocalCluster, ensureTurnSecret, loadSecretBox } from './control/installation/service.ts';
 import { createClustersRepo } from './control/clusters/repo.ts';
 import { clusterRoutes } from './control/clusters/routes.ts';
 import { createClustersService } from './control/clusters/service.ts';
@@ -25,7 +24,7 @@ import { createRegistryRepo } from './control/registry/repo.ts';
 import { registryRoutes } from './control/registry/routes.ts';
 import { createRegistryService } from './control/registry/service.ts';
 import { createTasksPlane } from './control/tasks/plane.ts';
-import { deploySamples, type DeployedSample } from './control/samples.ts';
+import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
 import { keyRoutes, whoamiRoute } from './control/keys/routes.ts';
 import { createKeyService } from './control/keys/service.ts';
@@ -59,7 +58,7 @@ export interface Platform {
   adminSigningKeyFile: string;
   samples: DeployedSample[];
   /** With samples: the streaming sample and a key the demo proxy invokes it with. */
-  streamingDemo?: { functionId: string; apiKey: string };
+  streamingDemo?: StreamingDemo;
   close(): Promise<void>;
 }
 
@@ -134,10 +133,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     });
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
-    const turnSecret = config.turn.secret
-      ?? box.decrypt((await settings.getOrCreate('turn.secret', () => box.encrypt(randomBytes(32).toString('base64url')), startedAt)).value);
-    const [relayMin, relayMax] = config.turn.relayPortRange.split('-').map(Number);
-    const turn = await startTurn({ ...config.turn, secret: turnSecret, relayPortRange: [relayMin, relayMax] }, log);
+    const turn = await startTurn({ ...config.turn, secret: config.turn.secret ?? await ensureTurnSecret(settings, box, startedAt) }, log);
     const streaming = createStreamingBroker({
       verifier, functionsRepo, instances, turn, log, now,
       resumeWindowMs: config.streaming.resumeWindowSeconds * 1000, waitForInstanceMs: config.streaming.waitForInstanceSeconds * 1000,
@@ -196,23 +192,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     }) : undefined;
 
     const localGpu = config.compute.localCluster.gpus[0];
-    const samples = options.samples && localCluster && localGpu ? await deploySamples({
-      ncaId: account.ncaId, functions, functionsRepo, deployments,
+    const { samples, streamingDemo } = options.samples && localCluster && localGpu ? await deploySamples({
+      ncaId: account.ncaId, functions, functionsRepo, deployments, keys, serviceId: config.keys.serviceId, now,
       gpu: { name: localGpu.name, instanceType: (localGpu.instanceTypes.find((type) => type.default) ?? localGpu.instanceTypes[0]).name },
-    }) : [];
-
-    const streamingSample = samples.find((sample) => sample.functionType === 'STREAMING');
-    const streamingDemo = streamingSample && {
-      functionId: streamingSample.functionId,
-      apiKey: (await keys.issueApiKey(
-        { credentialId: 'samples', kind: 'token', ncaId: account.ncaId, ownerId: 'svc-samples', scopes: new Set() },
-        { 'key-issuer-service': 'svc-api', 'key-issuer-id': config.keys.serviceId, 'key-owner-id': 'svc-demo-proxy' },
-        {
-          description: 'npm start: the demo streaming proxy', expires_at: new Date(now().getTime() + 7 * 86_400_000).toISOString(),
-          authorizations: { policies: [{ scopes: ['invoke_function'] }] },
-        },
-      )).value!,
-    };
+    }) : { samples: [], streamingDemo: undefined };
 
     return {
       url: `${scheme}://localhost:${port}`,

@@ -127,8 +127,8 @@ describe('instances failing', () => {
   });
 
   test('undeploying stops the instance and leaves the version INACTIVE', async () => {
-    const echo = await deploy(svc, token, sample('local/echo:1', '/echo'));
     const pidsBefore = new Set(instancePids(stateDir()));
+    const echo = await deploy(svc, token, sample('local/echo:1', '/echo'));
     await waitFor(svc, key, echo, running);
     const echoPids = instancePids(stateDir()).filter((pid) => !pidsBefore.has(pid));
     assert.equal(echoPids.length, 1);

@@ -6,7 +6,8 @@ import { z } from 'zod';
 /** The repository's sample catalog: what `npm start` deploys. */
 export const DEFAULT_IMAGE_CATALOG = fileURLToPath(new URL('../../../samples/images.yaml', import.meta.url));
 
-const portRange = z.string().regex(/^\d{1,5}-\d{1,5}$/, 'expected <min>-<max>').transform((value, context) => {
+/** "min-max", inclusive, as a [min, max] pair. */
+export const portRangeSchema = z.string().regex(/^\d{1,5}-\d{1,5}$/, 'expected <min>-<max>').transform((value, context) => {
   const [min, max] = value.split('-').map(Number) as [number, number];
   if (min < 1 || max > 65535 || min > max) context.addIssue({ code: 'custom', message: `bad port range ${value}` });
   return [min, max] as [number, number];
@@ -23,7 +24,7 @@ export const agentSettingsSchema = z.object({
   /** Address the invocation plane reaches this agent's instances at. */
   advertiseHost: z.string().min(1).default('127.0.0.1'),
   /** UDP pool for STREAMING media (spec 4.6), split into blocks per instance. */
-  udpPortRange: portRange.default([47998, 48020]),
+  udpPortRange: portRangeSchema.default([47998, 48020]),
   udpPortsPerInstance: z.coerce.number().int().min(2).max(1000).default(4),
   /** Docker runtime: engine socket (default DOCKER_HOST=unix://… or /var/run/docker.sock). */
   dockerSocket: z.string().optional(),

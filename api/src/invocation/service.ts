@@ -103,6 +103,8 @@ export function createInvocationService(options: InvocationOptions) {
   const { queue, repo, log } = options;
   const now = options.now ?? (() => new Date());
   const slots = new Map<string, Slot[]>();
+  /** Slots taken out after a failure, kept (with their in-flight counts) until placement announces them again. */
+  const benched = new Map<string, Slot>();
   const pools = new Map<string, Pool>();
   /** Every invocation not yet finished, and 202'd ones until collected. */
   const invocations = new Map<string, Invocation>();
@@ -135,6 +137,13 @@ export function createInvocationService(options: InvocationOptions) {
 
   function reportDemand(versionId: string) {
     options.instances.setDemand(versionId, queue.depth(versionId) + (inflight.get(versionId) ?? 0));
+  }
+
+  function quarantine(versionId: string, failed: Slot) {
+    const remaining = (slots.get(versionId) ?? []).filter((slot) => slot !== failed);
+    if (remaining.length) slots.set(versionId, remaining);
+    else slots.delete(versionId);
+    benched.set(failed.ready.instanceId, failed);
   }
 
   /** Hands waiting requests to instances with free slots, least loaded first. */
@@ -200,6 +209,10 @@ export function createInvocationService(options: InvocationOptions) {
       }
     } catch (error) {
       const code = (error as { code?: string }).code ?? '';
+      // An instance that just failed a connection gets nothing more until placement announces it
+      // again (its agent reports it healthy, or the next round within seconds): a dying process must
+      // not take the requests queued behind.
+      if (!invocation.cancelled) quarantine(versionId, slot);
       if (invocation.cancelled) {
         forget(invocation);
       } else if (NOT_STARTED.has(code)) {
@@ -413,7 +426,8 @@ export function createInvocationService(options: InvocationOptions) {
     ready(versionId: string, ready: ReadyInstance[]) {
       const previous = new Map((slots.get(versionId) ?? []).map((slot) => [slot.ready.instanceId, slot]));
       const next = ready.map((instance) => {
-        const slot = previous.get(instance.instanceId);
+        const slot = previous.get(instance.instanceId) ?? benched.get(instance.instanceId);
+        benched.delete(instance.instanceId);
         if (slot) {
           slot.ready = instance;
           return slot;
@@ -422,6 +436,9 @@ export function createInvocationService(options: InvocationOptions) {
       });
       if (next.length) slots.set(versionId, next);
       else slots.delete(versionId);
+      for (const [instanceId, slot] of benched) {
+        if (slot.ready.versionId === versionId && slot.inflight === 0) benched.delete(instanceId);
+      }
       closeUnusedPools();
       pump(versionId);
     },

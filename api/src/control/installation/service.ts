@@ -74,3 +74,9 @@ export async function ensureLocalCluster(
   const { value } = await settings.getOrCreate(LOCAL_CLUSTER, () => box.encrypt(JSON.stringify(local)), options.now);
   return JSON.parse(box.decrypt(value)) as { clusterId: string; agentCredential: string };
 }
+
+/** The shared secret of TURN REST credentials, when configuration gives none: generated once, sealed. */
+export async function ensureTurnSecret(settings: SettingsRepo, box: SecretBox, now: string): Promise<string> {
+  const { value } = await settings.getOrCreate('turn.secret', () => box.encrypt(randomBytes(32).toString('base64url')), now);
+  return box.decrypt(value);
+}

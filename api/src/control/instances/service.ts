@@ -2,6 +2,7 @@
 // connected agent its whole desired set, folds the agents' reports back in, and moves function versions
 // through DEPLOYING → ACTIVE → DEGRADING/DEGRADED/ERROR (wire-reference 2).
 import { randomUUID } from 'node:crypto';
+import { coalesce } from '../../coalesce.ts';
 import { parseDuration } from '../../duration.ts';
 import type { FunctionInstances } from '../../http/metrics.ts';
 import type { Logger } from '../../logger.ts';
@@ -91,9 +92,6 @@ export function createInstancesService(options: InstancesOptions) {
   /** GPUs running tasks hold (the task scheduler's count, once wired). */
   let tasksOn: (clusterId: string, gpu: string) => number = () => 0;
   let timer: NodeJS.Timeout | undefined;
-  let running: Promise<void> = Promise.resolve();
-  let again = false;
-  let busy = false;
 
   function readyOf(versionId: string, specs: Map<string, GpuSpecification>, clusterRows: Map<string, ClusterRow>): ReadyInstance[] {
     const ready: ReadyInstance[] = [];
@@ -284,26 +282,7 @@ export function createInstancesService(options: InstancesOptions) {
   }
 
   /** Runs placement now, or right after the run in progress; never two at once. */
-  function reconcile(): Promise<void> {
-    if (busy) {
-      again = true;
-      return running;
-    }
-    busy = true;
-    running = (async () => {
-      try {
-        do {
-          again = false;
-          await reconcileOnce();
-        } while (again);
-      } catch (error) {
-        log.error({ err: error }, 'placement failed; retrying on the next round');
-      } finally {
-        busy = false;
-      }
-    })();
-    return running;
-  }
+  const reconcile = coalesce(reconcileOnce, (error) => log.error({ err: error }, 'placement failed; retrying on the next round'));
 
   const activeInstances: ActiveInstances = {
     async of(versionIds) {
@@ -359,7 +338,7 @@ export function createInstancesService(options: InstancesOptions) {
 
     stop() {
       clearInterval(timer);
-      return running;
+      return reconcile.settled();
     },
 
     reconcile,

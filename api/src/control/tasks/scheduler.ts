@@ -17,6 +17,7 @@
 // dispatched tasks ERRORED.
 import { randomUUID } from 'node:crypto';
 import type { TaskReport, TaskSpec } from '../../compute/protocol.ts';
+import { coalesce } from '../../coalesce.ts';
 import { parseDuration } from '../../duration.ts';
 import type { Logger } from '../../logger.ts';
 import type { SecretBox } from '../../store/encryption.ts';
@@ -102,9 +103,6 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
   /** One report at a time per task, in arrival order. */
   const chains = new Map<string, Promise<void>>();
   let timer: NodeJS.Timeout | undefined;
-  let running: Promise<void> = Promise.resolve();
-  let busy = false;
-  let again = false;
   let startedAt = 0;
   let lastExpiryScan = 0;
 
@@ -252,26 +250,7 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
   }
 
   /** Runs a pass now, or right after the one in progress; never two at once. */
-  function schedule(): Promise<void> {
-    if (busy) {
-      again = true;
-      return running;
-    }
-    busy = true;
-    running = (async () => {
-      try {
-        do {
-          again = false;
-          await passOnce();
-        } while (again);
-      } catch (error) {
-        log.error({ err: error }, 'task scheduling failed; retrying on the next round');
-      } finally {
-        busy = false;
-      }
-    })();
-    return running;
-  }
+  const schedule = coalesce(passOnce, (error) => log.error({ err: error }, 'task scheduling failed; retrying on the next round'));
 
   function serially(taskId: string, work: () => Promise<void>): Promise<void> {
     const next = (chains.get(taskId) ?? Promise.resolve()).then(work).catch((error: unknown) => {
@@ -341,7 +320,7 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
 
     async stop() {
       clearInterval(timer);
-      await running;
+      await schedule.settled();
       await Promise.all([...chains.values()]);
     },
 
