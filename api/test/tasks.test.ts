@@ -40,7 +40,6 @@ describe('task API', () => {
       [{ maxRuntimeDuration: 'two hours' }, 'maxRuntimeDuration'],
       [{ maxQueuedDuration: 'PT0S' }, 'maxQueuedDuration'],
       [{ maxRuntimeDuration: 'PT1M', terminationGracePeriodDuration: 'PT2M' }, 'terminationGracePeriodDuration'],
-      [{ maxRuntimeDuration: 'PT1M', terminationGracePeriodDuration: undefined }, 'terminationGracePeriodDuration'],
       [{ resultHandlingStrategy: 'KEEP' }, 'resultHandlingStrategy'],
       [{ resultsLocation: '/abs/path' }, 'resultsLocation'],
       [{ containerImage: undefined }, 'containerImage'],
@@ -77,6 +76,8 @@ describe('task API', () => {
     assert.equal(task.terminationGracePeriodDuration, 'PT1H');
     assert.equal(task.resultHandlingStrategy, 'UPLOAD');
     assert.equal(task.maxRuntimeDuration, undefined);
+    const { body: { task: short } } = await launch(taskBody({ name: 'short', gpuSpecification: offline, maxRuntimeDuration: 'PT5M', terminationGracePeriodDuration: undefined }));
+    assert.equal(short.terminationGracePeriodDuration, 'PT5M', 'the default grace period is cut to the runtime limit');
     assert.equal(task.percentComplete, undefined);
     assert.deepEqual(task.instances, []);
     assert.deepEqual(task.healthInfo, { gpu: 'OFFLINE', instanceType: 'OFFLINE_1x' });

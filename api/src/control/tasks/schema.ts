@@ -80,7 +80,7 @@ export const createTaskSchema = z.object({
   description: z.string().max(256, 'at most 256 characters').optional(),
   maxRuntimeDuration: positiveDuration.optional(),
   maxQueuedDuration: positiveDuration.default(DEFAULT_MAX_QUEUED_DURATION),
-  terminationGracePeriodDuration: positiveDuration.default(DEFAULT_TERMINATION_GRACE_PERIOD),
+  terminationGracePeriodDuration: positiveDuration.optional(),
   resultHandlingStrategy: z.preprocess(upper, z.enum(['UPLOAD', 'NONE'])).default('UPLOAD'),
   resultsLocation: resultsLocationSchema.optional(),
   secrets: secretList.optional(),
@@ -98,11 +98,20 @@ export const createTaskSchema = z.object({
   if (body.gpuSpecification.helmValidationPolicy) issue(['gpuSpecification', 'helmValidationPolicy'], 'must be empty for a container task');
   // The reference's rule: the grace period cannot exceed the runtime limit.
   const runtime = body.maxRuntimeDuration ? parseDuration(body.maxRuntimeDuration) : undefined;
-  const grace = parseDuration(body.terminationGracePeriodDuration);
+  const grace = body.terminationGracePeriodDuration ? parseDuration(body.terminationGracePeriodDuration) : undefined;
   if (runtime !== undefined && grace !== undefined && grace > runtime) {
-    issue(['terminationGracePeriodDuration'], `cannot exceed maxRuntimeDuration (${body.maxRuntimeDuration}); the default is ${DEFAULT_TERMINATION_GRACE_PERIOD}`);
+    issue(['terminationGracePeriodDuration'], `cannot exceed maxRuntimeDuration (${body.maxRuntimeDuration})`);
   }
-});
+}).transform((body) => ({
+  ...body,
+  // Unstated, the grace period is an hour, cut to the runtime limit so a short task is valid as written.
+  terminationGracePeriodDuration: body.terminationGracePeriodDuration ?? shorterOf(DEFAULT_TERMINATION_GRACE_PERIOD, body.maxRuntimeDuration),
+}));
+
+function shorterOf(duration: string, limit: string | undefined): string {
+  if (!limit) return duration;
+  return (parseDuration(limit) ?? Infinity) < (parseDuration(duration) ?? Infinity) ? limit : duration;
+}
 
 export const updateTaskSecretsSchema = z.object({ secrets: secretList.min(1, 'must hold at least one secret') });
 
