@@ -4,23 +4,13 @@
 // <that dir>/progress as {"id": <request id>, "progress": 0-100, "partialResponse": {...}} reaches a
 // polling caller as a 202 with SVC-PERCENT-COMPLETE and the partial response as its body.
 import { mkdir, rename, writeFile } from 'node:fs/promises';
-import http from 'node:http';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { reply, serveFunction } from './serve-function.ts';
 
-const inferencePort = Number(process.env.INFERENCE_PORT ?? process.env.PORT ?? 8000);
-const healthPort = Number(process.env.HEALTH_PORT ?? inferencePort);
 const STEP_MS = 200;
 
-const server = http.createServer(async (req, res) => {
-  if (req.method === 'GET' && req.url === '/health') return reply(res, 200, { status: 'ok' });
-  if (req.method !== 'POST' || req.url !== '/slow') return reply(res, 404, { error: `no route ${req.method} ${req.url}` });
-  let body: { seconds?: unknown } | null;
-  try {
-    body = await readJson(req) as typeof body;
-  } catch {
-    return reply(res, 400, { error: 'the body must be JSON' });
-  }
+serveFunction<{ seconds?: unknown }>('/slow', async (body, req, res) => {
   const seconds = typeof body?.seconds === 'number' && body.seconds >= 0 ? body.seconds : 5;
   const outputDir = req.headers['svc-large-output-dir'] as string | undefined;
   const requestId = req.headers['svc-reqid'] as string | undefined;
@@ -39,22 +29,3 @@ async function writeProgress(dir: string, progress: unknown): Promise<void> {
   await writeFile(temporary, JSON.stringify(progress));
   await rename(temporary, path.join(dir, 'progress'));
 }
-
-function reply(res: http.ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
-}
-
-async function readJson(req: http.IncomingMessage): Promise<unknown> {
-  let text = '';
-  for await (const chunk of req) text += chunk;
-  return text ? JSON.parse(text) : null;
-}
-
-server.listen(inferencePort);
-const health = healthPort === inferencePort ? undefined : http.createServer((req, res) =>
-  reply(res, req.url === '/health' ? 200 : 404, { status: 'ok' })).listen(healthPort);
-process.on('SIGTERM', () => {
-  server.close();
-  server.closeIdleConnections();
-  health?.close();
-});
