@@ -6,7 +6,7 @@ import type { MetricsSettings } from '../../src/http/metrics.ts';
 import type { Platform } from '../../src/main.ts';
 import type { TestDatabase } from './databases.ts';
 import type { RequestOptions, TestResponse } from './http.ts';
-import { startTestPlatform } from './platform.ts';
+import { merge, startTestPlatform } from './platform.ts';
 
 export const FAST_AUTOSCALER: Partial<AutoscalerSettings> = {
   scalingIntervalMs: 200, discoveryIntervalMs: 400, discoveryLockDurationSeconds: 2, scaleToZeroIdleSeconds: 300,
@@ -53,18 +53,6 @@ export async function startScalingTestPlatform(options: ScalingTestPlatformOptio
     apiKey: (token, scopes) => svc.apiKey(token, scopes),
     close: () => svc.close(),
   };
-}
-
-/** Deep merge of plain objects, later ones winning; arrays and values replace. */
-function merge(...layers: Record<string, any>[]): Record<string, any> {
-  const out: Record<string, any> = {};
-  for (const layer of layers) {
-    for (const [key, value] of Object.entries(layer)) {
-      out[key] = value && typeof value === 'object' && !Array.isArray(value) && out[key] && typeof out[key] === 'object'
-        ? merge(out[key], value) : value;
-    }
-  }
-  return out;
 }
 
 /** The value of one sample line of a /metrics text, e.g. metric('svc_x_total', { status: 'ok' }); 0 when absent. */

@@ -139,7 +139,7 @@ export async function startTestPlatform(options: TestPlatformOptions = {}): Prom
 }
 
 /** Deep merge of plain objects, later ones winning; arrays and values replace. */
-function merge(...layers: Record<string, any>[]): Record<string, any> {
+export function merge(...layers: Record<string, any>[]): Record<string, any> {
   const out: Record<string, any> = {};
   for (const layer of layers) {
     for (const [key, value] of Object.entries(layer)) {

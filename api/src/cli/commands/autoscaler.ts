@@ -2,6 +2,7 @@
 // instances it has.
 import { startAutoscalerRole } from '../../autoscaler/role.ts';
 import { autoscalerSettingsFromEnv, type AutoscalerSettings } from '../../autoscaler/settings.ts';
+import type { FunctionScaling } from '../../autoscaler/status.ts';
 import { loadConfig } from '../../config.ts';
 import type { MetricsSettings } from '../../http/metrics.ts';
 import { call, CliError } from '../client.ts';
@@ -27,20 +28,6 @@ const autoscaler: Command = {
     await role.close();
   },
 };
-
-interface FunctionScaling {
-  functionId: string;
-  functionVersionId: string;
-  functionName: string;
-  functionStatus: string;
-  instances: { running: number; starting: number };
-  desiredInstances: number;
-  minInstances: number;
-  maxInstances: number;
-  policy: string;
-  reason: string;
-  detail: string;
-}
 
 const status: Command = {
   summary: "Each deployed function version's instances, desired count and why",
