@@ -4,10 +4,10 @@
 // skips this file with one printed line.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { metricValue, startScalingTestPlatform, type ScalingTestPlatform } from './helpers/autoscaler-platform.ts';
 import { POSTGRES_ADMIN_URL, postgresAvailable } from './helpers/databases.ts';
+import { until } from './helpers/wait.ts';
 
 describe('health on PostgreSQL', { skip: !(await postgresAvailable()) }, () => {
   let svc: ScalingTestPlatform;
@@ -26,16 +26,7 @@ describe('health on PostgreSQL', { skip: !(await postgresAvailable()) }, () => {
     await svc.close();
   });
 
-  async function until(what: string, probe: () => Promise<boolean>) {
-    const deadline = Date.now() + 15_000;
-    while (Date.now() < deadline) {
-      if (await probe()) return;
-      await sleep(50);
-    }
-    throw new Error(`gave up waiting for ${what}`);
-  }
-
-  const leaderFailures = async () => metricValue(await svc.metricsText(), 'svc_autoscaler_distributed_lock_acquisition_failures_total');
+    const leaderFailures = async () => metricValue(await svc.metricsText(), 'svc_autoscaler_distributed_lock_acquisition_failures_total');
 
   test('readiness flips to 503 when the database goes away and back to 200 when it returns; liveness stays 200', async () => {
     assert.deepEqual((await svc.api('GET', '/admin/health/liveness')).body, { status: 'UP' });

@@ -11,13 +11,13 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Registry } from 'prom-client';
 import { createAutoscalerMetrics } from '../src/autoscaler/metrics.ts';
 import { createPrometheusSource } from '../src/autoscaler/prometheus.ts';
 import { instrumented, TimeseriesError } from '../src/autoscaler/source.ts';
 import { metricValue, startScalingTestPlatform, type ScalingTestPlatform } from './helpers/autoscaler-platform.ts';
 import { localSpec } from './helpers/fixtures.ts';
+import { freePort, until } from './helpers/wait.ts';
 
 const PROMETHEUS = '/usr/bin/prometheus';
 
@@ -26,23 +26,6 @@ function prometheusPresent(): boolean {
   if (process.env.CI) throw new Error(`${PROMETHEUS} is required in CI (Debian package prometheus)`);
   console.log('# skipping the real-Prometheus cases: install Prometheus (Debian: prometheus)');
   return false;
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer().listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
-async function until(what: string, probe: () => Promise<boolean>, timeoutMs = 20_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await probe()) return;
-    await sleep(100);
-  }
-  throw new Error(`gave up waiting for ${what}`);
 }
 
 describe('Prometheus source against a real Prometheus', { skip: !prometheusPresent() }, () => {

@@ -8,12 +8,12 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { after, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { openStore } from '../src/store/store.ts';
 import type { AutoscalerDatabase } from '../src/autoscaler/migration.ts';
 import { metricValue } from './helpers/autoscaler-platform.ts';
 import { backends, createDatabase } from './helpers/databases.ts';
 import { request } from './helpers/http.ts';
+import { until } from './helpers/wait.ts';
 
 const REPLICA = fileURLToPath(new URL('./helpers/autoscaler-replica.ts', import.meta.url));
 const SETTINGS = { scalingIntervalMs: 100, discoveryIntervalMs: 200, discoveryLockDurationSeconds: 1.5, host: '127.0.0.1', port: 0 };
@@ -44,16 +44,6 @@ async function startReplica(store: { dataDir: string; databaseUrl?: string }, re
       return (await request(base, 'GET', '/metrics')).text;
     },
   };
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const value = await probe();
-    if (value) return value;
-    await sleep(50);
-  }
-  throw new Error(`gave up waiting for ${what}`);
 }
 
 describe('autoscaler replicas and the discovery lock', async () => {

@@ -4,7 +4,6 @@
 // concurrency 1, 32 and 256. Targets: added p50 ≤ 1 ms at c=1; ≥ 0.7× nginx req/s at c=32.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -13,19 +12,12 @@ import { request } from '../../api/test/helpers/http.ts';
 import { servePlatform } from '../../api/test/helpers/served.ts';
 import { load, type LoadTarget } from '../lib/load.ts';
 import { printTable } from '../lib/report.ts';
+import { freePort } from '../../api/test/helpers/wait.ts';
 
 const NGINX = '/usr/sbin/nginx';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const LEVELS = [1, 32, 256];
 const BODY = JSON.stringify({ message: 'hello', n: 42 });
-
-async function freePort(): Promise<number> {
-  const server = net.createServer().listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 async function startNginx(upstreamPort: number): Promise<{ port: number; process: ChildProcess }> {
   if (!existsSync(NGINX)) throw new Error('bench/invoke needs nginx: apt-get install nginx-light');

@@ -23,6 +23,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import selfsigned from 'selfsigned';
 import WebSocket from 'ws';
+import { freePort } from '../../api/test/helpers/wait.ts';
 import { median, percentile, printTable } from '../lib/report.ts';
 
 const OPENS = Number(process.env.BENCH_OPENS ?? 200);
@@ -355,14 +356,6 @@ async function waitForPort(port: number, owner: { child: ChildProcess; waitFor(p
     if (connected) return;
     await sleep(50);
   }
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 await main();
