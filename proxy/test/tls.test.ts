@@ -18,71 +18,53 @@ describe('TLS towards the platform', () => {
   before(async () => { platform = await startFakePlatform(); });
   after(() => platform.close());
 
-  test('a platform certificate from an unknown CA is refused: 502 problem+json with CORS, no upgrade', async () => {
+  test('a platform certificate from an unknown CA is refused: 502 problem+json with CORS, no upgrade', async (t) => {
     const otherCa = await createTestCa('someone else');
     const running = await startProxy(platform, undefined, { SVC_CA_FILE: otherCa.certFile });
-    try {
-      const upgradesBefore = platform.upgrades.length;
-      const refused = expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`));
-      assert.equal(refused.status, 502);
-      assert.equal(refused.headers['content-type'], 'application/problem+json');
-      assert.equal(refused.headers['access-control-allow-origin'], '*');
-      assert.match(JSON.parse(refused.body).detail, /certificate could not be verified/);
-      assert.equal(platform.upgrades.length, upgradesBefore);
-    } finally {
-      await running.close();
-    }
+    t.after(() => running.close());
+    const upgradesBefore = platform.upgrades.length;
+    const refused = expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`));
+    assert.equal(refused.status, 502);
+    assert.equal(refused.headers['content-type'], 'application/problem+json');
+    assert.equal(refused.headers['access-control-allow-origin'], '*');
+    assert.match(JSON.parse(refused.body).detail, /certificate could not be verified/);
+    assert.equal(platform.upgrades.length, upgradesBefore);
   });
 
-  test('without SVC_CA_FILE the system roots alone do not trust a private CA', async () => {
+  test('without SVC_CA_FILE the system roots alone do not trust a private CA', async (t) => {
     const running = await startProxy(platform, undefined, { SVC_CA_FILE: '' });
-    try {
-      assert.equal(expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`)).status, 502);
-    } finally {
-      await running.close();
-    }
+    t.after(() => running.close());
+    assert.equal(expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`)).status, 502);
   });
 
-  test('SVC_CA_FILE with the platform\'s CA: accepted, verified against the Host name', async () => {
+  test('SVC_CA_FILE with the platform\'s CA: accepted, verified against the Host name', async (t) => {
     const running = await startProxy(platform, undefined);
-    try {
-      const open = expectOpen(await openWebSocket(`${running.wsUrl}/sign_in`));
-      open.ws.close();
-      await closed(open.ws);
-    } finally {
-      await running.close();
-    }
+    t.after(() => running.close());
+    const open = expectOpen(await openWebSocket(`${running.wsUrl}/sign_in`));
+    open.ws.close();
+    await closed(open.ws);
   });
 
-  test('a Host the certificate does not name is refused (hostname verification is on)', async () => {
+  test('a Host the certificate does not name is refused (hostname verification is on)', async (t) => {
     const running = await startProxy(platform, undefined, { SVC_SERVER_HOST: 'api.not-in-the-certificate.example' });
-    try {
-      assert.equal(expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`)).status, 502);
-    } finally {
-      await running.close();
-    }
+    t.after(() => running.close());
+    assert.equal(expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`)).status, 502);
   });
 
-  test('SVC_TLS_SKIP_VERIFY=true (development) connects to an untrusted platform', async () => {
+  test('SVC_TLS_SKIP_VERIFY=true (development) connects to an untrusted platform', async (t) => {
     const running = await startProxy(platform, undefined, { SVC_CA_FILE: '', SVC_TLS_SKIP_VERIFY: 'true' });
-    try {
-      const open = expectOpen(await openWebSocket(`${running.wsUrl}/sign_in`));
-      open.ws.close();
-      await closed(open.ws);
-    } finally {
-      await running.close();
-    }
+    t.after(() => running.close());
+    const open = expectOpen(await openWebSocket(`${running.wsUrl}/sign_in`));
+    open.ws.close();
+    await closed(open.ws);
   });
 
-  test('an unreachable platform: 502 problem+json with CORS', async () => {
+  test('an unreachable platform: 502 problem+json with CORS', async (t) => {
     const running = await startProxy(platform, undefined, { SVC_SERVER: 'https://127.0.0.1:1' });
-    try {
-      const refused = expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`));
-      assert.equal(refused.status, 502);
-      assert.equal(refused.headers['access-control-allow-origin'], '*');
-    } finally {
-      await running.close();
-    }
+    t.after(() => running.close());
+    const refused = expectRefused(await openWebSocket(`${running.wsUrl}/sign_in`));
+    assert.equal(refused.status, 502);
+    assert.equal(refused.headers['access-control-allow-origin'], '*');
   });
 });
 
