@@ -2,6 +2,7 @@
 // requests are authenticated, rewritten and forwarded to the platform with http-proxy-3; /client/
 // serves the browser client; preflights are answered here. Every response carries the CORS headers.
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
@@ -227,14 +228,9 @@ export async function createStreamingProxy(config: ProxyConfig, logger: Logger):
     get tunnels() {
       return relays.size;
     },
-    listen() {
-      return new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(config.listen.port, config.listen.host, () => {
-          server.off('error', reject);
-          resolve((server.address() as AddressInfo).port);
-        });
-      });
+    async listen() {
+      await once(server.listen(config.listen.port, config.listen.host), 'listening');
+      return (server.address() as AddressInfo).port;
     },
     close() {
       keepalive.stop();

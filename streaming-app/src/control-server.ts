@@ -1,5 +1,6 @@
 // The control server of spec §4.6: the platform health-checks readiness here and posts the STUN/TURN
 // credentials of the coming session. Small and dependency-free on purpose: two routes, JSON only.
+import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { credentialsSchema, type CredentialStore } from './credentials.ts';
@@ -139,13 +140,10 @@ export function createControlServer(options: ControlServerOptions): ControlServe
   server.keepAliveTimeout = 2000;
   return {
     server,
-    listen: (port, host) => new Promise((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, host, () => {
-        server.off('error', reject);
-        resolve((server.address() as AddressInfo).port);
-      });
-    }),
+    listen: async (port, host) => {
+      await once(server.listen(port, host), 'listening');
+      return (server.address() as AddressInfo).port;
+    },
     close: () => new Promise((resolve) => {
       server.close(() => resolve());
       server.closeAllConnections();

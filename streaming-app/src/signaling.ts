@@ -2,6 +2,7 @@
 // string accepted, the platform forwards it untouched) speaking the JSON protocol of
 // docs/streaming-protocol.md. The same HTTP listener can serve the browser client under /client/ for
 // development and tests; in production the platform's proxy serves those files.
+import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -124,13 +125,10 @@ export function createSignalingServer(options: SignalingServerOptions): Signalin
 
   return {
     server,
-    listen: (port, host) => new Promise((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, host, () => {
-        server.off('error', reject);
-        resolve((server.address() as AddressInfo).port);
-      });
-    }),
+    listen: async (port, host) => {
+      await once(server.listen(port, host), 'listening');
+      return (server.address() as AddressInfo).port;
+    },
     close: () => new Promise((resolve) => {
       for (const ws of wss.clients) ws.terminate();
       wss.close();

@@ -2,6 +2,7 @@
 // these elect one leader through the store's discovery lock). It serves only its health endpoints and
 // /metrics; desired counts reach placement through the store. The API replicas then run with
 // SVC_AUTOSCALER=false, and the load comes from Prometheus (SVC_PROMETHEUS_URL): this process has none.
+import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { DestinationStream } from 'pino';
@@ -39,10 +40,7 @@ export async function startAutoscalerRole(options: AutoscalerRoleOptions) {
     verifier: { verify: async () => { throw unauthorized('this listener takes no credentials'); } },
   });
   const server = http.createServer(app);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.settings.port, options.settings.host, () => resolve());
-  });
+  await once(server.listen(options.settings.port, options.settings.host), 'listening');
   const port = (server.address() as AddressInfo).port;
   plane.start();
   log.info({ port, replicaId: plane.autoscaler?.replicaId, source: plane.source.kind }, 'autoscaler listening');

@@ -2,6 +2,7 @@
 // bare loopback host (localhost:<port>) reaches the main API for local use; anything else is a 404
 // problem naming the hosts served.
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
@@ -66,14 +67,9 @@ export function createGateway(options: GatewayOptions) {
   return {
     server,
     hosts: { api: apiHost, keys: keysHost },
-    listen(port: number, host: string): Promise<number> {
-      return new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(port, host, () => {
-          server.off('error', reject);
-          resolve((server.address() as AddressInfo).port);
-        });
-      });
+    async listen(port: number, host: string): Promise<number> {
+      await once(server.listen(port, host), 'listening');
+      return (server.address() as AddressInfo).port;
     },
     close(): Promise<void> {
       return new Promise((resolve) => {
