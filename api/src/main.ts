@@ -75,6 +75,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
   const now = options.now ?? (() => new Date());
   const log = createLogger(config.log.level, options.logDestination);
   const store = await openStore(config.store);
+  // What has started, stopped in reverse order by close() or by a start-up that fails half-way.
+  const closers: (() => unknown)[] = [() => store.close()];
+  const closeAll = async () => {
+    for (const close of closers.splice(0).reverse()) await close();
+  };
   try {
     const settings = createSettingsRepo(store.db);
     const startedAt = now().toISOString();
@@ -124,6 +129,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       maxQueueDepth: config.invocation.maxQueueDepth, maxResultBytes: config.invocation.maxResultBytes,
       resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
     });
+    closers.push(() => invocation.close());
     metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
@@ -134,6 +140,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
     const turn = await startTurn({ ...config.turn, secret: config.turn.secret ?? await ensureTurnSecret(settings, box, startedAt) }, log);
+    closers.push(() => turn.close());
     const streaming = createStreamingBroker({
       verifier, functionsRepo, instances, turn, log, now,
       resumeWindowMs: config.streaming.resumeWindowSeconds * 1000, waitForInstanceMs: config.streaming.waitForInstanceSeconds * 1000,
@@ -176,8 +183,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
     });
     await invocation.recover();
+    closers.push(() => taskPlane.stop(), () => instances.stop());
     await instances.start();
     await taskPlane.start();
+    closers.push(() => gateway.close(), () => streaming.close(), () => agentHub.close(), () => autoscaler.stop());
     autoscaler.start();
     const port = await gateway.listen(config.gateway.port, config.gateway.host);
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
@@ -190,6 +199,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
         ca: config.gateway.tlsCert ? readFileSync(config.gateway.tlsCert, 'utf8') : undefined,
       },
     }) : undefined;
+    if (worker) closers.push(() => worker.close());
 
     const localGpu = config.compute.localCluster.gpus[0];
     const { samples, streamingDemo } = options.samples && localCluster && localGpu ? await deploySamples({
@@ -206,21 +216,12 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       bootstrapSecret: bootstrap.secret,
       adminSigningKeyFile,
       async close() {
-        await autoscaler.stop();
-        await worker?.close();
-        agentHub.close();
-        streaming.close();
-        await gateway.close();
-        await instances.stop();
-        await taskPlane.stop();
-        await invocation.close();
-        await turn.close();
-        await store.close();
+        await closeAll();
         log.flush();
       },
     };
   } catch (error) {
-    await store.close();
+    await closeAll();
     throw error;
   }
 }

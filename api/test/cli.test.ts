@@ -2,12 +2,15 @@
 // request with the key; plus the one-line failures (old Node, bad configuration, bad flags).
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
 import { existsSync, statSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { tempDir } from './helpers/databases.ts';
 import { request } from './helpers/http.ts';
+import { freePort } from './helpers/wait.ts';
 
 const run = promisify(execFile);
 
@@ -159,6 +162,22 @@ describe('svc start-up checks', () => {
     assert.equal(result.code, 1);
     assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
     assert.doesNotMatch(result.stderr, /\n\s+at /);
+  });
+
+  test('a gateway port already taken stops `svc serve` with one line, and nothing it started keeps running', async () => {
+    const taken = net.createServer().listen(0, '127.0.0.1');
+    await once(taken, 'listening');
+    try {
+      const port = (taken.address() as net.AddressInfo).port;
+      // Returns only once the process has exited: loops or a TURN server left running would hang it.
+      const result = await svc(['serve'], { SVC_PORT: String(port), SVC_HOST: '127.0.0.1', SVC_DATA_DIR: tempDir(), SVC_TURN_SERVER: 'node-turn', SVC_TURN_PORT: String(await freePort()) });
+      assert.equal(result.code, 1);
+      assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
+      assert.match(result.stderr, /^svc serve: .*EADDRINUSE/);
+      assert.doesNotMatch(result.stdout, /"level":50/, 'no errors from loops running on after start-up failed');
+    } finally {
+      taken.close();
+    }
   });
 
   test('an older Node gets a clear message, not a stack trace', { skip: olderNode() ? false : 'no Node older than 24 at /usr/bin/node' }, async () => {
