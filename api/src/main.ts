@@ -36,8 +36,11 @@ import { createAgentHub } from './control/agents/hub.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
 import { createInstancesService } from './control/instances/service.ts';
 import { createGateway } from './gateway/gateway.ts';
-import { createInProcessQueue } from './invocation/queue.ts';
+import { Dispatcher } from './invocation/dispatcher.ts';
+import { LocalQueue } from './invocation/local-queue.ts';
 import { createInvocationsRepo } from './invocation/repo.ts';
+import { createVersionResolver } from './invocation/resolver.ts';
+import { DurableResults } from './invocation/results.ts';
 import { invocationRoutes } from './invocation/routes.ts';
 import { createInvocationService } from './invocation/service.ts';
 import { createStreamingBroker } from './invocation/streaming.ts';
@@ -124,10 +127,13 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
     deployments.onChange(() => void instances.reconcile());
+    const resolver = createVersionResolver(functionsRepo);
     const invocation = createInvocationService({
-      queue: createInProcessQueue(), repo: createInvocationsRepo(store.db), functionsRepo, deployments: deploymentsRepo, instances, log, now,
-      maxQueueDepth: config.invocation.maxQueueDepth, maxResultBytes: config.invocation.maxResultBytes,
-      resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
+      queue: new LocalQueue({ maxDepth: config.invocation.maxQueueDepth }),
+      dispatcher: new Dispatcher({ maxResultBytes: config.invocation.maxResultBytes }),
+      results: new DurableResults({ repo: createInvocationsRepo(store.db), log, now }),
+      resolver, demand: instances, log, now,
+      maxResultBytes: config.invocation.maxResultBytes, resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
     });
     closers.push(() => invocation.close());
     metrics.watchLoad(() => invocation.load());
@@ -149,10 +155,13 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
 
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
-      ...invocationRoutes(invocation, functionsRepo, {
-        defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
-        maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
-      }, metrics.observeInvocation),
+      ...invocationRoutes(invocation, resolver, {
+        limits: {
+          defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
+          maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
+        },
+        log, observe: metrics.observeInvocation,
+      }),
       ...healthRoutes(health),
       metricsRoute(metrics, config.metrics),
       whoamiRoute(),

@@ -16,7 +16,9 @@ import { freePort } from '../../api/test/helpers/wait.ts';
 
 const NGINX = '/usr/sbin/nginx';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
-const LEVELS = [1, 32, 256];
+const LEVELS = (process.env.BENCH_LEVELS ?? '1,32,256').split(',').map(Number);
+/** BENCH_PROFILE=<dir>: svc serve writes a V8 CPU profile there when it stops (node --cpu-prof). */
+const PROFILE = process.env.BENCH_PROFILE;
 const BODY = JSON.stringify({ message: 'hello', n: 42 });
 
 async function startNginx(upstreamPort: number): Promise<{ port: number; process: ChildProcess }> {
@@ -65,7 +67,10 @@ async function startBareNodeProxy(upstreamPort: number): Promise<{ port: number;
   return { port, process: child };
 }
 
-const platform = await servePlatform({ SVC_LOG_LEVEL: 'warn' });
+const platform = await servePlatform({
+  SVC_LOG_LEVEL: 'warn',
+  ...(PROFILE ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${path.resolve(PROFILE)}` } : {}),
+});
 let nginx: ChildProcess | undefined;
 let bareNode: ChildProcess | undefined;
 try {
