@@ -74,6 +74,11 @@ export const configSchema = z.object({
     maxQueueDepth: z.coerce.number().int().min(1).default(10_000),
     /** How long an uncollected result of a 202'd request is kept. */
     resultRetentionSeconds: z.coerce.number().int().min(1).default(3600),
+    /**
+     * NATS JetStream shared by several API replicas on one PostgreSQL (docs/architecture.md); without it
+     * the queue lives in this process (one replica).
+     */
+    natsUrl: z.string().regex(/^nats:\/\/[^\s/:]+(:\d{1,5})?\/?$/, 'must be nats://host[:port]').optional(),
   }).prefault({}),
   streaming: z.object({
     /** How long a dropped session waits for its browser to reconnect (spec: at most 300 s). */
@@ -102,6 +107,8 @@ export const configSchema = z.object({
   /** GET /metrics (Prometheus text format). */
   metrics: metricsSettingsSchema.prefault({}),
   compute: z.object({
+    /** Runs placement and takes agent links; with several API replicas exactly one does (the others: false). */
+    placement: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
     /** `svc serve` runs a worker agent for the local cluster in its own process, linked over loopback. */
     inProcessAgent: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
     agent: agentSettingsSchema.prefault({}),
@@ -148,6 +155,8 @@ export const envSettings: Record<string, string> = {
   SVC_SECRETS_PREVIOUS_KEYS: 'secrets.previousKeys',
   SVC_ADMIN_SIGNING_KEY_FILE: 'admin.signingKeyFile',
   SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
+  SVC_PLACEMENT: 'compute.placement',
+  SVC_NATS_URL: 'invocation.natsUrl',
   SVC_IN_PROCESS_AGENT: 'compute.inProcessAgent',
   ...Object.fromEntries(Object.entries(agentEnvSettings).map(([name, setting]) => [name, `compute.agent.${setting}`])),
   SVC_STREAMING_RESUME_WINDOW_SECONDS: 'streaming.resumeWindowSeconds',

@@ -37,6 +37,7 @@ import { createInstancesRepo } from './control/instances/repo.ts';
 import { createInstancesService } from './control/instances/service.ts';
 import { createGateway } from './gateway/gateway.ts';
 import { Dispatcher } from './invocation/dispatcher.ts';
+import { JetStreamQueue } from './invocation/jetstream-queue.ts';
 import { LocalQueue } from './invocation/local-queue.ts';
 import { createInvocationsRepo } from './invocation/repo.ts';
 import { createVersionResolver } from './invocation/resolver.ts';
@@ -46,6 +47,8 @@ import { createInvocationService } from './invocation/service.ts';
 import { createStreamingBroker } from './invocation/streaming.ts';
 import { startTurn } from './turn/server.ts';
 import { createApp } from './http/app.ts';
+import { Problem } from './http/problem.ts';
+import { rejectUpgrade } from './http/upgrade.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
@@ -121,21 +124,26 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
 
     const instances = createInstancesService({
       repo: createInstancesRepo(store.db), deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
-      desired: autoscaler.desiredCounts,
+      desired: autoscaler.desiredCounts, places: config.compute.placement,
     });
     autoscaler.onApplied(() => void instances.reconcile());
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
     deployments.onChange(() => void instances.reconcile());
     const resolver = createVersionResolver(functionsRepo);
+    const { natsUrl, maxQueueDepth } = config.invocation;
+    const queue = natsUrl
+      ? await JetStreamQueue.connect({ url: natsUrl, maxDepth: maxQueueDepth, log, adopt: (requestId) => invocation.adopt(requestId) })
+      : new LocalQueue({ maxDepth: maxQueueDepth });
     const invocation = createInvocationService({
-      queue: new LocalQueue({ maxDepth: config.invocation.maxQueueDepth }),
+      queue,
       dispatcher: new Dispatcher({ maxResultBytes: config.invocation.maxResultBytes }),
       results: new DurableResults({ repo: createInvocationsRepo(store.db), log, now }),
       resolver, demand: instances, log, now,
       maxResultBytes: config.invocation.maxResultBytes, resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
     });
     closers.push(() => invocation.close());
+    if (natsUrl) log.info({ natsUrl, replicaId: (queue as JetStreamQueue).replicaId, placement: config.compute.placement }, 'invocation queue on NATS JetStream');
     metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
@@ -186,7 +194,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       })(),
       keys: createApp({ ...appOptions, routes: keyServiceRoutes, host: 'keys' }),
       apiUpgrade: (req, socket, head) => {
-        if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return void agentHub.upgrade(req, socket, head);
+        if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) {
+          if (!config.compute.placement) return rejectUpgrade(req, socket, new Problem('service-unavailable', 'This API replica does not run placement; link agents to the one that does'));
+          return void agentHub.upgrade(req, socket, head);
+        }
         void streaming.upgrade(req, socket, head);
       },
       tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
@@ -201,7 +212,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
     // The local cluster's agent links to this gateway over loopback, exactly as a remote agent would.
-    const worker = localCluster && config.compute.inProcessAgent ? await startWorker({
+    const worker = localCluster && config.compute.inProcessAgent && config.compute.placement ? await startWorker({
       settings: config.compute.agent, dataDir: config.store.dataDir, declaredGpus: config.compute.localCluster.gpus, log,
       link: {
         server: `${scheme}://127.0.0.1:${port}`, credential: localCluster.agentCredential, apiHost: `${gateway.hosts.api}:${port}`,

@@ -48,6 +48,8 @@ export class Invocation {
   state: InvocationState = 'queued';
   /** Answered 202, so kept in the store until its result is collected. */
   durable = false;
+  /** Marked running in the store by this replica (durable requests only). */
+  claimed = false;
   /** The waiting synchronous client, until it is answered or gets its 202. */
   sink: ClientSink | undefined;
   result: StoredResult | undefined;

@@ -11,6 +11,7 @@ export class LocalQueue implements InvocationQueue {
   readonly #slots = new Slots();
   readonly #maxDepth: number;
   #run: (invocation: Invocation, grant: Grant) => void = () => {};
+  #seen: (versionId: string, instances: ReadyInstance[]) => void = () => {};
 
   constructor(options: { maxDepth: number }) {
     this.#maxDepth = options.maxDepth;
@@ -18,6 +19,10 @@ export class LocalQueue implements InvocationQueue {
 
   onGrant(run: (invocation: Invocation, grant: Grant) => void) {
     this.#run = run;
+  }
+
+  onInstances(seen: (versionId: string, instances: ReadyInstance[]) => void) {
+    this.#seen = seen;
   }
 
   enqueue(invocation: Invocation) {
@@ -50,6 +55,7 @@ export class LocalQueue implements InvocationQueue {
 
   ready(versionId: string, instances: ReadyInstance[]) {
     this.#slots.ready(versionId, instances);
+    this.#seen(versionId, instances);
     this.#pump(versionId);
   }
 

@@ -29,7 +29,24 @@ export interface InvocationQueue {
   ready(versionId: string, instances: ReadyInstance[]): void;
   /** Every request granted a slot goes to `run`, which must release the grant when it is done. */
   onGrant(run: (invocation: Invocation, grant: Grant) => void): void;
+  /** Told the instances of a version whenever the set changes (connection pools follow it). */
+  onInstances(seen: (versionId: string, instances: ReadyInstance[]) => void): void;
   close(): Promise<void>;
+}
+
+/** A queue several API replicas share: each 202'd request is answered by whichever replica is asked. */
+export interface SharedQueue extends InvocationQueue {
+  readonly replicaId: string;
+  /** Whether a replica still answers. */
+  alive(replica: string): Promise<boolean>;
+  /** Tells every replica a stored request has its result. */
+  completed(requestId: string): void;
+  /** Resolves when completed(requestId) is heard, or after `ms`. */
+  whenCompleted(requestId: string, ms: number): Promise<void>;
+}
+
+export function isShared(queue: InvocationQueue): queue is SharedQueue {
+  return 'replicaId' in queue;
 }
 
 /** FIFO with a moving head: O(1) push, shift and unshift; O(n) removal and position, which only leaving clients and status calls pay. */

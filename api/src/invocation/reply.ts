@@ -5,7 +5,7 @@ import { PROBLEM_CONTENT_TYPE } from '../http/problem.ts';
 import { asProblem, writeProblem } from '../http/problem-response.ts';
 import type { Logger } from '../logger.ts';
 import { forwardedResponseHeaders, svcStatus } from './headers.ts';
-import type { BodyWriter, ClientSink, Invocation, StoredResult } from './invocation.ts';
+import type { BodyWriter, ClientSink, Invocation, Progress, StoredResult } from './invocation.ts';
 
 const EXPOSED = 'svc-reqid, svc-status, svc-percent-complete';
 /** Bodies up to this size are read whole and sent in one write; larger ones and SSE stream through. */
@@ -46,7 +46,7 @@ export function sendResult(res: ServerResponse, request: { id: string; sse: bool
 }
 
 /** 202: SVC-REQID, the progress so far and the partial response as the body. */
-export function sendPending(res: ServerResponse, invocation: Invocation) {
+export function sendPending(res: ServerResponse, invocation: { id: string; progress?: Progress }) {
   const headers: Record<string, string> = invocationHeaders(invocation.id, 202);
   const progress = invocation.progress;
   if (progress) headers['svc-percent-complete'] = String(progress.percent);

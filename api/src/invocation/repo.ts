@@ -13,6 +13,8 @@ const storedRequest = z.object({
   sse: z.boolean(),
   subject: z.string(),
   target: targetSchema,
+  /** The API replica holding it (several replicas on NATS): its death is noticed by the others. */
+  replica: z.string().optional(),
 });
 
 /** A result's status and headers (column `result`; the body is `result_body`). */
@@ -68,8 +70,23 @@ export function createInvocationsRepo(db: Kysely<Database>) {
       }
       return out;
     },
-    async markRunning(requestId: string, at: string): Promise<void> {
-      await db.updateTable('invocations').set({ state: 'running', updated_at: at }).where('request_id', '=', requestId).execute();
+    async find(requestId: string): Promise<DurableRecord | undefined> {
+      const row = await db.selectFrom('invocations').selectAll().where('request_id', '=', requestId).executeTakeFirst();
+      return row && decode(row);
+    },
+    async listRunning(): Promise<DurableRecord[]> {
+      return (await db.selectFrom('invocations').selectAll().where('state', '=', 'running').execute()).map(decode);
+    },
+    /** Queued → running, only if still queued: true for the one caller that may run it (at most once). */
+    async claim(requestId: string, at: string): Promise<boolean> {
+      const result = await db.updateTable('invocations').set({ state: 'running', updated_at: at })
+        .where('request_id', '=', requestId).where('state', '=', 'queued').executeTakeFirst();
+      return result.numUpdatedRows === 1n;
+    },
+    /** Takes a finished result out: true for the one caller that returns it. */
+    async collect(requestId: string): Promise<boolean> {
+      const result = await db.deleteFrom('invocations').where('request_id', '=', requestId).where('state', '=', 'done').executeTakeFirst();
+      return result.numDeletedRows === 1n;
     },
     async storeResult(requestId: string, result: StoredResult, at: string): Promise<void> {
       await db.updateTable('invocations').set({

@@ -6,6 +6,7 @@ import { Invocation, problemResult, type BodyWriter, type StoredResult } from '.
 import type { DurableRecord, InvocationsRepo } from './repo.ts';
 
 export const RESTARTED = 'The platform restarted while the request was running; it was not retried (at-most-once execution)';
+export const REPLICA_GONE = 'The API replica running the request stopped; it was not retried (at-most-once execution)';
 
 export class DurableResults {
   readonly #repo: InvocationsRepo;
@@ -19,19 +20,58 @@ export class DurableResults {
   }
 
   /** The 202: the request is written before its client is told. */
-  persist(invocation: Invocation): Promise<void> {
+  persist(invocation: Invocation, replica?: string): Promise<void> {
     invocation.durable = true;
     invocation.stored = this.#repo.insert({
       requestId: invocation.id, state: invocation.state, body: invocation.body,
-      request: { headers: invocation.headers, sse: invocation.sse, subject: invocation.subject, target: invocation.target },
+      request: { headers: invocation.headers, sse: invocation.sse, subject: invocation.subject, target: invocation.target, replica },
     }, this.#at());
     return invocation.stored;
   }
 
-  /** Marked before the request can reach its instance, so a restart never runs it a second time. */
-  async markRunning(invocation: Invocation): Promise<void> {
+  /**
+   * Marks it running before it can reach its instance, so a restart never runs it a second time; false
+   * when another replica claimed it first (it adopted the request when this one seemed gone).
+   */
+  async claim(invocation: Invocation): Promise<boolean> {
+    if (invocation.claimed) return true;
     await invocation.stored;
-    await this.#repo.markRunning(invocation.id, this.#at());
+    invocation.claimed = await this.#repo.claim(invocation.id, this.#at());
+    return invocation.claimed;
+  }
+
+  /** A stored 202 whose replica is gone, claimed to run here; undefined when it is not queued any more. */
+  async adopt(requestId: string): Promise<Invocation | undefined> {
+    if (!await this.#repo.claim(requestId, this.#at())) return undefined;
+    const record = await this.#repo.find(requestId);
+    if (!record) return undefined;
+    const invocation = revive(record);
+    invocation.claimed = true;
+    return invocation;
+  }
+
+  find(requestId: string): Promise<DurableRecord | undefined> {
+    return this.#repo.find(requestId);
+  }
+
+  /** Takes the finished result out of the store: true for the one caller that returns it. */
+  collect(requestId: string): Promise<boolean> {
+    return this.#repo.collect(requestId);
+  }
+
+  /** Requests that were running on replicas no longer alive end 502 (they are never run twice). */
+  async endOrphans(self: string, alive: (replica: string) => Promise<boolean>): Promise<string[]> {
+    const ended: string[] = [];
+    const verdicts = new Map<string, Promise<boolean>>();
+    for (const record of await this.#repo.listRunning()) {
+      const replica = record.request.replica;
+      if (!replica || replica === self) continue;
+      if (!verdicts.has(replica)) verdicts.set(replica, alive(replica));
+      if (await verdicts.get(replica)) continue;
+      await this.#finish(revive(record), problemResult(502, 'bad-gateway', REPLICA_GONE));
+      ended.push(record.requestId);
+    }
+    return ended;
   }
 
   async store(invocation: Invocation, result: StoredResult) {

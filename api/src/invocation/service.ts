@@ -13,8 +13,8 @@ import type { ReadyInstance } from '../control/instances/service.ts';
 import type { ProgressReport } from '../compute/protocol.ts';
 import type { Dispatcher, ExchangeOutcome } from './dispatcher.ts';
 import { forwardedRequestHeaders } from './headers.ts';
-import { Invocation, problemResult, type BodyWriter, type ClientSink, type StoredResult } from './invocation.ts';
-import type { Grant, InvocationQueue } from './queue.ts';
+import { Invocation, problemResult, type BodyWriter, type ClientSink, type Progress, type StoredResult } from './invocation.ts';
+import { isShared, type Grant, type InvocationQueue, type SharedQueue } from './queue.ts';
 import { ResultCollector, type DurableResults } from './results.ts';
 import type { Target, VersionResolver } from './resolver.ts';
 
@@ -35,10 +35,13 @@ export interface InvocationOptions {
 /** Demand is reported when a version gains or loses all its work, else at most this often. */
 const DEMAND_REPORT_MS = 250;
 const SWEEP_MS = 60_000;
+/** How often a replica looks for stored requests left running by a replica that died. */
+const ORPHAN_CHECK_MS = 5_000;
 const gone = (requestId: string) => notFound(`Request '${requestId}' is unknown or its result was already returned`);
 
 export function createInvocationService(options: InvocationOptions) {
   const { queue, dispatcher, results, log } = options;
+  const shared: SharedQueue | undefined = isShared(queue) ? queue : undefined;
   const now = options.now ?? (() => new Date());
   /** Every invocation not yet finished, and 202'd ones until collected. */
   const invocations = new Map<string, Invocation>();
@@ -79,7 +82,10 @@ export function createInvocationService(options: InvocationOptions) {
       forget(invocation);
       return;
     }
-    if (invocation.durable) await results.store(invocation, result);
+    if (invocation.durable) {
+      await results.store(invocation, result);
+      shared?.completed(invocation.id);
+    }
     invocation.wake();
   }
 
@@ -122,20 +128,24 @@ export function createInvocationService(options: InvocationOptions) {
     invocation.state = 'running';
     inflight.set(invocation.versionId, (inflight.get(invocation.versionId) ?? 0) + 1);
     if (!invocation.durable) return send(invocation, grant);
-    results.markRunning(invocation).then(() => send(invocation, grant), (error) => {
-      log.error({ reqId: invocation.id, err: error }, 'could not mark a request running; it was not sent');
+    const unsent = (result?: StoredResult) => {
       inflight.set(invocation.versionId, (inflight.get(invocation.versionId) ?? 1) - 1);
       grant.release('done');
-      void complete(invocation, problemResult(500, 'internal', 'The platform could not record the request as running; it was not sent'));
+      if (result) void complete(invocation, result);
+    };
+    results.claim(invocation).then((mine) => (mine ? send(invocation, grant) : unsent()), (error) => {
+      log.error({ reqId: invocation.id, err: error }, 'could not mark a request running; it was not sent');
+      unsent(problemResult(500, 'internal', 'The platform could not record the request as running; it was not sent'));
     });
   }
   queue.onGrant(run);
+  queue.onInstances((versionId, instances) => dispatcher.ready(versionId, instances));
 
   /** The poll window passed with nothing started: the request becomes durable, then the client gets 202. */
   function pollWindowPassed(invocation: Invocation) {
     const sink = detachSink(invocation);
     if (!sink) return;
-    results.persist(invocation).then(() => sink.pending(invocation), (error) => sink.fail(error));
+    results.persist(invocation, shared?.replicaId).then(() => sink.pending(invocation), (error) => sink.fail(error));
   }
 
   function resultOrTimeout(invocation: Invocation, ms: number): Promise<void> {
@@ -150,6 +160,30 @@ export function createInvocationService(options: InvocationOptions) {
       }, ms);
       invocation.waiters.push(wake);
     });
+  }
+
+  /** With replicas, the store answers: any replica returns a result, exactly one returns it. */
+  async function sharedStatus(queue: SharedQueue, principal: Principal, requestId: string, pollMs: number) {
+    let record = await results.find(requestId);
+    if (!record || record.request.target.ncaId !== principal.ncaId) throw gone(requestId);
+    if (!record.result) {
+      await queue.whenCompleted(requestId, pollMs);
+      record = await results.find(requestId);
+      if (!record) throw gone(requestId);
+    }
+    if (!record.result) return { pending: invocations.get(requestId) ?? { id: requestId, progress: undefined } };
+    if (!await results.collect(requestId)) throw gone(requestId);
+    invocations.delete(requestId);
+    return { result: record.result };
+  }
+
+  /** Stored requests left running by a replica that died end 502; its queued ones are adopted at the head. */
+  function watchOrphans(queue: SharedQueue) {
+    return setInterval(() => {
+      results.endOrphans(queue.replicaId, (replica) => queue.alive(replica))
+        .then((ended) => ended.forEach((requestId) => queue.completed(requestId)))
+        .catch((error) => log.warn({ err: error }, 'could not look for requests of stopped replicas'));
+    }, ORPHAN_CHECK_MS);
   }
 
   function noteRequest(target: Target) {
@@ -196,7 +230,8 @@ export function createInvocationService(options: InvocationOptions) {
     },
 
     /** GET /pexec/status/{id}: the result once (then the id is forgotten), else 202 after `pollMs`. */
-    async status(principal: Principal, requestId: string, pollMs: number): Promise<{ result: StoredResult } | { pending: Invocation }> {
+    async status(principal: Principal, requestId: string, pollMs: number): Promise<{ result: StoredResult } | { pending: Pending }> {
+      if (shared) return sharedStatus(shared, principal, requestId, pollMs);
       const invocation = invocations.get(requestId);
       if (!invocation || !invocation.durable || invocation.target.ncaId !== principal.ncaId) throw gone(requestId);
       if (!invocation.result) await resultOrTimeout(invocation, pollMs);
@@ -229,8 +264,14 @@ export function createInvocationService(options: InvocationOptions) {
 
     /** Instances of a version that take requests now (from placement). */
     ready(versionId: string, instances: ReadyInstance[]) {
-      dispatcher.ready(versionId, instances);
       queue.ready(versionId, instances);
+    },
+
+    /** A stored 202 of a replica that is gone, claimed to run here (JetStreamQueue's adopt). */
+    async adopt(requestId: string): Promise<Invocation | undefined> {
+      const invocation = await results.adopt(requestId);
+      if (invocation) invocations.set(invocation.id, invocation);
+      return invocation;
     },
 
     progress(report: ProgressReport) {
@@ -238,8 +279,16 @@ export function createInvocationService(options: InvocationOptions) {
       if (invocation) invocation.progress = { percent: Math.max(0, Math.min(100, Math.round(report.percent))), partialResponse: report.partialResponse };
     },
 
-    /** After a restart: results wait to be collected, queued requests queue again, running ones end 502. */
+    /**
+     * After a restart: results wait to be collected, queued requests queue again, running ones end 502.
+     * With replicas, the store is shared: requests of replicas that died are taken over as they are met.
+     */
     async recover() {
+      if (shared) {
+        sweeper = watchOrphans(shared);
+        sweeper.unref();
+        return;
+      }
       for (const invocation of await results.recover()) {
         invocations.set(invocation.id, invocation);
         if (invocation.result) invocation.finishedAt ??= now().getTime();
@@ -278,3 +327,9 @@ export function createInvocationService(options: InvocationOptions) {
 }
 
 export type InvocationService = ReturnType<typeof createInvocationService>;
+
+/** What a 202 shows: the request id and the progress known here. */
+export interface Pending {
+  id: string;
+  progress: Progress | undefined;
+}

@@ -24,7 +24,8 @@ export interface ServedPlatform {
   stop(): Promise<void>;
 }
 
-export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<ServedPlatform> {
+/** `replica`: another API replica on an existing installation's store (it prints no bootstrap secret). */
+export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: { replica?: boolean } = {}): Promise<ServedPlatform> {
   const dataDir = env.SVC_DATA_DIR ?? mkdtempSync(path.join(os.tmpdir(), 'svc-served-'));
   // Output goes to a file, as a container runtime would take it; a pipe read by this (busy) process
   // would make the platform wait on the load generator.
@@ -56,7 +57,7 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<Served
   }
 
   const first = await start(Number(env.SVC_PORT ?? 0));
-  if (!first.secret) throw new Error('svc serve printed no bootstrap secret: is the data directory new?');
+  if (!first.secret && !options.replica) throw new Error('svc serve printed no bootstrap secret: is the data directory new?');
   let child = first.child;
   const port = Number(new URL(first.url).port);
   const stopped = (process: ChildProcess) => new Promise((resolve) => (process.exitCode !== null || process.signalCode ? resolve(undefined) : process.once('exit', resolve)));
@@ -65,7 +66,7 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<Served
     url: first.url,
     dataDir,
     port,
-    bootstrapSecret: first.secret,
+    bootstrapSecret: first.secret ?? '',
     get process() {
       return child;
     },

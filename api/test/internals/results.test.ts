@@ -22,7 +22,7 @@ test('after a restart: queued ones wait again, a running one ends 502 (never run
   const results = new DurableResults({ repo: createInvocationsRepo(store.db), log: createLogger('silent'), now: () => new Date() });
   const [queued, running, done] = [request('00000000-0000-4000-8000-000000000001'), request('00000000-0000-4000-8000-000000000002'), request('00000000-0000-4000-8000-000000000003')];
   for (const invocation of [queued, running, done]) await results.persist(invocation);
-  await results.markRunning(running);
+  assert.equal(await results.claim(running), true);
   const stored: StoredResult = { status: 200, headers: { 'content-type': 'application/json', 'set-cookie': ['a', 'b'] }, body: Buffer.from('{"ok":true}') };
   await results.store(done, stored);
   await store.db.insertInto('invocations').values({
