@@ -12,7 +12,7 @@ import { Pool } from 'undici';
 import { createDatabase, postgresAvailable, tempDir, type TestDatabase } from './helpers/databases.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { request } from './helpers/http.ts';
-import { NATS_URL, natsAvailable } from './helpers/nats.ts';
+import { forgetVersion, NATS_URL, natsAvailable } from './helpers/nats.ts';
 import { TEST_CATALOG } from './helpers/platform.ts';
 import { servePlatform, type ServedPlatform } from './helpers/served.ts';
 import { until } from './helpers/wait.ts';
@@ -31,6 +31,7 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
   let replica: ServedPlatform;
   let apiKey: string;
   let functionId: string;
+  let versionId: string;
   const counterFile = path.join(tempDir(), 'requests.log');
   const pools = new Map<string, Pool>();
 
@@ -76,6 +77,7 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
       name: 'replicated-counter', containerEnvironment: [{ key: 'COUNTER_FILE', value: counterFile }],
     })).body.function;
     functionId = fn.id;
+    versionId = fn.versionId;
     await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
       deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1, maxRequestConcurrency: 2 }],
     });
@@ -89,6 +91,7 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
     await replica?.stop();
     await placement?.stop();
     await database?.drop();
+    if (versionId) await forgetVersion(versionId);
   });
 
   test('round robin: every request runs once, at most maxRequestConcurrency at a time across both; a 202 is answered by the other replica, once', async () => {
