@@ -6,7 +6,7 @@
 // Targets: c=32 ≥ 0.85× the bare Node.js proxy (≥ 0.8× nginx); added p50 at c=1 ≤ 0.15 ms; c=256 ≥ 0.8× the bare proxy.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -73,6 +73,19 @@ async function startBareNodeProxy(upstreamPort: number): Promise<{ port: number;
   return { port, process: child };
 }
 
+/**
+ * CPU time (user + system, µs) the processes have used so far, from /proc: per-request CPU is steadier than
+ * throughput on a shared, noisy machine. Clock ticks are 10 ms (USER_HZ 100).
+ */
+function cpuMicros(pids: number[]): number {
+  let ticks = 0;
+  for (const pid of pids) {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return ticks * 10_000;
+}
+
 /** Registers and deploys the echo sample through `url`; its pexec target and version id. */
 async function deployEcho(url: string, credentials: { token: string; apiKey: string }): Promise<{ target: LoadTarget; versionId: string }> {
   const api = (method: string, route: string, body?: unknown) => request(url, method, route, { host: 'api.localhost', bearer: credentials.token, body });
@@ -128,6 +141,12 @@ try {
   bareNode = bare.process;
   replicated = await startReplicas();
 
+  /** The proxy processes whose CPU per request is measured. */
+  const processes: Record<string, number[]> = {
+    'bare Node.js proxy': [bare.process.pid!],
+    'svc pexec (gateway)': [platform.process.pid!],
+    'svc pexec, 2 replicas on NATS': replicated?.replicas.map((replica) => replica.process.pid!) ?? [],
+  };
   const targets: Record<string, LoadTarget> = {
     'direct to the instance': { origin: `http://127.0.0.1:${echoPort}`, path: '/echo', headers: JSON_TYPE, body: BODY },
     'nginx proxy_pass': { origin: `http://127.0.0.1:${started.port}`, path: '/', headers: JSON_TYPE, body: BODY },
@@ -139,18 +158,24 @@ try {
   const rows: (string | number)[][] = [];
   const summary: string[] = [];
   for (const concurrency of LEVELS) {
-    const results: Record<string, Awaited<ReturnType<typeof load>>> = {};
-    for (const [name, target] of Object.entries(targets)) results[name] = await load(target, concurrency, SECONDS);
+    const results: Record<string, Awaited<ReturnType<typeof load>> & { cpu?: number }> = {};
+    for (const [name, target] of Object.entries(targets)) {
+      const pids = processes[name] ?? [];
+      const before = cpuMicros(pids);
+      results[name] = await load(target, concurrency, SECONDS);
+      if (pids.length) results[name].cpu = (cpuMicros(pids) - before) / (results[name].requestsPerSecond * SECONDS);
+    }
     const [svc, nginxRow, bareRow, direct] = [results['svc pexec (gateway)'], results['nginx proxy_pass'], results['bare Node.js proxy'], results['direct to the instance']];
     for (const [name, result] of Object.entries(results)) {
       rows.push([`c=${concurrency}  ${name}`, result.requestsPerSecond, result.p50, result.p99, result.requestsPerSecond / nginxRow.requestsPerSecond,
-        result.requestsPerSecond / bareRow.requestsPerSecond, result.errors]);
+        result.requestsPerSecond / bareRow.requestsPerSecond, result.cpu === undefined ? '' : Math.round(result.cpu), result.errors]);
     }
     summary.push(`c=${concurrency}: svc ${(svc.requestsPerSecond / bareRow.requestsPerSecond).toFixed(2)}× the bare Node.js proxy, `
-      + `${(svc.requestsPerSecond / nginxRow.requestsPerSecond).toFixed(2)}× nginx; added p50 ${(svc.p50 - direct.p50).toFixed(3)} ms over direct`);
+      + `${(svc.requestsPerSecond / nginxRow.requestsPerSecond).toFixed(2)}× nginx; added p50 ${(svc.p50 - direct.p50).toFixed(3)} ms over direct; `
+      + `CPU per request ${Math.round(svc.cpu!)} µs vs ${Math.round(bareRow.cpu!)} µs (bare)`);
   }
   printTable(`bench/invoke: ${SECONDS} s per row, echo sample, closed-loop clients (node ${process.version})`,
-    ['concurrency  path', 'req/s', 'p50 ms', 'p99 ms', '× nginx', '× bare', 'errors'], rows);
+    ['concurrency  path', 'req/s', 'p50 ms', 'p99 ms', '× nginx', '× bare', 'CPU µs/req', 'errors'], rows);
   console.log(summary.join('\n'));
   console.log('targets: c=32 ≥ 0.85× the bare Node.js proxy (≥ 0.8× nginx); added p50 at c=1 ≤ 0.15 ms; c=256 ≥ 0.8× the bare proxy');
 } finally {
