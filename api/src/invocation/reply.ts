@@ -70,12 +70,14 @@ class ResponseWriter implements BodyWriter {
   readonly #headers: Headers;
   readonly #instance: string;
   readonly #rewrap: boolean;
+  readonly #answered: (status: number) => void;
   #chunks: Buffer[] = [];
   #size = 0;
   #streaming = false;
 
-  constructor(res: ServerResponse, invocation: Invocation, status: number, headers: Headers, instance: string) {
+  constructor(res: ServerResponse, invocation: Invocation, status: number, headers: Headers, instance: string, answered: (status: number) => void) {
     this.#res = res;
+    this.#answered = answered;
     this.#invocation = invocation;
     this.#status = status;
     this.#headers = headers;
@@ -99,12 +101,13 @@ class ResponseWriter implements BodyWriter {
   end() {
     if (this.#streaming) {
       this.#res.end();
-      return;
+    } else {
+      const headers: Record<string, string | string[]> = {};
+      for (const name in this.#headers) if (this.#headers[name] !== undefined) headers[name] = this.#headers[name];
+      const body = this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks);
+      sendResult(this.#res, this.#invocation, { status: this.#status, headers, body }, this.#instance);
     }
-    const headers: Record<string, string | string[]> = {};
-    for (const name in this.#headers) if (this.#headers[name] !== undefined) headers[name] = this.#headers[name];
-    const body = this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks);
-    sendResult(this.#res, this.#invocation, { status: this.#status, headers, body }, this.#instance);
+    this.#answered(this.#status);
   }
 
   error() {
@@ -122,12 +125,40 @@ class ResponseWriter implements BodyWriter {
   }
 }
 
-/** The waiting client of one pexec call. `instance` is the request path, for problem bodies. */
-export function clientSink(res: ServerResponse, instance: string, requestId: string, log: Logger): ClientSink {
-  return {
-    start: (invocation, status, headers) => new ResponseWriter(res, invocation, status, headers, instance),
-    result: (invocation, result) => sendResult(res, invocation, result, instance),
-    pending: (invocation) => sendPending(res, invocation),
-    fail: (error) => writeProblem(res, asProblem(error, log, requestId), instance, requestId),
-  };
+/**
+ * The waiting client of one pexec call. `instance` is the request path, for problem bodies; `answered` is
+ * told the status once the whole answer is written (the invocation metrics).
+ */
+export class ClientReply implements ClientSink {
+  readonly #res: ServerResponse;
+  readonly #instance: string;
+  readonly #requestId: string;
+  readonly #log: Logger;
+  readonly #answered: (status: number) => void;
+
+  constructor(res: ServerResponse, instance: string, requestId: string, log: Logger, answered: (status: number) => void) {
+    this.#res = res;
+    this.#instance = instance;
+    this.#requestId = requestId;
+    this.#log = log;
+    this.#answered = answered;
+  }
+
+  start(invocation: Invocation, status: number, headers: Headers): BodyWriter {
+    return new ResponseWriter(this.#res, invocation, status, headers, this.#instance, this.#answered);
+  }
+
+  result(invocation: Invocation, result: StoredResult) {
+    sendResult(this.#res, invocation, result, this.#instance);
+    this.#answered(result.status);
+  }
+
+  pending(invocation: Invocation) {
+    sendPending(this.#res, invocation);
+    this.#answered(202);
+  }
+
+  fail(error: unknown) {
+    writeProblem(this.#res, asProblem(error, this.#log, this.#requestId), this.#instance, this.#requestId);
+  }
 }

@@ -8,7 +8,7 @@ import { route } from '../http/route.ts';
 import { functionParams, versionParams } from '../control/functions/schema.ts';
 import type { FunctionRef } from '../http/metrics.ts';
 import type { Logger } from '../logger.ts';
-import { clientSink, sendPending, sendResult } from './reply.ts';
+import { ClientReply, sendPending, sendResult } from './reply.ts';
 import type { VersionResolver } from './resolver.ts';
 import type { InvocationService } from './service.ts';
 
@@ -93,9 +93,8 @@ export function invocationRoutes(service: InvocationService, resolver: VersionRe
       const seen = (status: number) => observe?.(target, status, (performance.now() - started) / 1000);
       try {
         const body = await readBody(req, limits.maxRequestBytes);
-        const sink = clientSink(res, pathOf(req), requestId, options.log);
+        const sink = new ClientReply(res, pathOf(req), requestId, options.log, seen);
         const invocation = await service.submit(target, principal, req.headers, body, sse, sink, pollMs(given['svc-poll-seconds'], sse, limits));
-        res.once('finish', () => seen(res.statusCode));
         res.once('close', () => {
           if (!res.writableFinished) void service.cancel(invocation);
         });

@@ -42,7 +42,8 @@ const gone = (requestId: string) => notFound(`Request '${requestId}' is unknown 
 export function createInvocationService(options: InvocationOptions) {
   const { queue, dispatcher, results, log } = options;
   const shared: SharedQueue | undefined = isShared(queue) ? queue : undefined;
-  const now = options.now ?? (() => new Date());
+  /** Ms since epoch; the injected clock when tests move time. */
+  const clock = options.now ? () => options.now!().getTime() : Date.now;
   /** Every invocation not yet finished, and 202'd ones until collected. */
   const invocations = new Map<string, Invocation>();
   const inflight = new Map<string, number>();
@@ -75,7 +76,7 @@ export function createInvocationService(options: InvocationOptions) {
   async function complete(invocation: Invocation, result: StoredResult) {
     invocation.state = 'done';
     invocation.result = result;
-    invocation.finishedAt = now().getTime();
+    invocation.finishedAt = clock();
     const sink = detachSink(invocation);
     if (sink) {
       sink.result(invocation, result);
@@ -187,7 +188,7 @@ export function createInvocationService(options: InvocationOptions) {
   }
 
   function noteRequest(target: Target) {
-    const at = now().getTime();
+    const at = clock();
     const seen = invoked.get(target.versionId);
     if (seen) seen.lastRequestAt = at;
     else invoked.set(target.versionId, { target, lastRequestAt: at });
@@ -291,7 +292,7 @@ export function createInvocationService(options: InvocationOptions) {
       }
       for (const invocation of await results.recover()) {
         invocations.set(invocation.id, invocation);
-        if (invocation.result) invocation.finishedAt ??= now().getTime();
+        if (invocation.result) invocation.finishedAt ??= clock();
         if (invocation.state !== 'queued') continue;
         if (!invoked.has(invocation.versionId)) invoked.set(invocation.versionId, { target: invocation.target });
         try {
@@ -303,7 +304,7 @@ export function createInvocationService(options: InvocationOptions) {
         reportDemand(invocation.versionId);
       }
       sweeper = setInterval(() => {
-        const cutoff = now().getTime() - options.resultRetentionMs;
+        const cutoff = clock() - options.resultRetentionMs;
         for (const invocation of invocations.values()) {
           if (invocation.finishedAt !== undefined && invocation.finishedAt < cutoff) invocations.delete(invocation.id);
         }
