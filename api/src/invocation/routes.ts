@@ -151,7 +151,7 @@ function sendPending(res: Response, invocation: Invocation) {
   }
 }
 
-const statusParams = z.object({ requestId: z.string().uuid('must be a request id (UUID)') });
+const statusParams = z.object({ requestId: z.guid('must be a request id (UUID)') });
 const anything = { schema: z.unknown(), contentType: '*/*' };
 const invocationResponses = {
   200: { description: "The function's response, streamed as produced (text/event-stream too)", ...anything },
