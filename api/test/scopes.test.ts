@@ -10,7 +10,7 @@ type Expect = Partial<Record<Credential, number>> & { default: number };
 
 interface Row {
   method: string;
-  /** {fid} {vid} {deploymentId} {specId} {rcId} {clusterId} {key} {fresh} are filled per call. */
+  /** {fid} {vid} {deploymentId} {specId} {rcId} {clusterId} {key} {keyValue} {fresh} are filled per call (path and body). */
   path: string;
   host: 'api' | 'keys';
   body?: unknown;
@@ -46,6 +46,7 @@ const rows: Row[] = [
     { method: 'GET', path: '/v1/keys', host: 'keys', expect: managementTokenOnly },
     { method: 'GET', path: '/v1/keys/{key}', host: 'keys', expect: managementTokenOnly },
     { method: 'DELETE', path: '/v1/keys/{key}', host: 'keys', expect: { default: 403, none: 401, token: 204 } },
+    { method: 'POST', path: '/v1/introspect', host: 'keys', body: { key: '{keyValue}' }, expect: managementTokenOnly },
     { method: 'GET', path: '/v2/svc/functions', host: 'api', expect: listing },
     { method: 'GET', path: '/v2/svc/functions/ids', host: 'api', expect: listing },
     { method: 'GET', path: '/v2/svc/functions/{fid}/versions', host: 'api', expect: listing },
@@ -111,7 +112,7 @@ describe('scope matrix', () => {
     for (const credential of Object.keys(bearers) as Credential[]) {
       for (const row of rows) {
         // Every call gets resources of its own, so deletes always have something to delete.
-        const ids = await resourcesFor(row.path, `matrix-${fresh++}`);
+        const ids = await resourcesFor(`${row.path} ${JSON.stringify(row.body ?? {})}`, `matrix-${fresh++}`);
         const fill = (text: string) => text.replace(/\{(\w+)\}/g, (match, name: string) => ids[name] ?? match);
         const path = fill(row.path).replace('?deployed', '');
         const body = row.body === undefined ? undefined : JSON.parse(fill(JSON.stringify(row.body)));
@@ -128,7 +129,10 @@ describe('scope matrix', () => {
 
   async function resourcesFor(path: string, fresh: string): Promise<Record<string, string>> {
     const ids: Record<string, string> = { fresh, name: fresh };
-    if (path.includes('{key}')) ids.key = (await svc.keys('POST', '/v1/keys', { bearer: token, headers: keyHeaders, body: keyBody() })).body.id;
+    if (/\{key(Value)?\}/.test(path)) {
+      const key = (await svc.keys('POST', '/v1/keys', { bearer: token, headers: keyHeaders, body: keyBody() })).body;
+      Object.assign(ids, { key: key.id, keyValue: key.value });
+    }
     if (/\{(fid|vid|deploymentId|specId)\}/.test(path)) {
       const fn = (await svc.api('POST', '/v2/svc/functions', { bearer: token, body: echoBody({ name: fresh }) })).body.function;
       Object.assign(ids, { fid: fn.id, vid: fn.versionId });

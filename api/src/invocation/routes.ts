@@ -61,7 +61,7 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
 
 const pathOf = (req: IncomingMessage) => (req.url ?? '').split('?', 1)[0];
 
-const statusParams = z.object({ requestId: z.string().uuid('must be a request id (UUID)') });
+const statusParams = z.object({ requestId: z.guid('must be a request id (UUID)') });
 const anything = { schema: z.unknown(), contentType: '*/*' };
 const invocationResponses = {
   200: { description: "The function's response, streamed as produced (text/event-stream too)", ...anything },

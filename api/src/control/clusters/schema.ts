@@ -74,7 +74,7 @@ export const clusterCreatedSchema = z.object({
   agentCredential: z.string(),
 });
 
-export const clusterParams = z.object({ ncaId: ncaIdSchema, clusterId: z.string().uuid('must be a cluster id (UUID)') });
+export const clusterParams = z.object({ ncaId: ncaIdSchema, clusterId: z.guid('must be a cluster id (UUID)') });
 export const accountClusterParams = z.object({ ncaId: ncaIdSchema });
 
 export const clusterGroupSchema = z.object({

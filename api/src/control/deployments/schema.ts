@@ -43,7 +43,7 @@ function minWithinMax(spec: { minInstances?: number; maxInstances?: number }, co
 export const MAX_REQUEST_CONCURRENCY = 16_384;
 
 export const gpuSpecificationSchema = z.object({
-  gpuSpecificationId: z.string().uuid().optional(),
+  gpuSpecificationId: z.guid().optional(),
   gpu: z.string().min(1),
   instanceType: z.string().min(1),
   backend: z.string().min(1).optional(),
@@ -66,7 +66,7 @@ export const createDeploymentSchema = z.object({
 /** PUT (deprecated by the reference): new bounds for existing specifications, matched by id or GPU. */
 export const updateDeploymentSchema = z.object({
   deploymentSpecifications: z.array(z.object({
-    gpuSpecificationId: z.string().uuid().optional(),
+    gpuSpecificationId: z.guid().optional(),
     gpu: z.string().min(1).optional(),
     instanceType: z.string().min(1).optional(),
     backend: z.string().optional(),
@@ -118,8 +118,8 @@ export const deploymentSchema = z.object({
 
 export const deploymentResponse = z.object({ deployment: deploymentSchema });
 export const gpuSpecificationResponse = z.object({ gpuSpecification: storedGpuSpecificationSchema });
-export const deploymentIdParams = z.object({ deploymentId: z.string().uuid('must be a deployment id (UUID)') });
-export const gpuSpecParams = deploymentIdParams.extend({ gpuSpecId: z.string().uuid('must be a GPU specification id (UUID)') });
+export const deploymentIdParams = z.object({ deploymentId: z.guid('must be a deployment id (UUID)') });
+export const gpuSpecParams = deploymentIdParams.extend({ gpuSpecId: z.guid('must be a GPU specification id (UUID)') });
 export const deleteDeploymentQuery = z.object({ graceful: z.enum(['true', 'false']).default('false') });
 
 export type GpuSpecification = z.infer<typeof storedGpuSpecificationSchema>;

@@ -57,9 +57,9 @@ export const rateLimitSchema = z.object({
 });
 
 const telemetriesSchema = z.object({
-  logsTelemetryId: z.string().uuid().optional(),
-  metricsTelemetryId: z.string().uuid().optional(),
-  tracesTelemetryId: z.string().uuid().optional(),
+  logsTelemetryId: z.guid().optional(),
+  metricsTelemetryId: z.guid().optional(),
+  tracesTelemetryId: z.guid().optional(),
 }).refine((value) => value.logsTelemetryId || value.metricsTelemetryId || value.tracesTelemetryId,
   'must name at least one telemetry id');
 
@@ -193,8 +193,8 @@ export const listFunctionsQuery = z.object({
 });
 export const functionIdsQuery = listFunctionsQuery.pick({ visibility: true });
 
-export const functionParams = z.object({ functionId: z.string().uuid('must be a function id (UUID)') });
-export const versionParams = functionParams.extend({ functionVersionId: z.string().uuid('must be a function version id (UUID)') });
+export const functionParams = z.object({ functionId: z.guid('must be a function id (UUID)') });
+export const versionParams = functionParams.extend({ functionVersionId: z.guid('must be a function version id (UUID)') });
 export const getVersionQuery = z.object({ includeSecrets: z.enum(['true', 'false']).optional() });
 
 export type CreateFunction = z.infer<typeof createFunctionSchema>;

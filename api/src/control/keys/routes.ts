@@ -2,7 +2,7 @@
 import { z } from 'zod';
 import { access } from '../../http/auth.ts';
 import { route } from '../../http/route.ts';
-import { createKeySchema, keyIssuerHeaders, keyListResponse, keyParams, keySchema, listKeysQuery, mintTokenSchema } from './schema.ts';
+import { createKeySchema, introspectionSchema, introspectSchema, keyIssuerHeaders, keyListResponse, keyParams, keySchema, listKeysQuery, mintTokenSchema } from './schema.ts';
 import type { KeyService } from './service.ts';
 import type { JwtKey } from './signing.ts';
 
@@ -62,6 +62,12 @@ export function keyRoutes(keys: KeyService, tokenKey: JwtKey) {
         await keys.revoke(principal, params.keyId);
         return { status: 204 };
       },
+    }),
+    route({
+      method: 'POST', path: '/v1/introspect', summary: 'Check an API key: its owner, issuer and authorizations', tag,
+      access: access.keyManagement, body: introspectSchema,
+      responses: { 200: { description: 'An active key of the caller\'s account', schema: introspectionSchema } },
+      handle: async ({ principal, body }) => ({ body: await keys.introspect(principal, body) }),
     }),
     route({
       method: 'GET', path: '/.well-known/jwks.json', summary: 'Public key set that verifies SVC_TOKEN JWTs', tag,

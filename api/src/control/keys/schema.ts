@@ -61,14 +61,29 @@ export const keySchema = z.object({
   revoked_at: z.string().optional(),
 }).meta({ id: 'ApiKey' });
 
-export const keyParams = z.object({ keyId: z.string().uuid('must be a key id (UUID)') });
+export const keyParams = z.object({ keyId: z.guid('must be a key id (UUID)') });
 export const listKeysQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(100),
   cursor: z.string().optional(),
 });
 export const keyListResponse = z.object({ keys: z.array(keySchema), cursor: z.string().optional() });
 
+/** POST /v1/introspect: the reference CLI's `api-key generate --validate` (wire-reference 8). */
+export const introspectSchema = z.object({
+  audience_service_id: z.string().min(1).optional(),
+  key: z.string().min(1, 'must be the API key to check'),
+});
+export const introspectionSchema = z.object({
+  owner_type: z.string(),
+  owner_id: z.string(),
+  key_id: z.string(),
+  issuer_service_id: z.string(),
+  authorizations: authorizationsSchema,
+}).meta({ id: 'KeyIntrospection' });
+
 export type CreateKey = z.infer<typeof createKeySchema>;
+export type Introspect = z.infer<typeof introspectSchema>;
+export type Introspection = z.infer<typeof introspectionSchema>;
 export type KeyIssuerHeaders = z.infer<typeof keyIssuerHeaders>;
 export type MintToken = z.infer<typeof mintTokenSchema>;
 export type ApiKey = z.infer<typeof keySchema>;

@@ -6,9 +6,9 @@ import { invalid, notFound } from '../../http/problem.ts';
 import { decodeCursor, encodeCursor } from '../../http/pagination.ts';
 import { managementTokenScopes } from '../../http/scopes.ts';
 import type { AccountsService } from '../accounts/service.ts';
-import { hashSecret, newApiKey } from './key-format.ts';
+import { hashSecret, isWellFormedApiKey, newApiKey } from './key-format.ts';
 import type { CredentialRow, KeysRepo } from './repo.ts';
-import type { ApiKey, CreateKey, KeyIssuerHeaders, MintToken } from './schema.ts';
+import type { ApiKey, CreateKey, Introspect, Introspection, KeyIssuerHeaders, MintToken } from './schema.ts';
 import { signJwt, TOKEN_ISSUER, type JwtKey } from './signing.ts';
 
 export interface KeyServiceOptions {
@@ -123,6 +123,20 @@ export function createKeyService(options: KeyServiceOptions) {
       const row = await repo.findById(id);
       if (!row || row.nca_id !== principal.ncaId) throw notFound(`Key '${id}' does not exist`);
       return toApiKey(row, now());
+    },
+
+    /**
+     * POST /v1/introspect: what an active API key of the caller's account may do. A key that is unknown,
+     * revoked, expired, of another account or not meant for the audience named is one answer, 404, so the
+     * endpoint tells nothing about keys the caller does not own.
+     */
+    async introspect(principal: Principal, input: Introspect): Promise<Introspection> {
+      const row = isWellFormedApiKey(input.key) ? await repo.findBySecretHash(hashSecret(input.key)) : undefined;
+      const key = row && row.nca_id === principal.ncaId ? toApiKey(row, now()) : undefined;
+      const audiences = key?.audience_service_ids ?? [];
+      const forAudience = !input.audience_service_id || audiences.length === 0 || audiences.includes(input.audience_service_id);
+      if (!key || key.status !== 'ACTIVE' || !forAudience) throw notFound('The key is not an active API key of this account for that audience');
+      return { owner_type: key.owner_type, owner_id: key.owner_id, key_id: key.id, issuer_service_id: key.issuer_service_id, authorizations: key.authorizations };
     },
 
     /** Revocation takes effect on every replica within the verifier's recheck interval (< 1 s). */

@@ -44,7 +44,7 @@ export const registryCredentialSchema = z.object({
   lastUpdatedAt: z.string(),
 }).meta({ id: 'RegistryCredential' });
 
-export const registryCredentialParams = z.object({ registryCredentialId: z.string().uuid('must be a registry credential id (UUID)') });
+export const registryCredentialParams = z.object({ registryCredentialId: z.guid('must be a registry credential id (UUID)') });
 export const registryCredentialResponse = z.object({ registryCredential: registryCredentialSchema });
 export const registryCredentialListResponse = z.object({ registryCredentials: z.array(registryCredentialSchema) });
 

@@ -61,9 +61,9 @@ const resultsLocationSchema = z.string().max(256).regex(/^[a-zA-Z0-9][a-zA-Z0-9.
   "must look like '<org>/<name>' or '<org>/<team>/<name>'");
 
 const telemetriesSchema = z.object({
-  logsTelemetryId: z.string().uuid().optional(),
-  metricsTelemetryId: z.string().uuid().optional(),
-  tracesTelemetryId: z.string().uuid().optional(),
+  logsTelemetryId: z.guid().optional(),
+  metricsTelemetryId: z.guid().optional(),
+  tracesTelemetryId: z.guid().optional(),
 }).refine((value) => value.logsTelemetryId || value.metricsTelemetryId || value.tracesTelemetryId,
   'must name at least one telemetry id');
 
@@ -167,7 +167,7 @@ export const pageQuery = z.object({ limit, cursor: z.string().optional() });
 export const listTasksQuery = pageQuery.extend({ status: z.preprocess(upper, z.enum(taskStatuses)).optional() });
 
 export const bulkTasksSchema = z.object({
-  taskIds: z.array(z.string().uuid('must be a task id (UUID)')).min(1, 'must hold at least one task id').max(1000, 'at most 1000 task ids'),
+  taskIds: z.array(z.guid('must be a task id (UUID)')).min(1, 'must hold at least one task id').max(1000, 'at most 1000 task ids'),
 });
 export const bulkTasksResponse = z.object({
   ncaId: z.string(),
@@ -193,8 +193,8 @@ export const taskResultSchema = z.object({
 }).meta({ id: 'TaskResult' });
 export const taskResultsResponse = z.object({ results: z.array(taskResultSchema), limit: z.number().int().optional(), cursor: z.string().optional() });
 
-export const taskParams = z.object({ taskId: z.string().uuid('must be a task id (UUID)') });
-export const resultParams = taskParams.extend({ resultId: z.string().uuid('must be a result id (UUID)') });
+export const taskParams = z.object({ taskId: z.guid('must be a task id (UUID)') });
+export const resultParams = taskParams.extend({ resultId: z.guid('must be a result id (UUID)') });
 export const getTaskQuery = z.object({ includeSecrets: z.enum(['true', 'false']).optional() });
 export const resultUploadQuery = z.object({ name: z.string().min(1, 'is required').max(1024, 'at most 1024 characters') });
 export const resultUploadResponse = z.object({ result: taskResultSchema });
