@@ -43,7 +43,7 @@ import { createInvocationsRepo } from './invocation/repo.ts';
 import { createVersionResolver } from './invocation/resolver.ts';
 import { DurableResults } from './invocation/results.ts';
 import { invocationRoutes } from './invocation/routes.ts';
-import { createInvocationService } from './invocation/service.ts';
+import { InvocationService } from './invocation/service.ts';
 import { createStreamingBroker } from './invocation/streaming.ts';
 import { startTurn } from './turn/server.ts';
 import { createApp } from './http/app.ts';
@@ -135,7 +135,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const queue = natsUrl
       ? await JetStreamQueue.connect({ url: natsUrl, maxDepth: maxQueueDepth, log, adopt: (requestId) => invocation.adopt(requestId) })
       : new LocalQueue({ maxDepth: maxQueueDepth });
-    const invocation = createInvocationService({
+    const invocation = new InvocationService({
       queue,
       dispatcher: new Dispatcher({ maxResultBytes: config.invocation.maxResultBytes }),
       results: new DurableResults({ repo: createInvocationsRepo(store.db), log, now }),

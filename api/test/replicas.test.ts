@@ -54,9 +54,14 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
     });
     return { status: response.statusCode, reqId, body: await response.body.text() };
   };
+  /** Polls a 202'd request until its final answer (a minute at most: a request left waiting fails the test). */
   const finalAnswer = async (url: string, answer: Answer): Promise<Answer> => {
     let last = answer;
-    while (last.status === 202) last = await poll(url, answer.reqId);
+    const deadline = Date.now() + 60_000;
+    while (last.status === 202) {
+      if (Date.now() > deadline) throw new Error(`request ${answer.reqId} still answers 202 after a minute`);
+      last = await poll(url, answer.reqId);
+    }
     return last;
   };
   const runs = () => readFileSync(counterFile, 'utf8').trim().split('\n').filter(Boolean).map((line) => line.split(' '));

@@ -74,8 +74,18 @@ export function createInvocationsRepo(db: Kysely<Database>) {
       const row = await db.selectFrom('invocations').selectAll().where('request_id', '=', requestId).executeTakeFirst();
       return row && decode(row);
     },
-    async listRunning(): Promise<DurableRecord[]> {
-      return (await db.selectFrom('invocations').selectAll().where('state', '=', 'running').execute()).map(decode);
+    /** Records not finished that name a replica (several replicas share the store). */
+    async listHeld(): Promise<DurableRecord[]> {
+      return (await db.selectFrom('invocations').selectAll().where('state', '!=', 'done').where('request', 'like', '%"replica":%').execute()).map(decode);
+    },
+    /** Hands a queued record of replica `from` to `to`; false when another replica took it first. */
+    async reassign(requestId: string, from: string, to: string): Promise<boolean> {
+      const row = await db.selectFrom('invocations').select('request').where('request_id', '=', requestId).where('state', '=', 'queued').executeTakeFirst();
+      if (!row || storedRequest.parse(JSON.parse(row.request)).replica !== from) return false;
+      const request = JSON.stringify({ ...storedRequest.parse(JSON.parse(row.request)), replica: to });
+      const result = await db.updateTable('invocations').set({ request })
+        .where('request_id', '=', requestId).where('state', '=', 'queued').where('request', '=', row.request).executeTakeFirst();
+      return result.numUpdatedRows === 1n;
     },
     /** Queued → running, only if still queued: true for the one caller that may run it (at most once). */
     async claim(requestId: string, at: string): Promise<boolean> {

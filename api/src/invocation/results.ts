@@ -59,19 +59,26 @@ export class DurableResults {
     return this.#repo.collect(requestId);
   }
 
-  /** Requests that were running on replicas no longer alive end 502 (they are never run twice). */
-  async endOrphans(self: string, alive: (replica: string) => Promise<boolean>): Promise<string[]> {
-    const ended: string[] = [];
+  /**
+   * Requests of replicas no longer alive: running ones end 502 (they are never run twice); queued ones are
+   * handed to `self`, which queues them again (if the head adopts one first, its claim wins).
+   */
+  async takeOverFrom(self: string, alive: (replica: string) => Promise<boolean>): Promise<{ ended: string[]; adopted: Invocation[] }> {
+    const out = { ended: [] as string[], adopted: [] as Invocation[] };
     const verdicts = new Map<string, Promise<boolean>>();
-    for (const record of await this.#repo.listRunning()) {
+    for (const record of await this.#repo.listHeld()) {
       const replica = record.request.replica;
       if (!replica || replica === self) continue;
       if (!verdicts.has(replica)) verdicts.set(replica, alive(replica));
       if (await verdicts.get(replica)) continue;
-      await this.#finish(revive(record), problemResult(502, 'bad-gateway', REPLICA_GONE));
-      ended.push(record.requestId);
+      if (record.state === 'running') {
+        await this.#finish(revive(record), problemResult(502, 'bad-gateway', REPLICA_GONE));
+        out.ended.push(record.requestId);
+      } else if (await this.#repo.reassign(record.requestId, replica, self)) {
+        out.adopted.push(revive(record));
+      }
     }
-    return ended;
+    return out;
   }
 
   async store(invocation: Invocation, result: StoredResult) {
