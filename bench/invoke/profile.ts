@@ -1,11 +1,15 @@
 // bench/invoke/profile.ts: where pexec spends its CPU. Runs svc serve under `node --cpu-prof`, drives
 // POST /v2/svc/pexec at BENCH_CONCURRENCY (32) for BENCH_SECONDS (10), then prints the profile of the
 // platform's busy time: self time by file and by function, and inclusive time of the hot frames.
+// BENCH_NATS=1: the platform on PostgreSQL and NATS JetStream (the queue several replicas share).
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { randomBytes } from 'node:crypto';
+import { createDatabase } from '../../api/test/helpers/databases.ts';
 import { request } from '../../api/test/helpers/http.ts';
+import { forgetVersion, NATS_URL } from '../../api/test/helpers/nats.ts';
 import { servePlatform } from '../../api/test/helpers/served.ts';
 import { load } from '../lib/load.ts';
 
@@ -18,7 +22,12 @@ interface ProfileNode { id: number; callFrame: { functionName: string; url: stri
 interface Profile { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[]; startTime: number; endTime: number }
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-profile-'));
-const platform = await servePlatform({ SVC_LOG_LEVEL: 'warn', NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${dir}` });
+const database = process.env.BENCH_NATS ? await createDatabase('postgres') : undefined;
+const platform = await servePlatform({
+  SVC_LOG_LEVEL: 'warn', NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${dir}`,
+  ...(database ? { SVC_DATABASE_URL: database.databaseUrl, SVC_NATS_URL: NATS_URL, SVC_SECRETS_KEY: randomBytes(32).toString('base64') } : {}),
+});
+let versionId: string | undefined;
 let window = { from: 0, to: 0, requests: 1 };
 try {
   const { token, apiKey } = await platform.credentials(['invoke_function', 'list_functions']);
@@ -27,6 +36,7 @@ try {
     bearer: token,
     body: { name: 'profile-echo', containerImage: 'local/echo:1', inferenceUrl: '/echo', inferencePort: 8000, health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT5S', expectedStatusCode: 200 } },
   })).body.function;
+  versionId = fn.versionId;
   await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
     bearer: token, body: { deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1, maxRequestConcurrency: 1024 }] },
   });
@@ -42,6 +52,8 @@ try {
   console.log(`c=${CONCURRENCY}: ${Math.round(result.requestsPerSecond)} req/s, p50 ${result.p50.toFixed(2)} ms, ${result.errors} errors`);
 } finally {
   await platform.stop();
+  await database?.drop();
+  if (database && versionId) await forgetVersion(versionId);
 }
 // The profile ends when the platform exits: count back from there to the load's window (µs).
 const stoppedAt = performance.now();

@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { connect, nanos, type Msg, type NatsConnection, type Subscription } from '@nats-io/transport-node';
 import {
   AckPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType,
-  type Consumer, type JetStreamClient, type JetStreamManager, type JsMsg,
+  type JetStreamClient, type JetStreamManager, type JsMsg,
 } from '@nats-io/jetstream';
 import { Kvm, KvWatchInclude, type KV } from '@nats-io/kv';
 import { z } from 'zod';
@@ -59,6 +59,7 @@ const grantSubject = (replica: string) => `svc.replica.${replica}.grant`;
 interface Head {
   stopped: boolean;
   done: Promise<void>;
+  stop(): void;
 }
 
 export class JetStreamQueue implements SharedQueue {
@@ -97,7 +98,8 @@ export class JetStreamQueue implements SharedQueue {
   static async connect(options: JetStreamQueueOptions): Promise<JetStreamQueue> {
     let nc: NatsConnection;
     try {
-      nc = await connect({ servers: options.url.replace(/^nats:\/\//, ''), timeout: 3000, maxReconnectAttempts: -1 });
+      // noAsyncTraces: no stack captured per request (an Error each), which cost more than the request itself.
+      nc = await connect({ servers: options.url.replace(/^nats:\/\//, ''), timeout: 3000, maxReconnectAttempts: -1, noAsyncTraces: true });
     } catch (error) {
       throw new Error(`cannot reach NATS at ${options.url}: ${(error as Error).message}`);
     }
@@ -202,7 +204,10 @@ export class JetStreamQueue implements SharedQueue {
   async close() {
     this.#closed = true;
     clearInterval(this.#refresher);
-    for (const head of this.#heads.values()) head.stopped = true;
+    for (const head of this.#heads.values()) {
+      head.stopped = true;
+      head.stop();
+    }
     this.#leases.close();
     for (const subscription of this.#subscriptions) subscription.unsubscribe();
     await Promise.all([...this.#heads.values()].map((head) => head.done));
@@ -224,7 +229,7 @@ export class JetStreamQueue implements SharedQueue {
     })();
     const slotWatch = await this.#slots.watch({ include: KvWatchInclude.UpdatesOnly });
     void (async () => {
-      for await (const entry of slotWatch) this.#leases.changed(entry.key);
+      for await (const entry of slotWatch) this.#leases.changed(entry.key, entry);
     })();
     this.#refresher = setInterval(() => void this.#refreshDepths(), DEPTH_REFRESH_MS);
     this.#refresher.unref();
@@ -239,6 +244,7 @@ export class JetStreamQueue implements SharedQueue {
     if (instances.length && !head) this.#heads.set(versionId, this.#headLoop(versionId));
     if (!instances.length && head) {
       head.stopped = true;
+      head.stop();
       this.#heads.delete(versionId);
     }
   }
@@ -270,19 +276,20 @@ export class JetStreamQueue implements SharedQueue {
   }
 
   #headLoop(versionId: string): Head {
-    const head: Head = { stopped: false, done: Promise.resolve() };
+    const head: Head = { stopped: false, done: Promise.resolve(), stop: () => {} };
     head.done = (async () => {
-      let consumer: Consumer | undefined;
       while (!head.stopped) {
         try {
           await this.#stream(versionId);
-          consumer ??= await this.#js.consumers.get(streamOf(versionId), 'head');
-          const msg = await consumer.next({ expires: 2000 });
-          if (msg) await this.#serveHead(versionId, msg, () => head.stopped);
+          const consumer = await this.#js.consumers.get(streamOf(versionId), 'head');
+          // One pull kept open: with max_ack_pending 1 the server hands the next ticket once this one is acked.
+          const tickets = await consumer.consume({ max_messages: 1 });
+          head.stop = () => tickets.stop();
+          if (head.stopped) tickets.stop();
+          for await (const msg of tickets) await this.#serveHead(versionId, msg, () => head.stopped);
         } catch (error) {
           if (head.stopped) break;
           this.#options.log.warn({ err: error, versionId }, 'invocation queue head failed; retrying');
-          consumer = undefined;
           await new Promise((resolve) => setTimeout(resolve, 500));
         }
       }
