@@ -21,7 +21,7 @@ import { Problem } from '../http/problem.ts';
 import type { Logger } from '../logger.ts';
 import type { Invocation } from './invocation.ts';
 import { SlotLeases, type Lease } from './leases.ts';
-import type { Grant, SharedQueue } from './queue.ts';
+import { grantOnce, type Grant, type SharedQueue } from './queue.ts';
 
 const ACK_WAIT_MS = 10_000;
 const GRANT_TIMEOUT_MS = 2_000;
@@ -346,16 +346,10 @@ export class JetStreamQueue implements SharedQueue {
   }
 
   #grant(lease: Lease): Grant {
-    let released = false;
-    return {
-      instance: lease.instance,
-      release: (outcome) => {
-        if (released) return;
-        released = true;
-        if (outcome === 'failed') this.#benched.add(lease.instance.instanceId);
-        void this.#leases.release(lease).catch((error) => this.#options.log.warn({ err: error }, 'could not release a slot lease; it expires'));
-      },
-    };
+    return grantOnce(lease.instance, (outcome) => {
+      if (outcome === 'failed') this.#benched.add(lease.instance.instanceId);
+      void this.#leases.release(lease).catch((error) => this.#options.log.warn({ err: error }, 'could not release a slot lease; it expires'));
+    });
   }
 
   async #refreshDepths() {

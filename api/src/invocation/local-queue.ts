@@ -3,7 +3,7 @@
 import type { ReadyInstance } from '../control/instances/service.ts';
 import { Problem } from '../http/problem.ts';
 import type { Invocation } from './invocation.ts';
-import { Fifo, type Grant, type InvocationQueue } from './queue.ts';
+import { Fifo, grantOnce, type Grant, type InvocationQueue } from './queue.ts';
 import { Slots, type Slot } from './slots.ts';
 
 export class LocalQueue implements InvocationQueue {
@@ -80,16 +80,10 @@ export class LocalQueue implements InvocationQueue {
   }
 
   #grant(slot: Slot): Grant {
-    let released = false;
-    return {
-      instance: slot.ready,
-      release: (outcome) => {
-        if (released) return;
-        released = true;
-        this.#slots.release(slot);
-        if (outcome === 'failed') this.#slots.bench(slot);
-        this.#pump(slot.ready.versionId);
-      },
-    };
+    return grantOnce(slot.ready, (outcome) => {
+      this.#slots.release(slot);
+      if (outcome === 'failed') this.#slots.bench(slot);
+      this.#pump(slot.ready.versionId);
+    });
   }
 }

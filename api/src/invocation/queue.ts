@@ -14,6 +14,19 @@ export interface Grant {
   release(outcome: 'done' | 'failed'): void;
 }
 
+/** A grant whose `release` acts once, however often it is called. */
+export function grantOnce(instance: ReadyInstance, release: (outcome: 'done' | 'failed') => void): Grant {
+  let released = false;
+  return {
+    instance,
+    release(outcome) {
+      if (released) return;
+      released = true;
+      release(outcome);
+    },
+  };
+}
+
 export interface InvocationQueue {
   /** Adds a request at the tail of its version's queue; a full queue is a 429 Problem. */
   enqueue(invocation: Invocation): void | Promise<void>;
