@@ -143,7 +143,6 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       maxResultBytes: config.invocation.maxResultBytes, resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
     });
     closers.push(() => invocation.close());
-    if (natsUrl) log.info({ natsUrl, replicaId: (queue as JetStreamQueue).replicaId, placement: config.compute.placement }, 'invocation queue on NATS JetStream');
     metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));

@@ -86,7 +86,10 @@ export interface Incoming {
   identified?: (principal: Principal) => void;
 }
 
-/** Authorizes, validates and runs a route: the part every way of serving it shares. */
+/**
+ * Authorizes, validates and runs a route: the part every way of serving it shares. Lean routes get Node's
+ * own `req`/`res` here (their handlers declare `res: ServerResponse` and use nothing of Express).
+ */
 export async function runRoute(spec: Route, context: RouteContext, incoming: Incoming, res: ServerResponse): Promise<Reply | undefined> {
   const { req } = incoming;
   const principal = await authorize(spec.access, req.headers.authorization, context.verifier);

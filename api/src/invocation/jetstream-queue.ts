@@ -109,6 +109,7 @@ export class JetStreamQueue implements SharedQueue {
       const [ready, slots] = await Promise.all([kvm.create('svc_ready', { history: 1 }), kvm.create('svc_slots', { history: 1 })]);
       const queue = new JetStreamQueue(nc, jsm, { ready, slots }, options);
       await queue.#start();
+      options.log.info({ natsUrl: options.url, replicaId: queue.replicaId }, 'invocation queue on NATS JetStream');
       return queue;
     } catch (error) {
       await nc.close();

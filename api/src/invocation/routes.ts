@@ -1,6 +1,6 @@
 // Invocation endpoints (spec 4.1, 5.3; wire-reference 5): pexec and its status, and queue details.
 // pexec is the hot path: declared `lean`, it is served before Express (http/lean.ts).
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { access } from '../http/auth.ts';
 import { Problem } from '../http/problem.ts';
@@ -85,7 +85,8 @@ export function invocationRoutes(service: InvocationService, resolver: VersionRe
   const pexec = (path: string, params: typeof functionParams | typeof versionParams) => route({
     method: 'POST', path, summary: 'Invoke a function; the body and headers pass through to its inferenceUrl', tag, access: invoke,
     params, headers, responses: invocationResponses, lean: true,
-    handle: async ({ principal, params: ids, headers: given, req, requestId }, res) => {
+    // Lean: Node's own response object, so its type here is ServerResponse, not Express's.
+    handle: async ({ principal, params: ids, headers: given, req, requestId }, res: ServerResponse) => {
       const started = performance.now();
       const sse = given.accept !== undefined && given.accept.includes('text/event-stream');
       // Metrics only for versions that resolved: labels never carry an id a caller made up.
