@@ -72,7 +72,8 @@ export class Dispatcher {
   readonly #pools = new Map<string, Pool>();
   /** Origins placement announces, per version; a pool lives while its origin is announced or busy. */
   readonly #announced = new Map<string, Set<string>>();
-  #wanted = new Set<string>();
+  /** How many versions announce each origin. */
+  readonly #wanted = new Map<string, number>();
   readonly #busy = new Map<string, number>();
   readonly #maxResultBytes: number;
 
@@ -98,10 +99,18 @@ export class Dispatcher {
 
   /** Instances come and go (a streaming container lives one session); their pools go with them. */
   ready(versionId: string, instances: ReadyInstance[]) {
-    if (instances.length) this.#announced.set(versionId, new Set(instances.map(originOf)));
+    const before = this.#announced.get(versionId) ?? new Set<string>();
+    const now = new Set(instances.map(originOf));
+    if (now.size) this.#announced.set(versionId, now);
     else this.#announced.delete(versionId);
-    this.#wanted = new Set([...this.#announced.values()].flatMap((origins) => [...origins]));
-    for (const origin of this.#pools.keys()) this.#idle(origin, 0);
+    for (const origin of now) if (!before.has(origin)) this.#wanted.set(origin, (this.#wanted.get(origin) ?? 0) + 1);
+    for (const origin of before) {
+      if (now.has(origin)) continue;
+      const left = (this.#wanted.get(origin) ?? 1) - 1;
+      if (left > 0) this.#wanted.set(origin, left);
+      else this.#wanted.delete(origin);
+      this.#idle(origin, 0);
+    }
   }
 
   async close() {
