@@ -9,7 +9,7 @@
 //   (at most once, by a conditional claim in the store), else dropped (its client went with the replica);
 // - ready instances are published by the placement replica in the KV bucket svc_ready and watched by all.
 import { randomUUID } from 'node:crypto';
-import { connect, nanos, type Msg, type NatsConnection, type Subscription } from '@nats-io/transport-node';
+import { connect, nanos, type Msg, type NatsConnection, type RequestError, type Subscription } from '@nats-io/transport-node';
 import {
   AckPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType,
   type JetStreamClient, type JetStreamManager, type JsMsg,
@@ -25,6 +25,10 @@ import { grantOnce, type Grant, type SharedQueue } from './queue.ts';
 
 const ACK_WAIT_MS = 10_000;
 const GRANT_TIMEOUT_MS = 2_000;
+/** A replica that answers no grant in this many tries (connected but stuck) counts as gone. */
+const GRANT_ATTEMPTS = 5;
+/** Grants taken, remembered so a grant asked again (its answer was lost or late) is answered the same. */
+const TAKEN_REMEMBERED = 10_000;
 const DEPTH_REFRESH_MS = 1_000;
 
 const ticketSchema = z.object({ id: z.string(), replica: z.string() });
@@ -73,6 +77,8 @@ export class JetStreamQueue implements SharedQueue {
   readonly #options: JetStreamQueueOptions;
   /** This replica's requests with a ticket, until granted or removed. */
   readonly #waiting = new Map<string, { invocation: Invocation; seq: number }>();
+  /** Request id → the lease it was granted with (the latest TAKEN_REMEMBERED). */
+  readonly #taken = new Map<string, string>();
   readonly #instances = new Map<string, ReadyInstance[]>();
   /** Instances that failed a connection here, left out until placement announces a new set. */
   readonly #benched = new Set<string>();
@@ -128,11 +134,16 @@ export class JetStreamQueue implements SharedQueue {
   async enqueue(invocation: Invocation) {
     const { versionId } = invocation;
     await this.#stream(versionId);
+    // Waiting before the ticket exists: its grant may come back before the broker's ack does.
+    const waiting = { invocation, seq: 0 };
+    this.#waiting.set(invocation.id, waiting);
     try {
-      const ack = await this.#js.publish(subjectOf(versionId), JSON.stringify({ id: invocation.id, replica: this.replicaId }));
-      this.#waiting.set(invocation.id, { invocation, seq: ack.seq });
+      waiting.seq = (await this.#js.publish(subjectOf(versionId), JSON.stringify({ id: invocation.id, replica: this.replicaId }))).seq;
       this.#depths.set(versionId, (this.#depths.get(versionId) ?? 0) + 1);
+      // Its client left while the ticket was being written: the ticket goes too.
+      if (invocation.cancelled && this.#waiting.get(invocation.id) !== waiting) this.#deleteTicket(versionId, waiting.seq);
     } catch (error) {
+      this.#waiting.delete(invocation.id);
       if (!/maximum messages/i.test((error as Error).message)) throw error;
       throw new Problem('too-many-requests', `The queue of function version '${versionId}' is full (${this.#options.maxDepth} waiting)`, {
         headers: { 'retry-after': '1' },
@@ -150,8 +161,12 @@ export class JetStreamQueue implements SharedQueue {
     const waiting = this.#waiting.get(invocation.id);
     if (!waiting) return false;
     this.#waiting.delete(invocation.id);
-    void this.#jsm.streams.deleteMessage(streamOf(invocation.versionId), waiting.seq, false).catch(() => {});
+    if (waiting.seq) this.#deleteTicket(invocation.versionId, waiting.seq);
     return true;
+  }
+
+  #deleteTicket(versionId: string, seq: number) {
+    void this.#jsm.streams.deleteMessage(streamOf(versionId), seq, false).catch(() => {});
   }
 
   async position(invocation: Invocation): Promise<number | undefined> {
@@ -315,14 +330,19 @@ export class JetStreamQueue implements SharedQueue {
   }
 
   /** True once the ticket's request runs with the lease (here or on its replica). */
+  /**
+   * True once the ticket's request runs with the lease (here or on its replica). A replica that is slow
+   * to answer is asked again (a grant is answered the same way twice); one with no responder is gone.
+   */
   async #deliver(ticket: z.infer<typeof ticketSchema>, lease: Lease): Promise<boolean> {
     if (ticket.replica === this.replicaId) return this.#take(ticket.id, lease);
-    try {
-      const reply = await this.#nc.request(grantSubject(ticket.replica), JSON.stringify({
-        id: ticket.id, lease,
-      }), { timeout: GRANT_TIMEOUT_MS });
-      return reply.string() === 'taken';
-    } catch {
+    for (let asked = 1; ; asked++) {
+      try {
+        const reply = await this.#nc.request(grantSubject(ticket.replica), JSON.stringify({ id: ticket.id, lease }), { timeout: GRANT_TIMEOUT_MS });
+        return reply.string() === 'taken';
+      } catch (error) {
+        if (!(error as RequestError).isNoResponders?.() && asked < GRANT_ATTEMPTS) continue;
+      }
       // Its replica is gone: a stored 202 runs here (claimed at most once); a synchronous request went with it.
       const adopted = await this.#options.adopt(ticket.id).catch(() => undefined);
       if (adopted) this.#run(adopted, this.#grant(lease));
@@ -331,9 +351,12 @@ export class JetStreamQueue implements SharedQueue {
   }
 
   #take(requestId: string, lease: Lease): boolean {
+    if (this.#taken.get(requestId) === lease.id) return true;
     const waiting = this.#waiting.get(requestId);
     if (!waiting) return false;
     this.#waiting.delete(requestId);
+    this.#taken.set(requestId, lease.id);
+    if (this.#taken.size > TAKEN_REMEMBERED) this.#taken.delete(this.#taken.keys().next().value!);
     this.#run(waiting.invocation, this.#grant(lease));
     return true;
   }
