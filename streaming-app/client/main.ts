@@ -53,6 +53,11 @@ const api = {
   get ended() { return ended; },
   sendPointer: (x: number, y: number) => input.sendPointer(x, y),
   sendKey: (key: string) => input.sendKey(key),
+  sendKeyCode: (code: string, key: string, down: boolean, mods?: number) => input.sendKeyCode(code, key, down, mods),
+  sendButton: (button: number, down: boolean) => input.sendButton(button, down),
+  sendWheel: (dx: number, dy: number) => input.sendWheel(dx, dy),
+  sendMove: (dx: number, dy: number) => input.sendMove(dx, dy),
+  sendText: (text: string) => input.sendText(text),
   bye: (reason?: string) => client.bye(reason),
   dropSocket: () => client.dropSocket(),
   async snapshot() {

@@ -1,6 +1,6 @@
 // The one streaming session this container serves (spec §4.6 rule 3: each session gets a fresh
-// container). It owns the signaling connection of the moment, the peer connection, the scene and the
-// encoder, and decides when the session is over.
+// container). It owns the signaling connection of the moment and the peer connection, drives the frame
+// source and the encoder, and decides when the session is over.
 //
 //   idle --hello--> live --socket drop--> detached --hello+token--> live
 //                    |                      |
@@ -11,12 +11,11 @@ import { CloseCode, PROTOCOL_VERSION } from '../client/protocol.ts';
 import type { Config } from './config.ts';
 import { iceServersFor, type CredentialStore } from './credentials.ts';
 import type { EncodedFrame, VideoEncoder } from './encoder.ts';
-import { FrameSource } from './frame-source.ts';
+import type { FrameSource } from './frame-source.ts';
 import type { Logger } from './logger.ts';
 import { PeerLink, type PeerState } from './peer.ts';
 import { parseInputMessage } from './protocol.ts';
 import { RtpVideoSender } from './rtp.ts';
-import { Scene } from './scene.ts';
 
 export type SessionState = 'idle' | 'live' | 'detached' | 'ended';
 
@@ -32,6 +31,7 @@ export type SessionOptions = {
   log: Logger;
   credentials: CredentialStore;
   encoder: VideoEncoder;
+  source: FrameSource;
   /** Called once when the session is over; `error` marks an internal failure (non-zero exit). */
   onEnded: (reason: string, error: boolean) => void;
 };
@@ -49,8 +49,9 @@ export class StreamingSession {
   readonly #resumeToken = randomBytes(32).toString('base64url');
   readonly #options: SessionOptions;
   readonly #log: Logger;
-  readonly #scene: Scene;
-  readonly #frames: FrameSource;
+  readonly #source: FrameSource;
+  /** Input events dropped because a field was bad. */
+  inputDropped = 0;
   #state: SessionState = 'idle';
   #channel: SignalingChannel | undefined;
   #peer: PeerLink | undefined;
@@ -64,9 +65,7 @@ export class StreamingSession {
   constructor(options: SessionOptions) {
     this.#options = options;
     this.#log = options.log.child({ sessionId: this.id });
-    const { width, height, fps } = options.config;
-    this.#scene = new Scene(width, height);
-    this.#frames = new FrameSource(this.#scene, options.encoder, fps);
+    this.#source = options.source;
   }
 
   get state(): SessionState {
@@ -148,7 +147,7 @@ export class StreamingSession {
     this.#log.info({ connection: channel.id }, 'session started');
     this.#sendConfig(false);
     void this.#newPeer('session start');
-    this.#frames.prime();
+    this.#source.prime();
   }
 
   #resume(channel: SignalingChannel, clientHasPeer: boolean): void {
@@ -274,7 +273,7 @@ export class StreamingSession {
       // A fresh encoder process (or a switch to the warm spare) makes the very first frame a keyframe.
       if (!encoder.running) encoder.start();
       else encoder.requestKeyframe('peer connected');
-      this.#frames.start();
+      this.#source.start();
       this.#statsTimer ??= setInterval(() => this.#sendStats(), STATS_INTERVAL_MS);
     } else if (state === 'failed' || state === 'closed') {
       this.end(`peer connection ${state}`);
@@ -293,13 +292,11 @@ export class StreamingSession {
 
   #input(raw: string): void {
     const parsed = parseInputMessage(raw);
-    if (!parsed.ok) {
-      this.#log.debug({ error: parsed.error }, 'input message ignored');
-      return;
-    }
-    const m = parsed.value;
-    this.#scene.apply(m.type === 'pointer' ? { kind: 'pointer', seq: m.seq, x: m.x, y: m.y } : { kind: 'key', seq: m.seq, key: m.key });
-    this.#frames.kick();
+    if (parsed.ok && this.#source.input(parsed.value)) return;
+    // Dropped and counted, never fatal: the first one is logged, later ones only at debug level.
+    this.inputDropped++;
+    const error = parsed.ok ? `${parsed.value.type} event cannot be applied by the ${this.#source.kind} source` : parsed.error;
+    this.#log[this.inputDropped === 1 ? 'info' : 'debug']({ error, dropped: this.inputDropped }, 'input event dropped');
   }
 
   #sendStats(): void {
@@ -311,13 +308,14 @@ export class StreamingSession {
     const message: AppStatsMessage = {
       type: 'stats',
       encoder: s.encoder,
-      frame: this.#frames.frameNumber,
+      frame: this.#source.feed.frameNumber,
       fps: seconds > 0 && this.#lastStats.at > 0 ? Math.round(((s.framesOut - this.#lastStats.frames) / seconds) * 10) / 10 : 0,
       kbps: seconds > 0 && this.#lastStats.at > 0 ? Math.round(((s.bytesOut - this.#lastStats.bytes) * 8) / seconds / 1000) : 0,
       encodeMsP50: Math.round(median(s.recentEncodeMs) * 100) / 100,
       encodeMsLast: Math.round((s.recentEncodeMs.at(-1) ?? 0) * 100) / 100,
       keyframes: s.keyframes,
-      skipped: s.framesSkipped + this.#frames.framesSkipped,
+      skipped: s.framesSkipped + this.#source.feed.framesSkipped,
+      inputDropped: this.inputDropped,
     };
     this.#lastStats = { at: now, frames: s.framesOut, bytes: s.bytesOut };
     peer.sendInputChannel(JSON.stringify(message));
@@ -334,7 +332,7 @@ export class StreamingSession {
     this.#endReason = reason;
     for (const timer of [this.#resumeTimer, this.#connectTimer]) if (timer) clearTimeout(timer);
     if (this.#statsTimer) clearInterval(this.#statsTimer);
-    this.#frames.stop();
+    this.#source.stop();
     this.#options.encoder.stop();
     const channel = this.#channel;
     this.#channel = undefined;
@@ -346,7 +344,8 @@ export class StreamingSession {
     this.#peer = undefined;
     this.#rtp = undefined;
     const encodeMsP50 = median(this.#options.encoder.stats.recentEncodeMs);
-    this.#log.info({ reason, error, wasIdle, framesRendered: this.#frames.framesRendered, framesSkipped: this.#frames.framesSkipped,
+    const feed = this.#source.feed;
+    this.#log.info({ reason, error, wasIdle, source: this.#source.kind, framesSubmitted: feed.framesSubmitted, framesSkipped: feed.framesSkipped, inputDropped: this.inputDropped,
       encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 } }, 'session ended');
     const finish = (): void => this.#options.onEnded(reason, error);
     if (peer) peer.close().then(finish, finish);
