@@ -8,6 +8,7 @@ import { ConfigError, loadConfig, type Config } from './config.ts';
 import { createClientFiles } from './client-files.ts';
 import { createControlServer, type Readiness } from './control-server.ts';
 import { CredentialStore } from './credentials.ts';
+import { PulseServer } from './audio.ts';
 import { killAllChildren } from './children.ts';
 import { chooseEncoder, VideoEncoder } from './encoder.ts';
 import type { FrameSource } from './frame-source.ts';
@@ -36,9 +37,9 @@ function failStartup(message: string): never {
   process.exit(1);
 }
 
-async function openSource(config: Config, encoder: VideoEncoder, log: Logger, events: SourceEvents): Promise<FrameSource> {
+async function openSource(config: Config, encoder: VideoEncoder, log: Logger, appEnv: Record<string, string>, events: SourceEvents): Promise<FrameSource> {
   if (config.source.kind === 'scene') return new SceneSource(encoder, config.width, config.height, config.fps, config.barcode);
-  if (config.source.kind === 'x11') return X11Source.open(config, encoder, log, {}, events);
+  if (config.source.kind === 'x11') return X11Source.open(config, encoder, log, appEnv, events);
   throw new Error(`the ${config.source.kind} source is not available`);
 }
 
@@ -73,7 +74,11 @@ async function main(): Promise<void> {
   });
   encoder.prepare();
 
-  const source = await openSource(config, encoder, log, {
+  // The sound server comes first: the application finds it in its environment.
+  const audio = config.audio.enabled
+    ? await PulseServer.start(config.pulseaudioPath).catch((error: unknown) => failStartup((error as Error).message))
+    : undefined;
+  const source = await openSource(config, encoder, log, audio?.appEnv ?? {}, {
     onFailure: (reason) => {
       log.error({ reason }, 'frame source failed');
       session?.end(reason, true);
@@ -90,7 +95,7 @@ async function main(): Promise<void> {
     shuttingDown = true;
     // Keep answering "not ready" for a moment so the platform's health probe sees the session is over
     // before the process disappears.
-    const closing = source.close();
+    const closing = source.close().then(() => audio?.stop());
     setTimeout(() => {
       Promise.allSettled([closing, ...servers.map((s) => s.close())]).then(() => {
         log.info({ code, reason }, 'exiting');
@@ -99,8 +104,9 @@ async function main(): Promise<void> {
     }, config.exitDelayMs);
   };
 
-  session = new StreamingSession({ config, log, credentials, encoder, source, onEnded: (reason, error) => shutdown(error ? 1 : 0, reason) });
+  session = new StreamingSession({ config, log, credentials, encoder, source, audio, onEnded: (reason, error) => shutdown(error ? 1 : 0, reason) });
   if (source instanceof X11Source) endWithApplication(source, session, log);
+  void audio?.exited.then(() => { if (!shuttingDown) session?.end('the sound server exited', true); });
   const readiness = createReadiness(config, session, log);
 
   const control = createControlServer({ readiness, credentials, log });

@@ -8,6 +8,7 @@
 import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { AppStatsMessage, ClientMessage, IceCandidateJson, ServerMessage } from '../client/protocol.ts';
 import { CloseCode, PROTOCOL_VERSION } from '../client/protocol.ts';
+import { AudioCapture, type EncodedAudio, type PulseServer } from './audio.ts';
 import type { Config } from './config.ts';
 import { iceServersFor, type CredentialStore } from './credentials.ts';
 import type { EncodedFrame, VideoEncoder } from './encoder.ts';
@@ -15,7 +16,7 @@ import type { FrameSource } from './frame-source.ts';
 import type { Logger } from './logger.ts';
 import { PeerLink, type PeerState } from './peer.ts';
 import { parseInputMessage } from './protocol.ts';
-import { RtpVideoSender } from './rtp.ts';
+import { RtpAudioSender, RtpVideoSender } from './rtp.ts';
 
 export type SessionState = 'idle' | 'live' | 'detached' | 'ended';
 
@@ -32,6 +33,8 @@ export type SessionOptions = {
   credentials: CredentialStore;
   encoder: VideoEncoder;
   source: FrameSource;
+  /** The app's sound server, when the session streams audio. */
+  audio?: PulseServer;
   /** Called once when the session is over; `error` marks an internal failure (non-zero exit). */
   onEnded: (reason: string, error: boolean) => void;
 };
@@ -56,6 +59,10 @@ export class StreamingSession {
   #channel: SignalingChannel | undefined;
   #peer: PeerLink | undefined;
   #rtp: RtpVideoSender | undefined;
+  #rtpAudio: RtpAudioSender | undefined;
+  #audioCapture: AudioCapture | undefined;
+  /** Origin of every RTP clock of the session (media-clock.ts). */
+  readonly #clockOriginMs = performance.now();
   #resumeTimer: NodeJS.Timeout | undefined;
   #connectTimer: NodeJS.Timeout | undefined;
   #statsTimer: NodeJS.Timeout | undefined;
@@ -148,6 +155,13 @@ export class StreamingSession {
     this.#sendConfig(false);
     void this.#newPeer('session start');
     this.#source.prime();
+    const { audio, config } = this.#options;
+    if (audio) {
+      this.#audioCapture = new AudioCapture(audio, config.ffmpegPath, this.#log, (packet) => this.#deliverAudio(packet), (reason) => {
+        this.#log.error({ reason }, 'audio capture failed');
+        this.end(reason, true);
+      });
+    }
   }
 
   #resume(channel: SignalingChannel, clientHasPeer: boolean): void {
@@ -231,6 +245,7 @@ export class StreamingSession {
     const old = this.#peer;
     this.#peer = undefined;
     this.#rtp = undefined;
+    this.#rtpAudio = undefined;
     if (this.#connectTimer) clearTimeout(this.#connectTimer);
     if (old) await old.close();
     if (this.#state === 'ended') return;
@@ -242,6 +257,7 @@ export class StreamingSession {
         portRange: config.portRange,
         bindAddress: config.bindAddress,
         codec: encoder.codec,
+        audio: this.#options.audio !== undefined,
         log: this.#log,
         onCandidate: (candidate) => { if (peer === this.#peer) this.#channel?.send({ type: 'candidate', candidate }); },
         onState: (state) => { if (peer === this.#peer) this.#peerState(peer, state); },
@@ -268,7 +284,9 @@ export class StreamingSession {
     if (state === 'connected') {
       if (this.#connectTimer) clearTimeout(this.#connectTimer);
       this.#connectTimer = undefined;
-      this.#rtp = new RtpVideoSender(this.#options.encoder.codec, peer.videoSender, this.#log, peer.playoutDelayExtensionId);
+      this.#rtp = new RtpVideoSender(this.#options.encoder.codec, peer.videoSender, this.#log, this.#clockOriginMs, peer.playoutDelayExtensionId);
+      // The browser may decline the audio track; the session goes on without it.
+      if (peer.audioSender?.codec) this.#rtpAudio = new RtpAudioSender(peer.audioSender, this.#log, this.#clockOriginMs);
       const { encoder } = this.#options;
       // A fresh encoder process (or a switch to the warm spare) makes the very first frame a keyframe.
       if (!encoder.running) encoder.start();
@@ -288,6 +306,10 @@ export class StreamingSession {
       this.#log.info({ frameNumber: frame.frameNumber, keyframe: frame.keyframe, bytes: frame.data.length, encodeMs: Math.round(frame.encodeMs * 10) / 10 }, 'first frame sent');
     }
     rtp.send(frame);
+  }
+
+  #deliverAudio(packet: EncodedAudio): void {
+    this.#rtpAudio?.send(packet);
   }
 
   #input(raw: string): void {
@@ -333,6 +355,7 @@ export class StreamingSession {
     for (const timer of [this.#resumeTimer, this.#connectTimer]) if (timer) clearTimeout(timer);
     if (this.#statsTimer) clearInterval(this.#statsTimer);
     this.#source.stop();
+    this.#audioCapture?.stop();
     this.#options.encoder.stop();
     const channel = this.#channel;
     this.#channel = undefined;
@@ -343,10 +366,11 @@ export class StreamingSession {
     const peer = this.#peer;
     this.#peer = undefined;
     this.#rtp = undefined;
+    this.#rtpAudio = undefined;
     const encodeMsP50 = median(this.#options.encoder.stats.recentEncodeMs);
     const feed = this.#source.feed;
     this.#log.info({ reason, error, wasIdle, source: this.#source.kind, framesSubmitted: feed.framesSubmitted, framesSkipped: feed.framesSkipped, inputDropped: this.inputDropped,
-      encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 } }, 'session ended');
+      audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 } }, 'session ended');
     const finish = (): void => this.#options.onEnded(reason, error);
     if (peer) peer.close().then(finish, finish);
     else finish();

@@ -1,7 +1,8 @@
 // The x11 source against real X11 applications: an xterm on Xvfb streamed to headless Chromium, where
 // typed keys and text and a double-click visibly change the picture and Ctrl+D ends the app and with it
 // the session; an app that crashes mid-session closes the browser's connection with 4502 and leaves no
-// process behind; start-up failures (no such app, no display) stop the container with one line.
+// process behind; an app that plays a tone is heard in the browser (Opus packets with energy in getStats);
+// start-up failures (no such app, no display) stop the container with one line.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -10,7 +11,8 @@ import { after, before, describe, test } from 'node:test';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { CloseCode } from '../client/protocol.ts';
 import {
-  alive, CHROMIUM, CHROMIUM_ARGS, descendants, FFMPEG, freeTcpPort, missingTools, runToExit, startApp, WeriftViewer, XTERM, XVFB, type AppProcess,
+  alive, CHROMIUM, CHROMIUM_ARGS, descendants, FFMPEG, freeTcpPort, missingTools, PULSEAUDIO, runToExit, startApp, WeriftViewer, XTERM, XVFB,
+  type AppProcess,
 } from './helpers.ts';
 
 const skip = missingTools([FFMPEG, CHROMIUM, XVFB, XTERM]);
@@ -59,7 +61,10 @@ describe('x11 source', { skip }, () => {
   let profile = '';
   before(async () => {
     profile = await mkdtemp(join(tmpdir(), 'svc-chromium-'));
-    context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM.path, args: CHROMIUM_ARGS, headless: true });
+    // The page's start button provides the user gesture audio needs; here the policy is lifted instead.
+    context = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM.path, args: [...CHROMIUM_ARGS, '--autoplay-policy=no-user-gesture-required'], headless: true,
+    });
   });
   after(async () => {
     await context?.close();
@@ -129,6 +134,29 @@ describe('x11 source', { skip }, () => {
     assert.ok(viewer.frames.length > 0, 'frames streamed before the crash');
     assert.equal((await app.exited).code, 1, 'a crashed application is a failed container');
     assert.deepEqual(alive(helpers), [], 'Xvfb, the xterm and the capture are gone');
+  });
+
+  test('the sound of the application reaches the browser as Opus', { skip: missingTools([PULSEAUDIO]) }, async (t) => {
+    // A window to wait for, and a 440 Hz tone played into the container's sound server.
+    const tone = 'ffmpeg -hide_banner -loglevel error -re -f lavfi -i sine=frequency=440:sample_rate=48000 -f pulse tone';
+    const app = await startApp({ ...X11_ENV, STREAMING_AUDIO: 'true', STREAMING_APP_COMMAND: `xterm -geometry 20x4+0+40 & exec ${tone}` });
+    t.after(() => app.stop());
+    const page = await context.newPage();
+    t.after(() => page.close());
+    await page.goto(clientUrl(app));
+    type AudioStats = { packetsReceived?: number; totalAudioEnergy?: number; codec?: string };
+    const audioStats = (): Promise<AudioStats> => page.evaluate(`svcStream.client.peerConnection?.getStats().then((report) => {
+      let inbound = {};
+      const codecs = {};
+      report.forEach((s) => { if (s.type === 'codec') codecs[s.id] = s.mimeType; });
+      report.forEach((s) => { if (s.type === 'inbound-rtp' && s.kind === 'audio') inbound = { ...s, codec: codecs[s.codecId] }; });
+      return inbound;
+    }) ?? {}`) as Promise<AudioStats>;
+    const stats = await until('100 audio packets with sound in them', audioStats, (s) => (s.packetsReceived ?? 0) >= 100 && (s.totalAudioEnergy ?? 0) > 0);
+    t.diagnostic(`audio: ${stats.packetsReceived} packets, codec ${stats.codec}, energy ${stats.totalAudioEnergy}`);
+    assert.equal(stats.codec?.toLowerCase(), 'audio/opus');
+    await page.evaluate('svcStream.bye("test done")');
+    assert.equal((await app.exited).code, 0);
   });
 
   test('start-up failures stop the container with one line, before it ever listens', async () => {
