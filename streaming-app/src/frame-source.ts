@@ -5,12 +5,15 @@
 // keyframe trick works the same for all of them.
 import { barcodeLayout, encodeBarcode, LUMA_ONE, LUMA_ZERO } from '../client/barcode.ts';
 import type { InputMessage } from '../client/protocol.ts';
+import type { Application } from './app.ts';
 import type { SourceKind } from './config.ts';
 import type { VideoEncoder } from './encoder.ts';
 
 export interface FrameSource {
   readonly kind: SourceKind;
   readonly feed: FrameFeed;
+  /** The application behind the frames (x11, pipe); its exit ends the session. */
+  readonly app?: Application;
   /** Session start: the next frame primes the encoder's warm spare (a capture starts here). */
   prime(): void;
   /** The peer connected: frames flow to the encoder. */

@@ -15,9 +15,11 @@ import type { FrameSource } from './frame-source.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { countFreePorts, PORTS_PER_SESSION } from './port-budget.ts';
 import { StreamingSession } from './session.ts';
+import { PipeSource } from './pipe-source.ts';
 import { SceneSource } from './scene-source.ts';
 import { createSignalingServer } from './signaling.ts';
 import { X11Source, type SourceEvents } from './x11-source.ts';
+import type { Application } from './app.ts';
 
 const PORT_CHECK_CACHE_MS = 1000;
 
@@ -40,7 +42,7 @@ function failStartup(message: string): never {
 async function openSource(config: Config, encoder: VideoEncoder, log: Logger, appEnv: Record<string, string>, events: SourceEvents): Promise<FrameSource> {
   if (config.source.kind === 'scene') return new SceneSource(encoder, config.width, config.height, config.fps, config.barcode);
   if (config.source.kind === 'x11') return X11Source.open(config, encoder, log, appEnv, events);
-  throw new Error(`the ${config.source.kind} source is not available`);
+  return PipeSource.open(config, encoder, log, appEnv, events);
 }
 
 async function main(): Promise<void> {
@@ -105,7 +107,7 @@ async function main(): Promise<void> {
   };
 
   session = new StreamingSession({ config, log, credentials, encoder, source, audio, onEnded: (reason, error) => shutdown(error ? 1 : 0, reason) });
-  if (source instanceof X11Source) endWithApplication(source, session, log);
+  if (source.app) endWithApplication(source.app, session, log);
   void audio?.exited.then(() => { if (!shuttingDown) session?.end('the sound server exited', true); });
   const readiness = createReadiness(config, session, log);
 
@@ -138,11 +140,10 @@ async function main(): Promise<void> {
  * The application's exit ends the session (or, before one, the container): the browser gets a bye
  * naming how it ended and close code 4502. A clean exit (code 0) ends the container with 0, a crash with 1.
  */
-function endWithApplication(source: X11Source, session: StreamingSession, log: Logger): void {
-  void source.app.exited.then(() => {
-    const how = `the application ${source.app.describeExit()}`;
-    log.info({ exit: source.app.exit, crashed: source.app.crashed }, 'application exited');
-    session.end(how, source.app.crashed, CloseCode.applicationExited);
+function endWithApplication(app: Application, session: StreamingSession, log: Logger): void {
+  void app.exited.then(() => {
+    log.info({ exit: app.exit, crashed: app.crashed }, 'application exited');
+    session.end(`the application ${app.describeExit()}`, app.crashed, CloseCode.applicationExited);
   });
 }
 
