@@ -26,6 +26,11 @@ export interface FrameSource {
   close(): Promise<void>;
 }
 
+export type SourceEvents = {
+  /** The source cannot go on (display lost, capture failed): the session ends with an error. */
+  onFailure(reason: string): void;
+};
+
 const POOL_SIZE = 3;
 
 /**

@@ -11,14 +11,14 @@ import { CredentialStore } from './credentials.ts';
 import { PulseServer } from './audio.ts';
 import { killAllChildren } from './children.ts';
 import { chooseEncoder, VideoEncoder } from './encoder.ts';
-import type { FrameSource } from './frame-source.ts';
+import type { FrameSource, SourceEvents } from './frame-source.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { countFreePorts, PORTS_PER_SESSION } from './port-budget.ts';
 import { StreamingSession } from './session.ts';
 import { PipeSource } from './pipe-source.ts';
 import { SceneSource } from './scene-source.ts';
 import { createSignalingServer } from './signaling.ts';
-import { X11Source, type SourceEvents } from './x11-source.ts';
+import { X11Source } from './x11-source.ts';
 import type { Application } from './app.ts';
 
 const PORT_CHECK_CACHE_MS = 1000;

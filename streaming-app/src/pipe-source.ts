@@ -12,10 +12,9 @@ import type { InputMessage } from '../client/protocol.ts';
 import { Application } from './app.ts';
 import type { Config } from './config.ts';
 import type { VideoEncoder } from './encoder.ts';
-import { FrameFeed, type FrameSource } from './frame-source.ts';
+import { FrameFeed, type FrameSource, type SourceEvents } from './frame-source.ts';
 import type { Logger } from './logger.ts';
 import { RawFrameReader } from './raw-frames.ts';
-import type { SourceEvents } from './x11-source.ts';
 
 /** Input not yet read by the app beyond this is dropped rather than buffered without bound. */
 const MAX_UNREAD_INPUT_BYTES = 64 * 1024;

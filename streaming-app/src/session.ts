@@ -8,7 +8,7 @@
 import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { AppStatsMessage, ClientMessage, IceCandidateJson, ServerMessage } from '../client/protocol.ts';
 import { CloseCode, PROTOCOL_VERSION } from '../client/protocol.ts';
-import { AudioCapture, type EncodedAudio, type PulseServer } from './audio.ts';
+import { AudioCapture, type PulseServer } from './audio.ts';
 import type { Config } from './config.ts';
 import { iceServersFor, type CredentialStore } from './credentials.ts';
 import type { EncodedFrame, VideoEncoder } from './encoder.ts';
@@ -157,7 +157,7 @@ export class StreamingSession {
     this.#source.prime();
     const { audio, config } = this.#options;
     if (audio) {
-      this.#audioCapture = new AudioCapture(audio, config.ffmpegPath, this.#log, (packet) => this.#deliverAudio(packet), (reason) => {
+      this.#audioCapture = new AudioCapture(audio, config.ffmpegPath, this.#log, (packet) => this.#rtpAudio?.send(packet), (reason) => {
         this.#log.error({ reason }, 'audio capture failed');
         this.end(reason, true);
       });
@@ -306,10 +306,6 @@ export class StreamingSession {
       this.#log.info({ frameNumber: frame.frameNumber, keyframe: frame.keyframe, bytes: frame.data.length, encodeMs: Math.round(frame.encodeMs * 10) / 10 }, 'first frame sent');
     }
     rtp.send(frame);
-  }
-
-  #deliverAudio(packet: EncodedAudio): void {
-    this.#rtpAudio?.send(packet);
   }
 
   #input(raw: string): void {

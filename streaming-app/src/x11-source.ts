@@ -10,17 +10,12 @@ import { Application } from './app.ts';
 import { exited, spawnChild, stopChild } from './children.ts';
 import type { Config } from './config.ts';
 import type { VideoEncoder } from './encoder.ts';
-import { FrameFeed, type FrameSource } from './frame-source.ts';
+import { FrameFeed, type FrameSource, type SourceEvents } from './frame-source.ts';
 import { LineTail } from './line-tail.ts';
 import type { Logger } from './logger.ts';
 import { RawFrameReader } from './raw-frames.ts';
 import { startXvfb, XConnection, type VirtualDisplay } from './x11-display.ts';
 import { X11Input } from './x11-input.ts';
-
-export type SourceEvents = {
-  /** The source cannot go on (display lost, capture failed): the session ends with an error. */
-  onFailure(reason: string): void;
-};
 
 /** The x11grab capture: raw I420 frames on stdout, at the session's size and rate, cursor drawn in. */
 export function captureArgs(display: string, width: number, height: number, fps: number): string[] {
