@@ -118,6 +118,11 @@ export class XConnection {
     return this.#call((cb) => this.client.GetKeyboardMapping(this.minKeycode, this.maxKeycode - this.minKeycode + 1, cb));
   }
 
+  /** Where the pointer is and which buttons and modifiers are down (keyMask, X's state bits). */
+  pointer(): Promise<{ rootX: number; rootY: number; keyMask: number }> {
+    return this.#call((cb) => this.client.QueryPointer(this.root, cb));
+  }
+
   /** A round trip: resolves once the server has processed every request sent before. */
   sync(): Promise<unknown> {
     return this.#call((cb) => this.client.GetInputFocus(cb));

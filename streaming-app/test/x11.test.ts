@@ -10,6 +10,8 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { CloseCode } from '../client/protocol.ts';
+import { startXvfb, XConnection } from '../src/x11-display.ts';
+import { X11Input } from '../src/x11-input.ts';
 import {
   alive, CHROMIUM, CHROMIUM_ARGS, descendants, FFMPEG, freeTcpPort, missingTools, PULSEAUDIO, runToExit, startApp, WeriftViewer, XTERM, XVFB,
   type AppProcess,
@@ -55,6 +57,26 @@ function darkPixels(page: Page, x: number, y: number, w: number, h: number): Pro
 function clientUrl(app: AppProcess): string {
   return `http://127.0.0.1:${app.streamingPort}/client/?overlay=0&signal=${encodeURIComponent(app.signalingUrl())}`;
 }
+
+test('XTEST input: absolute and relative pointer, buttons and modifiers, all released at the end', { skip }, async (t) => {
+  const server = await startXvfb('Xvfb', WIDTH, HEIGHT);
+  t.after(() => server.stop());
+  const x = await XConnection.open(server.display);
+  t.after(() => x.close());
+  const input = await X11Input.create(x);
+  const BUTTON1 = 1 << 8;
+  const SHIFT = 1;
+  input.apply({ type: 'pointer', seq: 1, t: 0, x: 0.5, y: 0.25 });
+  assert.deepEqual(await x.pointer().then((p) => [p.rootX, p.rootY]), [320, 90]);
+  input.apply({ type: 'move', seq: 2, t: 0, dx: 15, dy: -10 });
+  assert.deepEqual(await x.pointer().then((p) => [p.rootX, p.rootY]), [335, 80], 'relative motion (pointer lock)');
+  input.apply({ type: 'button', seq: 3, t: 0, button: 0, down: true });
+  input.apply({ type: 'key', seq: 4, t: 0, key: 'A', code: 'KeyA', down: true, mods: 1 });
+  assert.equal((await x.pointer()).keyMask, BUTTON1 | SHIFT, 'button 1 held, and shift pressed to match the modifier bits');
+  assert.equal(input.apply({ type: 'key', seq: 5, t: 0, key: 'x', code: 'NoSuchKey', down: false }), false, 'an unknown key is refused (counted as dropped)');
+  input.releaseAll();
+  assert.equal((await x.pointer()).keyMask, 0, 'nothing stays held');
+});
 
 describe('x11 source', { skip }, () => {
   let context: BrowserContext;

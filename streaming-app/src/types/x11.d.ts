@@ -20,6 +20,7 @@ declare module 'x11' {
     GetKeyboardMapping(first: number, count: number, callback: Callback<number[][]>): void;
     ChangeKeyboardMapping(first: number, keysymsPerKeycode: number, keysyms: number[]): void;
     GetInputFocus(callback: Callback<unknown>): void;
+    QueryPointer(window: number, callback: Callback<{ rootX: number; rootY: number; keyMask: number }>): void;
     on(event: 'error' | 'end', listener: (error?: Error) => void): void;
     terminate(): void;
   }
