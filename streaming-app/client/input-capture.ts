@@ -25,6 +25,8 @@ export class InputCapture {
   constructor(video: HTMLVideoElement) {
     this.#video = video;
     video.tabIndex = 0;
+    // Touch acts as the pointer (pointer events): no panning or zooming of the page under the finger.
+    video.style.touchAction = 'none';
     video.addEventListener('pointermove', (event) => this.#pointerMove(event));
     video.addEventListener('pointerdown', (event) => {
       video.focus();
