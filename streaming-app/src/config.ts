@@ -100,7 +100,8 @@ export type Config = {
   display: string | undefined;
   appStartTimeoutMs: number;
   framePipe: string | undefined;
-  audio: { enabled: boolean; reason: string };
+  /** `required`: asked for explicitly, so a sound server that fails to start fails the container. */
+  audio: { enabled: boolean; required: boolean; reason: string };
   barcode: boolean;
   ffmpegPath: string;
   xvfbPath: string;
@@ -188,14 +189,14 @@ function chooseSource(wanted: 'auto' | SourceKind, command: string | undefined, 
 }
 
 function chooseAudio(wanted: boolean | undefined, source: SourceKind, hasPulse: boolean): Config['audio'] {
-  if (wanted === false) return { enabled: false, reason: 'STREAMING_AUDIO=false' };
+  if (wanted === false) return { enabled: false, required: false, reason: 'STREAMING_AUDIO=false' };
   if (source === 'scene') {
     if (wanted) throw new ConfigError('invalid configuration: STREAMING_AUDIO: the test scene has no sound; audio needs the x11 or pipe source');
-    return { enabled: false, reason: 'the test scene has no sound' };
+    return { enabled: false, required: false, reason: 'the test scene has no sound' };
   }
   if (!hasPulse) {
     if (wanted) throw new ConfigError('invalid configuration: STREAMING_AUDIO: needs PulseAudio (Debian package pulseaudio, or PULSEAUDIO_PATH)');
-    return { enabled: false, reason: 'PulseAudio is not installed (Debian package pulseaudio)' };
+    return { enabled: false, required: false, reason: 'PulseAudio is not installed (Debian package pulseaudio)' };
   }
-  return { enabled: true, reason: wanted ? 'STREAMING_AUDIO=true' : 'PulseAudio is installed' };
+  return { enabled: true, required: wanted === true, reason: wanted ? 'STREAMING_AUDIO=true' : 'PulseAudio is installed' };
 }

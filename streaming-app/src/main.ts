@@ -76,9 +76,14 @@ async function main(): Promise<void> {
   });
   encoder.prepare();
 
-  // The sound server comes first: the application finds it in its environment.
+  // The sound server comes first: the application finds it in its environment. Without STREAMING_AUDIO=true
+  // a server that does not start costs the sound, not the session.
   const audio = config.audio.enabled
-    ? await PulseServer.start(config.pulseaudioPath).catch((error: unknown) => failStartup((error as Error).message))
+    ? await PulseServer.start(config.pulseaudioPath).catch((error: unknown) => {
+      if (config.audio.required) return failStartup((error as Error).message);
+      log.warn({ reason: (error as Error).message }, 'no audio: the sound server did not start');
+      return undefined;
+    })
     : undefined;
   const source = await openSource(config, encoder, log, audio?.appEnv ?? {}, {
     onFailure: (reason) => {

@@ -186,6 +186,7 @@ describe('x11 source', { skip }, () => {
       [{ STREAMING_APP_COMMAND: 'no-such-app-xyz' }, /the application exited with code 127 before showing a window: .*not found/],
       [{ STREAMING_APP_COMMAND: 'true' }, /the application exited with code 0 before showing a window/],
       [{ STREAMING_APP_COMMAND: 'xterm', STREAMING_DISPLAY: ':4077' }, /cannot open X display :4077/],
+      [{ STREAMING_APP_COMMAND: 'xterm', STREAMING_AUDIO: 'true', PULSEAUDIO_PATH: '/bin/false' }, /PulseAudio did not start/],
     ];
     for (const [env, message] of cases) {
       const ports = { CONTROL_SERVER_PORT: String(await freeTcpPort()), STREAMING_SERVER_PORT: String(await freeTcpPort()) };
