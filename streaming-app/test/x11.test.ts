@@ -143,17 +143,19 @@ describe('x11 source', { skip }, () => {
   });
 
   test('an application crash closes the connection with 4502 and a reason; nothing is left behind', async (t) => {
-    // The shell is the application: it exits 3 while the xterm it started keeps the display busy.
-    const app = await startApp({ ...X11_ENV, STREAMING_APP_COMMAND: 'xterm -geometry 20x4+0+40 & sleep 5; exit 3' });
+    // The shell is the application: told to (SIGUSR1), it exits 3 while the xterm it started is still up.
+    const app = await startApp({ ...X11_ENV, STREAMING_APP_COMMAND: "trap 'exit 3' USR1; xterm -geometry 20x4+0+40 & while :; do sleep 0.1; done" });
     t.after(() => app.stop());
     const viewer = new WeriftViewer(app.signalingUrl());
     t.after(() => viewer.close());
     await viewer.hello();
+    await viewer.waitForFrames(10);
     const helpers = descendants(app.pid);
+    const appPid = Number(app.logs.find((l) => l.msg === 'application window mapped')?.appPid);
+    process.kill(appPid, 'SIGUSR1');
     const closed = await viewer.signaling.closed;
     assert.equal(closed.code, CloseCode.applicationExited);
     assert.match(closed.reason, /exited with code 3/);
-    assert.ok(viewer.frames.length > 0, 'frames streamed before the crash');
     assert.equal((await app.exited).code, 1, 'a crashed application is a failed container');
     assert.deepEqual(alive(helpers), [], 'Xvfb, the xterm and the capture are gone');
   });
