@@ -32,6 +32,8 @@ export type SourceEvents = {
 };
 
 const POOL_SIZE = 3;
+/** A source that skips unchanged frames still sends one this often, so the stream never looks dead. */
+const UNCHANGED_REFRESH_MS = 1000;
 
 /**
  * Frames into the encoder. A buffer is reused only once ffmpeg has taken all of its bytes; when none is
@@ -43,17 +45,27 @@ export class FrameFeed {
   readonly #encoder: VideoEncoder;
   readonly #free: Buffer[] = [];
   readonly #stamp: ((frame: Buffer, frameNumber: number, inputSeq: number) => void) | undefined;
+  /** The last frame sent to the encoder (before its barcode), when unchanged frames are skipped. */
+  readonly #previous: Buffer | undefined;
+  #previousAt = -Infinity;
   #mode: 'idle' | 'priming' | 'running' = 'idle';
   frameNumber = 0;
   /** Sequence number of the newest input the next frame reflects (carried by the barcode). */
   inputSeq = 0;
   framesSubmitted = 0;
   framesSkipped = 0;
+  framesUnchanged = 0;
 
-  constructor(encoder: VideoEncoder, width: number, height: number, barcode: boolean) {
+  /**
+   * `skipUnchanged`: a captured desktop is mostly still; frames identical to the last one sent are not
+   * encoded (except to answer a keyframe request, and once a second), which leaves the encoder idle and
+   * the CPU free for the frames that carry a change.
+   */
+  constructor(encoder: VideoEncoder, width: number, height: number, barcode: boolean, skipUnchanged = false) {
     this.#encoder = encoder;
     this.frameBytes = (width * height * 3) / 2;
     this.#stamp = barcode ? barcodeStamper(width, height) : undefined;
+    this.#previous = skipUnchanged ? Buffer.allocUnsafeSlow(this.frameBytes) : undefined;
     for (let i = 0; i < POOL_SIZE; i++) this.#free.push(Buffer.allocUnsafeSlow(this.frameBytes));
   }
 
@@ -92,6 +104,11 @@ export class FrameFeed {
       release();
       return;
     }
+    if (this.#unchanged(buffer)) {
+      release();
+      this.framesUnchanged++;
+      return;
+    }
     const frameNumber = ++this.frameNumber;
     this.#stamp?.(buffer, frameNumber, this.inputSeq);
     if (this.#mode === 'priming') {
@@ -103,7 +120,19 @@ export class FrameFeed {
     else {
       release();
       this.framesSkipped++;
+      this.#previousAt = -Infinity; // the encoder never saw this change: the next frame must go
     }
+  }
+
+  /** True when the frame repeats the last one sent; otherwise it becomes the one to compare with. */
+  #unchanged(frame: Buffer): boolean {
+    const previous = this.#previous;
+    if (!previous || this.#mode !== 'running') return false;
+    const now = performance.now();
+    if (!this.#encoder.awaitingFrame && now - this.#previousAt < UNCHANGED_REFRESH_MS && previous.equals(frame)) return true;
+    frame.copy(previous);
+    this.#previousAt = now;
+    return false;
   }
 }
 

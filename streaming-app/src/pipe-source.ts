@@ -51,7 +51,7 @@ export class PipeSource implements FrameSource {
       server.once('error', (error) => reject(new Error(`cannot listen on STREAMING_FRAME_PIPE ${path}: ${error.message}`)));
       server.listen(path, resolve);
     });
-    const feed = new FrameFeed(encoder, config.width, config.height, config.barcode);
+    const feed = new FrameFeed(encoder, config.width, config.height, config.barcode, true);
     const app = new Application(config.appCommand ?? '', {
       ...appEnv, STREAMING_FRAME_PIPE: path, STREAMING_FRAME_FORMAT: 'yuv420p',
       STREAMING_VIDEO_WIDTH: String(config.width), STREAMING_VIDEO_HEIGHT: String(config.height), STREAMING_VIDEO_FPS: String(config.fps),

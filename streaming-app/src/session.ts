@@ -365,7 +365,7 @@ export class StreamingSession {
     this.#rtpAudio = undefined;
     const encodeMsP50 = median(this.#options.encoder.stats.recentEncodeMs);
     const feed = this.#source.feed;
-    this.#log.info({ reason, error, wasIdle, source: this.#source.kind, framesSubmitted: feed.framesSubmitted, framesSkipped: feed.framesSkipped, inputDropped: this.inputDropped,
+    this.#log.info({ reason, error, wasIdle, source: this.#source.kind, framesSubmitted: feed.framesSubmitted, framesSkipped: feed.framesSkipped, framesUnchanged: feed.framesUnchanged, inputDropped: this.inputDropped,
       audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 } }, 'session ended');
     const finish = (): void => this.#options.onEnded(reason, error);
     if (peer) peer.close().then(finish, finish);

@@ -53,7 +53,7 @@ export class X11Source implements FrameSource {
     this.#server = options.server;
     this.app = options.app;
     this.display = options.display;
-    this.feed = new FrameFeed(options.encoder, options.config.width, options.config.height, options.config.barcode);
+    this.feed = new FrameFeed(options.encoder, options.config.width, options.config.height, options.config.barcode, true);
     this.#x.onLost((why) => { if (!this.#closed) this.#events.onFailure(why); });
     options.server?.child.once('exit', (code, signal) => { if (!this.#closed) this.#events.onFailure(`Xvfb exited (${code ?? signal})`); });
   }

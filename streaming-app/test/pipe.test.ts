@@ -1,6 +1,7 @@
 // The pipe source: an off-screen renderer (pipe-renderer.ts) writes raw I420 frames to the container's
-// socket; they stream like any other source, and input events reach the renderer as JSON lines. A bad
-// input event is dropped and counted without harming the session.
+// socket; they stream like any other source (a PLI is answered with a keyframe from the warm spare), and
+// input events reach the renderer as JSON lines. A bad input event is dropped and counted without harming
+// the session.
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { describe, test } from 'node:test';
@@ -9,7 +10,7 @@ import { decodeFrames, FFMPEG, missingTools, startApp, WeriftViewer } from './he
 const RENDERER = fileURLToPath(new URL('./pipe-renderer.ts', import.meta.url));
 
 describe('pipe source', { skip: missingTools([FFMPEG]) }, () => {
-  test('frames from a renderer stream and decode; input reaches it; bad input is dropped and counted', async (t) => {
+  test('frames from a renderer stream and decode; a PLI brings a keyframe; input reaches it; bad input is dropped and counted', async (t) => {
     const app = await startApp({
       STREAMING_SOURCE: 'pipe', STREAMING_APP_COMMAND: `exec '${process.execPath}' '${RENDERER}'`, STREAMING_VIDEO_FPS: '30',
       STREAMING_FRAME_BARCODE: 'true', STREAMING_AUDIO: 'false',
@@ -24,6 +25,13 @@ describe('pipe source', { skip: missingTools([FFMPEG]) }, () => {
     const numbered = decoded.filter((f) => f.frameNumber > 0);
     assert.ok(numbered.length >= 25, `${numbered.length} of 30 frames carry a readable barcode`);
     for (let i = 1; i < numbered.length; i++) assert.ok(numbered[i].frameNumber > numbered[i - 1].frameNumber);
+
+    const keyframes = viewer.keyframes;
+    await viewer.sendPli();
+    await app.waitForLog((l) => l.msg === 'encoder switched for keyframe' && l.reason === 'pli');
+    const deadline = Date.now() + 10_000;
+    while (viewer.keyframes === keyframes && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(viewer.keyframes > keyframes, 'a picture loss indication is answered with a keyframe (warm spare)');
 
     const channel = await viewer.channelOpen;
     channel.send(JSON.stringify({ type: 'key', seq: 5, t: 0, key: 'a', code: 'KeyA', down: true, mods: 0 }));

@@ -102,7 +102,8 @@ describe('x11 source', { skip }, () => {
     t.after(() => page.close());
     await page.goto(clientUrl(app));
     const snapshot = (): Promise<Snapshot> => page.evaluate('svcStream.snapshot()') as Promise<Snapshot>;
-    await until('20 frames with a readable barcode', snapshot, (s) => s.framesDecodedFromBarcode >= 20);
+    // A still desktop is sent about once a second (unchanged frames are not encoded): wait for the first.
+    await until('a frame with a readable barcode', snapshot, (s) => s.framesDecodedFromBarcode >= 1);
 
     const textArea = (): Promise<number> => darkPixels(page, 0, 40, WIDTH, 120);
     const blank = await textArea();
@@ -149,7 +150,7 @@ describe('x11 source', { skip }, () => {
     const viewer = new WeriftViewer(app.signalingUrl());
     t.after(() => viewer.close());
     await viewer.hello();
-    await viewer.waitForFrames(10);
+    await viewer.waitForFrames(1);
     const helpers = descendants(app.pid);
     const appPid = Number(app.logs.find((l) => l.msg === 'application window mapped')?.appPid);
     process.kill(appPid, 'SIGUSR1');
