@@ -17,11 +17,15 @@ import { RawFrameReader } from './raw-frames.ts';
 import { startXvfb, XConnection, type VirtualDisplay } from './x11-display.ts';
 import { X11Input } from './x11-input.ts';
 
-/** The x11grab capture: raw I420 frames on stdout, at the session's size and rate, cursor drawn in. */
+/**
+ * The x11grab capture: raw I420 frames on stdout, at the session's size and rate, cursor drawn in. The
+ * grab times are kept in microseconds: in the default 1/fps time base, two grabs closer than a frame
+ * interval (the grabber catching up after a late frame) share a timestamp, and ffmpeg drops the second.
+ */
 export function captureArgs(display: string, width: number, height: number, fps: number): string[] {
   return ['-hide_banner', '-loglevel', 'error', '-nostdin',
     '-f', 'x11grab', '-framerate', String(fps), '-video_size', `${width}x${height}`, '-draw_mouse', '1', '-i', `${display}+0,0`,
-    '-pix_fmt', 'yuv420p', '-fps_mode', 'passthrough', '-f', 'rawvideo', '-flush_packets', '1', 'pipe:1'];
+    '-pix_fmt', 'yuv420p', '-fps_mode', 'passthrough', '-enc_time_base', '1:1000000', '-f', 'rawvideo', '-flush_packets', '1', 'pipe:1'];
 }
 
 export class X11Source implements FrameSource {
