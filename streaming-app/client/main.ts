@@ -23,6 +23,9 @@ overlayElement.hidden = params.get('overlay') === '0';
 const meter = new FrameMeter(video);
 const overlay = new StatsOverlay(overlayElement, meter);
 const input = new InputCapture(video);
+// The app's sound plays here; browsers allow it after a user gesture on the page (its start button).
+const audio = new Audio();
+audio.autoplay = true;
 input.onSent = (seq, at) => meter.inputSent(seq, at);
 let ended: string | undefined;
 
@@ -40,6 +43,10 @@ const client = new StreamClient({
     overlay.status = status;
     void overlay.refresh();
   },
+  onAudio: (stream) => {
+    audio.srcObject = stream;
+    void audio.play().catch(() => { /* blocked until the user interacts with the page */ });
+  },
   onAppStats: (stats) => { overlay.appStats = stats; },
   onInputChannel: (channel) => input.setChannel(channel),
   onEnded: (reason) => { ended = reason; },
@@ -49,10 +56,15 @@ const client = new StreamClient({
 // session (the resume token is kept in sessionStorage). The "bye" button of an app would call client.bye().
 
 const api = {
-  client, meter, overlay, input,
+  client, meter, overlay, input, audio,
   get ended() { return ended; },
   sendPointer: (x: number, y: number) => input.sendPointer(x, y),
   sendKey: (key: string) => input.sendKey(key),
+  sendKeyCode: (code: string, key: string, down: boolean, mods?: number) => input.sendKeyCode(code, key, down, mods),
+  sendButton: (button: number, down: boolean) => input.sendButton(button, down),
+  sendWheel: (dx: number, dy: number) => input.sendWheel(dx, dy),
+  sendMove: (dx: number, dy: number) => input.sendMove(dx, dy),
+  sendText: (text: string) => input.sendText(text),
   bye: (reason?: string) => client.bye(reason),
   dropSocket: () => client.dropSocket(),
   async snapshot() {

@@ -11,6 +11,8 @@ export type StreamClientOptions = {
   /** iceTransportPolicy "relay": only TURN-relayed paths (for restrictive networks and for testing). */
   relayOnly: boolean;
   onVideo(stream: MediaStream, receiver: RTCRtpReceiver): void;
+  /** The app's sound (an Opus track), when it has any. Playing it needs a user gesture in most browsers. */
+  onAudio?(stream: MediaStream, receiver: RTCRtpReceiver): void;
   onStatus(status: string): void;
   onConfig?(config: ConfigMessage): void;
   onAppStats?(stats: AppStatsMessage): void;
@@ -182,6 +184,10 @@ export class StreamClient {
     });
     this.#pc = pc;
     pc.ontrack = (event) => {
+      if (event.track.kind === 'audio') {
+        this.#options.onAudio?.(new MediaStream([event.track]), event.receiver);
+        return;
+      }
       this.timeline.track = performance.now();
       // No extra buffering: render each frame as soon as it is decoded.
       const receiver = event.receiver as RTCRtpReceiver & { playoutDelayHint?: number; jitterBufferTarget?: number };

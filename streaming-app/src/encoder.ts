@@ -203,6 +203,8 @@ export class VideoEncoder {
   #primed: { process: EncoderProcess; keyframe: EncodedFrame | undefined } | undefined;
   #spareTimer: NodeJS.Timeout | undefined;
   #lastSwitchMs = -Infinity;
+  /** A fresh process (start, keyframe switch) that has not had a frame yet: its keyframe waits for one. */
+  #awaitingFrame = false;
   #keyframeTimer: NodeJS.Timeout | undefined;
   #stopped = false;
   readonly stats: EncoderStats;
@@ -244,6 +246,11 @@ export class VideoEncoder {
     if (s.recentEncodeMs.length === RECENT_SAMPLES) s.recentEncodeMs.shift();
     s.recentEncodeMs.push(frame.encodeMs);
     this.#onFrame(frame);
+  }
+
+  /** True when a keyframe is waiting for the next frame; a source that skips unchanged frames must send one. */
+  get awaitingFrame(): boolean {
+    return this.#awaitingFrame;
   }
 
   /** True while frames are being encoded (between start() and stop()). */
@@ -298,6 +305,7 @@ export class VideoEncoder {
       return false;
     }
     this.stats.framesIn++;
+    this.#awaitingFrame = false;
     active.write(frame, frameNumber, captureMs, done);
     return true;
   }
@@ -323,6 +331,7 @@ export class VideoEncoder {
     this.#spare = undefined;
     const previous = this.#active;
     this.#active = next;
+    this.#awaitingFrame = true;
     this.#lastSwitchMs = performance.now();
     previous?.retire();
     if (previous) this.stats.restarts++;
