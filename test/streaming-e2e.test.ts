@@ -75,7 +75,7 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
     svc = await startTestPlatform({
       config: {
         turn: { server: 'coturn', port: await freeTcpPort(), relayPortRange: `${relay.min}-${relay.max}` },
-        streaming: { resumeWindowSeconds: 60, waitForInstanceSeconds: 10 },
+        streaming: { resumeWindowSeconds: 60 },
       },
     });
     const token = await svc.token();
