@@ -30,6 +30,7 @@ interface Snapshot {
   framesDecodedFromBarcode: number;
   metrics: { localCandidateType?: string };
   status: string;
+  state: string;
 }
 
 async function waitForSnapshot(page: Page, what: string, until: (s: Snapshot) => boolean, timeoutMs = 30_000): Promise<Snapshot> {
@@ -137,7 +138,7 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
 
   test('frames decode over HTTPS through the proxy; a dropped WebSocket resumes on the same instance; bye brings a fresh instance', async () => {
     const page = await context.newPage();
-    await page.goto(`https://localhost:${proxyPort}/client/`);
+    await page.goto(`https://localhost:${proxyPort}/client/?autostart=1`);
     await waitForSnapshot(page, '30 decoded frames', (s) => s.framesDecodedFromBarcode >= 30);
     const session = await page.evaluate('svcStream.client.config.sessionId') as string;
     const instanceBefore = (await svc.api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`, { bearer: key })).body.function.activeInstances[0].instanceId;
@@ -160,10 +161,52 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
   test('relay-only ICE through the platform TURN server', async () => {
     const page = await context.newPage();
     // The previous session's cookie is still in the browser: the client's sign-in replaces it.
-    await page.goto(`https://localhost:${proxyPort}/client/?relay=1`);
+    await page.goto(`https://localhost:${proxyPort}/client/?autostart=1&relay=1`);
     const snapshot = await waitForSnapshot(page, 'frames over the relay', (s) => s.framesDecodedFromBarcode >= 30 && s.metrics.localCandidateType !== undefined, 45_000);
     assert.equal(snapshot.metrics.localCandidateType, 'relay');
     await page.evaluate('svcStream.bye("test done")');
     await page.close();
+  });
+
+  test('A streams, B waits in line with its place shown, A closes the tab, B streams without ever seeing an error', async () => {
+    await waitFor(svc, key, fn, running, 60_000);
+    const a = await context.newPage();
+    await a.goto(`https://localhost:${proxyPort}/client/`);
+    assert.equal(await a.textContent('#app-name'), 'e2e-stream', 'the start screen names the app');
+    await a.click('#action');
+    await waitForSnapshot(a, 'A streaming', (s) => s.framesDecodedFromBarcode >= 10);
+
+    const b = await context.newPage();
+    await b.goto(`https://localhost:${proxyPort}/client/`);
+    await b.evaluate(`window.seen = []; new MutationObserver(() => seen.push(document.body.dataset.state + ': ' + document.getElementById('message').textContent))
+      .observe(document.body, { attributes: true, subtree: true, childList: true, characterData: true })`);
+    await b.click('#action');
+    await b.waitForSelector('#place:visible');
+    assert.equal(await b.textContent('#place'), '#1');
+    assert.match(String(await b.textContent('#message')), /You are #1 in line/);
+
+    await a.close({ runBeforeUnload: true });
+    // Bounded wait: the next person streams within 5 s of the tab closing (the time itself is in bench/stream).
+    await waitForSnapshot(b, 'B streaming after A left', (s) => s.state === 'streaming' && s.framesDecodedFromBarcode >= 10, 5000);
+    const seen = await b.evaluate('seen') as string[];
+    assert.ok(seen.every((entry) => /^(start|connecting|waiting|streaming):/.test(entry)), `B only ever saw its place and the stream: ${seen.join(' | ')}`);
+    await b.click('#stop');
+    assert.equal(await b.evaluate('svcStream.state'), 'ended');
+    assert.equal(await b.textContent('#message'), 'You ended the session.');
+    await b.close();
+  });
+
+  test('a WebSocket that connects and says nothing gives its instance to the next person within 5 s', async () => {
+    await waitFor(svc, key, fn, running, 60_000);
+    const silent = new WebSocket(`wss://localhost:${proxyPort}/sign_in`, [`token.${await idp.sign([fn.id])}`, `function-id.${fn.id}`], { rejectUnauthorized: false });
+    await new Promise((resolve, reject) => { silent.once('open', resolve); silent.once('error', reject); });
+    const closedBy = new Promise<number>((resolve) => silent.once('close', resolve));
+    const page = await context.newPage();
+    await page.goto(`https://localhost:${proxyPort}/client/?autostart=1`);
+    await page.waitForSelector('#place:visible');
+    await waitForSnapshot(page, 'granted after the silent socket', (s) => s.state !== 'waiting' && s.state !== 'start', 5000);
+    assert.equal(await closedBy, 4400, 'the container closed the silent connection');
+    await waitForSnapshot(page, 'frames', (s) => s.framesDecodedFromBarcode >= 10);
+    await page.close({ runBeforeUnload: true });
   });
 });

@@ -64,7 +64,7 @@ async function poll<T>(what: string, read: () => Promise<T>, done: (value: T) =>
 
 async function openClient(context: BrowserContext, app: AppProcess): Promise<Page> {
   const page = await context.newPage();
-  await page.goto(`http://127.0.0.1:${app.streamingPort}/client/?overlay=0&signal=${encodeURIComponent(app.signalingUrl())}`);
+  await page.goto(`http://127.0.0.1:${app.streamingPort}/client/?autostart=1&signal=${encodeURIComponent(app.signalingUrl())}`);
   return page;
 }
 
