@@ -127,8 +127,6 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
     assert.equal(second?.status, 503, 'the only instance is in a session: a place in line, not a wall');
     assert.equal(second.headers['retry-after'], '1');
     assert.match(second.body.detail, /#1 in line/);
-    assert.match(second.headers['svc-reqid'], /^[0-9a-f-]{36}$/);
-    await signIn('DELETE', { ...headers(), 'svc-reqid': second.headers['svc-reqid'] });
 
     first.ws.terminate();
     await sleep(200);

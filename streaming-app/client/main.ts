@@ -39,7 +39,8 @@ const signalUrl = signalingUrl(params);
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const video = $<HTMLVideoElement>('video');
 const overlayElement = $('overlay');
-const [message, hint, place, action, leave] = [$('message'), $('hint'), $('place'), $<HTMLButtonElement>('action'), $<HTMLButtonElement>('leave')];
+const [message, hint, detail, place] = [$('message'), $('hint'), $('detail'), $('place')];
+const [action, leave] = [$<HTMLButtonElement>('action'), $<HTMLButtonElement>('leave')];
 
 const meter = new FrameMeter(video);
 const overlay = new StatsOverlay(overlayElement, meter);
@@ -52,11 +53,13 @@ let endCause: EndCause | undefined;
 let lastPlace: PlaceInLine | undefined;
 let statsShown = false;
 
-function show(next: PageState, text = '', detail = '') {
+/** The page in one state: what happened, what to do, and (small) the technical reason. */
+function show(next: PageState, text = '', toDo = '', why = '') {
   state = next;
   document.body.dataset.state = next;
   message.textContent = text;
-  hint.textContent = detail;
+  hint.textContent = toDo;
+  detail.textContent = why;
   action.hidden = next === 'connecting' || next === 'waiting';
   leave.hidden = next !== 'waiting';
 }
@@ -99,7 +102,7 @@ function start() {
       endCause = cause;
       if (document.pointerLockElement) document.exitPointerLock();
       const ending = ENDINGS[cause];
-      show('ended', ending.message, cause === 'left' || cause === 'app-ended' ? ending.hint : `${ending.hint} (${reason})`);
+      show('ended', ending.message, ending.hint, cause === 'left' ? '' : `Details: ${reason}`);
       action.textContent = ending.action === 'reload' ? 'Reload' : cause === 'left' || cause === 'app-ended' ? 'Start again' : 'Try again';
     },
   });

@@ -79,6 +79,11 @@ export class StreamClient {
     return this.#config;
   }
 
+  /** The platform's id of this session (svc-reqid), once it signed in; undefined when the app is reached directly. */
+  get sessionId(): string | undefined {
+    return this.#sessionId;
+  }
+
   connect(): void {
     if (this.#ended) return;
     const resuming = this.#resumeToken !== undefined;
@@ -106,7 +111,7 @@ export class StreamClient {
       } catch {
         if (this.#ended) return false;
         if (++failures >= SIGN_IN_ATTEMPTS) {
-          this.#finish('the streaming service cannot be reached', 'unreachable');
+          this.#finish(`no answer to ${SIGN_IN_ATTEMPTS} sign-in attempts (network error)`, 'unreachable');
           return false;
         }
         await pause(500 * 2 ** failures);
@@ -341,7 +346,20 @@ export class StreamClient {
     const delay = Math.min(2000, 100 * 2 ** this.#attempt);
     this.#attempt++;
     this.#options.onStatus(`signaling lost (${code}); reconnecting in ${delay} ms`);
-    this.#reconnectTimer = setTimeout(() => this.connect(), delay);
+    this.#reconnectTimer = setTimeout(() => void this.#resumeIfThere(), delay);
+  }
+
+  /** After a failed reconnect, the platform says whether the session still exists (409: yes, connected or waiting to be). */
+  async #resumeIfThere(): Promise<void> {
+    if (this.#attempt > 1 && this.#sessionId) {
+      const headers = { 'x-svc-absorb': 'true', [SESSION_ID]: this.#sessionId };
+      const answer = await fetch(this.#signInUrl, { method: 'POST', headers, credentials: 'include', signal: this.#polls.signal }).catch(() => undefined);
+      if (answer?.status === 404) {
+        this.#finish('the session ended while the connection was down', 'lost');
+        return;
+      }
+    }
+    this.connect();
   }
 
   #finish(reason: string, cause: EndCause): void {

@@ -10,9 +10,10 @@
 //      │                          │                     └──── reconnect within the window ◄── detached
 //      └─ DELETE, not polled, waited too long      └─ no WebSocket within grantSeconds: instance to the next
 //
-// Every answer comes within settings.answerWithinSeconds: a sign-in or upgrade that finds no instance
-// gets its place in line (202 / 503 with svc-reqid) and asks again. The session id is the same from the
-// first answer on; it travels as header svc-reqid, query parameter svc-reqid or cookie svc-request-id.
+// Every answer comes within settings.answerWithinSeconds. A sign-in that finds no instance is answered
+// 202 with its place in line and asks again with svc-reqid; an upgrade waits in line only while it is
+// held, then 503. The session id is the same from the first answer on; it travels as header svc-reqid,
+// query parameter svc-reqid or cookie svc-request-id.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -28,7 +29,7 @@ import type { TurnService } from '../turn/server.ts';
 import { pushCredentials, readinessOf } from './container.ts';
 import { createLine } from './line.ts';
 import { CLEAR_SESSION_COOKIE, createSessionPipe } from './pipe.ts';
-import { namedBy, SESSION_HEADER, targetOf, type Named } from './request.ts';
+import { namedBy, targetOf, type Named } from './request.ts';
 import type { StreamingSettings } from './settings.ts';
 
 export interface BrokerOptions {
@@ -315,8 +316,8 @@ export function createStreamingBroker(options: BrokerOptions) {
     if (!sessions.delete(session.id)) return;
     clearTimeout(session.timer);
     line.leave(session);
-    session.client?.destroy();
     for (const wake of [...session.waiters]) wake();
+    // A connected browser keeps its socket: the retired container says bye on it as it stops.
     const { instance, version } = session;
     if (instance && version) {
       if (session.connectedOnce && session.grantedAt !== undefined) remember(session.functionId, Date.now() - session.grantedAt);
@@ -378,8 +379,10 @@ export function createStreamingBroker(options: BrokerOptions) {
         const session = named.session ? find(principal, named.session.id) : await join(principal, named);
         const admission = await admit(session);
         if (admission.status === 'WAITING') {
-          throw new Problem('service-unavailable', `Every instance is in a session; you are #${admission.position} in line. Retry with header svc-reqid ${session.id} to keep your place`, {
-            headers: { 'retry-after': '1', [SESSION_HEADER]: session.id },
+          // A place in line outlives a request only for the sign-in, whose answer can carry it back.
+          if (!named.session) finish(session, 'free');
+          throw new Problem('service-unavailable', `Every instance is in a session (#${admission.position} in line); to keep a place in line, sign in first (POST with X-SVC-ABSORB: true)`, {
+            headers: { 'retry-after': '1' },
           });
         }
         connect(req, socket, head, session, named.items);
