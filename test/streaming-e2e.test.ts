@@ -5,7 +5,9 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import type http from 'node:http';
 import { after, before, describe, test } from 'node:test';
+import type { Page } from 'playwright-core';
 import { WebSocket } from 'ws';
+import { FAST_AUTOSCALER } from '../api/test/helpers/autoscaler-platform.ts';
 import { running, waitFor } from '../api/test/helpers/functions.ts';
 import { freeTcpPort, freeUdpRange } from '../streaming-app/test/helpers.ts';
 import { until } from '../api/test/helpers/wait.ts';
@@ -124,5 +126,36 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
     await waitForSnapshot(page, 'granted after the silent socket', (s) => s.state !== 'waiting' && s.state !== 'start', boundMs(5000));
     assert.equal(await closedBy, 4400, 'the container closed the silent connection');
     await waitForSnapshot(page, 'frames', (s) => s.framesDecodedFromBarcode >= 10);
+  });
+});
+
+describe('ten people arriving at a two-instance function with spare: 1', { skip }, () => {
+  let stack: StreamingStack;
+
+  before(async () => {
+    stack = await startStreamingStack({
+      name: 'e2e-ten', video: '320x180', config: { autoscaler: FAST_AUTOSCALER },
+      spec: { minInstances: 1, maxInstances: 2, autoscalingConfiguration: { spare: 1 } },
+    });
+  });
+  after(() => stack?.close());
+
+  test('are all served, in the order they arrived, each streaming briefly and then closing the tab', async () => {
+    const arrivals: { page: Page; sessionId: string }[] = [];
+    for (let person = 0; person < 10; person++) {
+      const page = await stack.context.newPage();
+      await page.goto(stack.pageUrl('?autostart=1'));
+      // Arrived: the platform has answered the first sign-in (a grant or a place in line).
+      const sessionId = await until(`person ${person} signed in`, () => page.evaluate('svcStream.client?.sessionId') as Promise<string | undefined>);
+      arrivals.push({ page, sessionId });
+    }
+    await Promise.all(arrivals.map(async ({ page }, person) => {
+      await waitForSnapshot(page, `person ${person} streaming`, (s) => s.state === 'streaming' && s.framesDecodedFromBarcode >= 5, 180_000);
+      await page.close({ runBeforeUnload: true });
+    }));
+    const granted = stack.svc.logs.map((line) => JSON.parse(line)).filter((entry) => entry.msg === 'streaming session granted').map((entry) => entry.sessionId);
+    assert.deepEqual(granted, arrivals.map((arrival) => arrival.sessionId), 'granted first come, first served');
+    const scaled = stack.svc.logs.map((line) => JSON.parse(line)).filter((entry) => entry.msg === 'scaling decision');
+    assert.ok(scaled.some((entry) => entry.desired === 2 && /spare/.test(entry.detail)), 'the spare instance followed the first session');
   });
 });

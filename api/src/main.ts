@@ -144,7 +144,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     closers.push(() => turn.close());
     const streaming = createStreamingBroker({ verifier, functionsRepo, instances, turn, log, now, settings: config.streaming });
     instances.onReady((versionId, ready) => streaming.ready(versionId, ready));
+    instances.keepSessions(streaming.inSession);
     metrics.watchLoad(() => streaming.load());
+    // STREAMING functions scale on sessions: spare instances follow each start and end at once.
+    streaming.onChange(() => autoscaler.nudge());
 
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
