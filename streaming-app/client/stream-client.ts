@@ -21,7 +21,7 @@ export type StreamClientOptions = {
   onConfig?(config: ConfigMessage): void;
   onAppStats?(stats: AppStatsMessage): void;
   onInputChannel?(channel: RTCDataChannel | undefined): void;
-  /** A new WebSocket is about to be opened (setup-time measurements start here). */
+  /** A new WebSocket is about to be opened, after any wait in line (setup-time measurements start here). */
   onConnecting?(resuming: boolean): void;
   /** Every instance is busy: this session waits in line and starts by itself. */
   onWaiting?(place: PlaceInLine): void;
@@ -87,7 +87,6 @@ export class StreamClient {
   connect(): void {
     if (this.#ended) return;
     const resuming = this.#resumeToken !== undefined;
-    this.#options.onConnecting?.(resuming);
     this.#options.onStatus(resuming ? 'reconnecting…' : 'connecting…');
     for (const key of Object.keys(this.timeline)) delete this.timeline[key];
     this.timeline.connect = performance.now();
@@ -156,6 +155,7 @@ export class StreamClient {
 
   #open(resuming: boolean): void {
     if (this.#ended) return;
+    this.#options.onConnecting?.(resuming);
     const url = new URL(this.#options.signalUrl);
     if (this.#sessionId) url.searchParams.set(SESSION_ID, this.#sessionId);
     const ws = new WebSocket(url);
