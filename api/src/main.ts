@@ -42,7 +42,7 @@ import { invocationRoutes } from './invocation/routes.ts';
 import { createInvocationService } from './invocation/service.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
 import { signInHandler } from './streaming/sign-in.ts';
-import { startTurn } from './turn/server.ts';
+import { startTurn, type TurnService } from './turn/server.ts';
 import { createApp } from './http/app.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
@@ -60,6 +60,8 @@ export interface Platform {
   samples: DeployedSample[];
   /** With samples: the streaming sample and a key the demo proxy invokes it with. */
   streamingDemo?: StreamingDemo;
+  /** The STUN/TURN server streaming sessions are given. */
+  turn: TurnService['kind'];
   close(): Promise<void>;
 }
 
@@ -210,6 +212,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       url: `${scheme}://localhost:${port}`,
       samples,
       streamingDemo,
+      turn: turn.kind,
       port,
       hosts: gateway.hosts,
       bootstrapSecret: bootstrap.secret,

@@ -4,6 +4,7 @@
 import { networkInterfaces } from 'node:os';
 import { isIPv4 } from 'node:net';
 import { z } from 'zod';
+import { defaultFfmpeg } from './ffmpeg-binary.ts';
 
 const port = z.coerce.number().int().min(1).max(65535);
 
@@ -54,7 +55,7 @@ const envSchema = z.object({
   /** Periodic keyframe as a safety net; keyframes are also produced on connect and on every PLI. */
   STREAMING_KEYFRAME_INTERVAL_SECONDS: z.coerce.number().int().min(1).max(600).default(10),
   STREAMING_SERVE_CLIENT: flag.default(true),
-  FFMPEG_PATH: z.string().min(1).default('ffmpeg'),
+  FFMPEG_PATH: z.string().min(1).default(defaultFfmpeg),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
