@@ -92,7 +92,7 @@ export function createStreamingBroker(options: BrokerOptions) {
   const sessions = new Map<string, Session>();
   const line = createLine<Session>();
   const ready = new Map<string, ReadyInstance[]>();
-  /** instanceId → the session on it; `leaving` once retired or gone, until placement drops it. */
+  /** instanceId → the session on it; no session once retired, until placement drops the instance. */
   const claims = new Map<string, { versionId: string; session?: Session }>();
   /** instanceId → until when it is not offered again (its container could not take a session). */
   const resting = new Map<string, number>();
