@@ -10,8 +10,8 @@ import { startStreamingStack, waitForSnapshot, type StreamingStack } from '../..
 const VIDEO = '1280x720';
 
 /** Resolves (in the page) with the wall-clock time the first frame of the stream was due on screen. */
-const FIRST_FRAME = `window.firstFrameAt = new Promise((resolve) => document.getElementById('video')
-  .requestVideoFrameCallback((_now, frame) => resolve(performance.timeOrigin + frame.expectedDisplayTime)))`;
+const FIRST_FRAME = `void (window.firstFrameAt = new Promise((resolve) => document.getElementById('video')
+  .requestVideoFrameCallback((_now, frame) => resolve(performance.timeOrigin + frame.expectedDisplayTime))))`;
 const firstFrameAt = (page: Page) => page.evaluate('window.firstFrameAt') as Promise<number>;
 const grantedAt = (page: Page) => page.evaluate('performance.timeOrigin + svcStream.client.timeline.reserved') as Promise<number>;
 

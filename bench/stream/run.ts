@@ -173,13 +173,15 @@ async function latencyRuns() {
 async function peopleRuns() {
   const next = await nextPersonAfterTabClose(Number(args.people));
   const arrivals = await tenArrivals(Number(args['arrival-runs']));
-  const row = (what: string, values: number[], target: number) =>
-    [what, String(values.length), p(values, 50), p(values, 95), `<= ${target}`, p(values, 50) <= target ? 'met' : 'MISSED'];
+  const row = (what: string, values: number[], target?: number) => [what, String(values.length), p(values, 50), p(values, 95),
+    target === undefined ? '(information)' : `<= ${target}`, target === undefined ? '' : p(values, 50) <= target ? 'met' : 'MISSED'];
   printTable('People arriving and leaving, ms (1280x720, Chromium -> proxy -> platform -> container, loopback)',
     ['measure', 'samples', 'p50', 'p95', 'target p50', 'verdict'], [
       row('next person after a tab close: instance granted', next.grantMs, 2000),
       row('next person after a tab close: first frame', next.frameMs, 5000),
-      row('ten arrivals (2 instances, spare 1): first frame', arrivals.firstFrameMs, 5000),
+      row('ten arrivals (2 instances, spare 1): first frame', arrivals.firstFrameMs),
     ]);
-  console.log(`\nten arrivals granted first come, first served: ${arrivals.inOrder ? 'yes' : 'NO'}. The instance a closed tab frees is a fresh container (one session per container), so "granted" includes starting it.`);
+  console.log(`\nThe instance a closed tab frees is a fresh container (one session per container), so "granted" includes starting it.
+Ten arrivals: each streams 2 s, then closes its tab; at most two stream at once, so the later ones wait for
+earlier sessions and replacements (the figure is mostly the line). Granted first come, first served: ${arrivals.inOrder ? 'yes' : 'NO'}.`);
 }
