@@ -4,13 +4,14 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
 import { chromium } from 'playwright-core';
 import { freePort, until } from '../api/test/helpers/wait.ts';
 import { freeUdpRange } from '../streaming-app/test/helpers.ts';
-import { CHROMIUM, CHROMIUM_ARGS, waitForSnapshot } from './helpers/streaming-stack.ts';
+import { CHROMIUM, CHROMIUM_ARGS, goto, waitForSnapshot } from './helpers/streaming-stack.ts';
 
 const REPO = path.resolve(import.meta.dirname, '..');
 const skip = !existsSync(CHROMIUM) && !process.env.CI ? 'needs chromium (Debian package chromium)' : false;
@@ -44,11 +45,15 @@ test('npm start without a system ffmpeg: the banner names the npm ffmpeg, and th
   const url = /Streaming demo: open (\S+)/.exec(banner)?.[1];
   assert.ok(url, 'the demo is offered');
 
+  // The demo proxy is its own process, still starting when the banner is printed.
+  await until('the demo proxy listening', () => new Promise<boolean>((resolve) => {
+    const probe = net.connect(demoPort, '127.0.0.1', () => resolve(Boolean(probe.end()))).on('error', () => resolve(false));
+  }), 60_000);
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
   after(() => browser.close());
   const page = await (await browser.newContext({ ignoreHTTPSErrors: true })).newPage();
   // The sample's first instance may still be starting: the page waits in line for it.
-  await page.goto(`${url}?autostart=1`);
+  await goto(page, `${url}?autostart=1`);
   await waitForSnapshot(page, 'frames from the npm-shipped encoder', (s) => s.framesDecodedFromBarcode >= 10, 90_000);
   assert.equal(await page.evaluate('svcStream.snapshot().then((s) => s.metrics.appEncoder)'), 'libx264');
   await page.evaluate('svcStream.bye("done")');

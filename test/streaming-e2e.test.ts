@@ -11,7 +11,7 @@ import { FAST_AUTOSCALER } from '../api/test/helpers/autoscaler-platform.ts';
 import { running, waitFor } from '../api/test/helpers/functions.ts';
 import { freeTcpPort, freeUdpRange } from '../streaming-app/test/helpers.ts';
 import { until } from '../api/test/helpers/wait.ts';
-import { boundMs, CHROMIUM, startStreamingStack, waitForSnapshot, type Snapshot, type StreamingStack } from './helpers/streaming-stack.ts';
+import { boundMs, CHROMIUM, goto, startStreamingStack, waitForSnapshot, type Snapshot, type StreamingStack } from './helpers/streaming-stack.ts';
 
 const tools = [['ffmpeg', '/usr/bin/ffmpeg'], ['chromium', CHROMIUM], ['coturn', '/usr/bin/turnserver']].filter(([, file]) => !existsSync(file));
 const skip = tools.length && !process.env.CI ? `needs ${tools.map(([name]) => name).join(', ')} (Debian packages ffmpeg chromium coturn)` : false;
@@ -52,7 +52,7 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
 
   test('frames decode over HTTPS through the proxy; a dropped WebSocket resumes on the same instance; bye brings a fresh instance', async () => {
     const page = await stack.context.newPage();
-    await page.goto(stack.pageUrl('?autostart=1'));
+    await goto(page, stack.pageUrl('?autostart=1'));
     await waitForSnapshot(page, '30 decoded frames', (s) => s.framesDecodedFromBarcode >= 30);
     const session = await page.evaluate('svcStream.client.config.sessionId') as string;
     const instanceBefore = (await stack.svc.api('GET', `/v2/svc/functions/${stack.fn.id}/versions/${stack.fn.versionId}`, { bearer: stack.key })).body.function.activeInstances[0].instanceId;
@@ -75,7 +75,7 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
   test('relay-only ICE through the platform TURN server', async () => {
     const page = await stack.context.newPage();
     // The previous session's cookie is still in the browser: the client's sign-in replaces it.
-    await page.goto(stack.pageUrl('?autostart=1&relay=1'));
+    await goto(page, stack.pageUrl('?autostart=1&relay=1'));
     const snapshot = await waitForSnapshot(page, 'frames over the relay', (s) => s.framesDecodedFromBarcode >= 30 && s.metrics.localCandidateType !== undefined, 45_000);
     assert.equal(snapshot.metrics.localCandidateType, 'relay');
     await page.evaluate('svcStream.bye("test done")');
@@ -86,14 +86,14 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
     await waitFor(stack.svc, stack.key, stack.fn, running, 60_000);
     const a = await stack.context.newPage();
     t.after(() => a.close());
-    await a.goto(stack.pageUrl());
+    await goto(a, stack.pageUrl());
     assert.equal(await a.textContent('#app-name'), 'e2e-stream', 'the start screen names the app');
     await a.click('#action');
     await waitForSnapshot(a, 'A streaming', (s) => s.framesDecodedFromBarcode >= 10);
 
     const b = await stack.context.newPage();
     t.after(() => b.close());
-    await b.goto(stack.pageUrl());
+    await goto(b, stack.pageUrl());
     await b.evaluate(`window.seen = []; new MutationObserver(() => seen.push(document.body.dataset.state + ': ' + document.getElementById('message').textContent))
       .observe(document.body, { attributes: true, subtree: true, childList: true, characterData: true })`);
     await b.click('#action');
@@ -121,7 +121,7 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
     const closedBy = new Promise<number>((resolve) => silent.once('close', resolve));
     const page = await stack.context.newPage();
     t.after(() => page.close());
-    await page.goto(stack.pageUrl('?autostart=1'));
+    await goto(page, stack.pageUrl('?autostart=1'));
     await page.waitForSelector('#place:visible');
     await waitForSnapshot(page, 'granted after the silent socket', (s) => s.state !== 'waiting' && s.state !== 'start', boundMs(5000));
     assert.equal(await closedBy, 4400, 'the container closed the silent connection');
@@ -144,7 +144,7 @@ describe('ten people arriving at a two-instance function with spare: 1', { skip 
     const arrivals: { page: Page; sessionId: string }[] = [];
     for (let person = 0; person < 10; person++) {
       const page = await stack.context.newPage();
-      await page.goto(stack.pageUrl('?autostart=1'));
+      await goto(page, stack.pageUrl('?autostart=1'));
       // Arrived: the platform has answered the first sign-in (a grant or a place in line).
       const sessionId = await until(`person ${person} signed in`, () => page.evaluate('svcStream.client?.sessionId') as Promise<string | undefined>);
       arrivals.push({ page, sessionId });

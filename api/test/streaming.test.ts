@@ -11,6 +11,7 @@ import { streamingBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { request, type TestResponse } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
+import { boundMs } from './helpers/wait.ts';
 
 const hasFfmpeg = (() => {
   try {
@@ -85,7 +86,7 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
   }
 
   before(async () => {
-    svc = await startTestPlatform({ config: { streaming: { resumeWindowSeconds: 30, answerWithinSeconds: 1, grantSeconds: 1 } } });
+    svc = await startTestPlatform({ config: { streaming: { resumeWindowSeconds: 30, answerWithinSeconds: 1, grantSeconds: 2 } } });
     token = await svc.token();
     key = await svc.apiKey(token, ['invoke_function', 'list_functions']);
     fn = await deploy(svc, token, streamingBody({
@@ -215,12 +216,12 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
     assert.equal(next.status, 202);
     // The container closes a connection that says nothing within 3 s; the broker finds it ready again.
     assert.equal(await closed(socket.ws), 4400);
-    const granted = await waitInLine(next, 5000);
+    const granted = await waitInLine(next, boundMs(5000));
     assert.equal(granted.body.sessionId, next.body.sessionId);
     assert.equal(await instanceNow(), instance, 'not replaced: its container never started a session');
 
-    // This grant is never taken (grantSeconds 1): the instance goes to the next in line.
-    const third = await waitInLine(await signIn('POST', headers()), 5000);
+    // This grant is never taken (grantSeconds 2): the instance goes to the next in line.
+    const third = await waitInLine(await signIn('POST', headers()), boundMs(5000));
     assert.equal(third.status, 200);
     assert.equal(await instanceNow(), instance);
     await signIn('DELETE', { ...headers(), 'svc-reqid': third.body.sessionId });

@@ -5,7 +5,7 @@
 import type { Page } from 'playwright-core';
 import { FAST_AUTOSCALER } from '../../api/test/helpers/autoscaler-platform.ts';
 import { until } from '../../api/test/helpers/wait.ts';
-import { startStreamingStack, waitForSnapshot, type StreamingStack } from '../../test/helpers/streaming-stack.ts';
+import { goto, startStreamingStack, waitForSnapshot, type StreamingStack } from '../../test/helpers/streaming-stack.ts';
 
 const VIDEO = '1280x720';
 
@@ -26,7 +26,7 @@ async function idleInstance(stack: StreamingStack) {
 
 async function openPage(stack: StreamingStack): Promise<Page> {
   const page = await stack.context.newPage();
-  await page.goto(stack.pageUrl());
+  await goto(page, stack.pageUrl());
   await page.evaluate(FIRST_FRAME);
   await page.click('#action');
   return page;

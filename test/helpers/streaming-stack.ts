@@ -16,19 +16,12 @@ import { deploy, running, waitFor, type Deployed } from '../../api/test/helpers/
 import { startTestPlatform, type TestPlatform } from '../../api/test/helpers/platform.ts';
 import { freePort, until } from '../../api/test/helpers/wait.ts';
 
+export { boundMs } from '../../api/test/helpers/wait.ts';
+
 const REPO = path.resolve(import.meta.dirname, '../..');
 export const CHROMIUM = '/usr/bin/chromium';
 export const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
-
-/**
- * A bound for a wait the product promises (e.g. "the next person streams within 5 s"), stretched by how
- * overloaded this machine is right now: on a shared 2-core box at load 10 a container takes several times
- * longer to start. The time itself is measured by bench/stream, never asserted.
- */
-export function boundMs(promisedMs: number): number {
-  return Math.round(promisedMs * Math.max(1, os.loadavg()[0] / os.availableParallelism()));
-}
 
 /** What the client page's `svcStream.snapshot()` returns, as far as tests read it. */
 export interface Snapshot {
@@ -37,6 +30,18 @@ export interface Snapshot {
   metrics: { localCandidateType?: string };
   status: string;
   state: string;
+}
+
+/** page.goto, again if Chromium saw the host's network change meanwhile (containers coming and going on it). */
+export async function goto(page: Page, url: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await page.goto(url);
+      return;
+    } catch (error) {
+      if (attempt >= 3 || !String(error).includes('ERR_NETWORK_CHANGED')) throw error;
+    }
+  }
 }
 
 export async function waitForSnapshot(page: Page, what: string, done: (s: Snapshot) => boolean, timeoutMs = 30_000): Promise<Snapshot> {

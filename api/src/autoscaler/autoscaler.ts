@@ -7,7 +7,6 @@
 //   are skipped once and not looked at again until their status changes.
 // A failing metrics source or deployment path stops the round: no decision is taken on partial inputs.
 import { hostname } from 'node:os';
-import { coalesce } from '../coalesce.ts';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from '../logger.ts';
 import type { AutoscalerMetrics } from './metrics.ts';
@@ -50,6 +49,9 @@ export function createAutoscaler(options: AutoscalerOptions) {
   let leaderUntil = 0;
   let nextDiscoveryAt = 0;
   let timer: NodeJS.Timeout | undefined;
+  let running: Promise<void> = Promise.resolve();
+  let busy = false;
+  let nudged = false;
 
   const leading = () => now() < leaderUntil;
 
@@ -213,13 +215,30 @@ export function createAutoscaler(options: AutoscalerOptions) {
     }
   }
 
-  /** One tick now, or once more right after the one running (a nudge is never lost). */
-  const runOnce = coalesce(tick, (error) => log.warn({ err: error }, 'autoscaler tick failed'));
+  /** One tick now, or none if one is running (the timer's next one follows). */
+  function runOnce(): Promise<void> {
+    if (busy) return running;
+    busy = true;
+    running = tick().finally(() => {
+      busy = false;
+      if (nudged) {
+        nudged = false;
+        void runOnce();
+      }
+    });
+    return running;
+  }
 
   return {
     replicaId,
     leading,
     runOnce,
+
+    /** A tick now, or right after the one running: streaming sessions changed, spare instances should follow. */
+    nudge() {
+      if (busy) nudged = true;
+      else void runOnce();
+    },
 
     start() {
       metrics.lockHeld.set(0);
@@ -231,7 +250,7 @@ export function createAutoscaler(options: AutoscalerOptions) {
     /** Stops the loops; gives the lock up unless `crash` (tests of takeover). */
     async stop(stopOptions: { release?: boolean } = {}) {
       clearInterval(timer);
-      await runOnce.settled();
+      await running;
       if (stopOptions.release !== false && leaderUntil > 0) {
         leaderUntil = 0;
         await repo.unlock(DISCOVERY_LOCK, replicaId).catch(() => {});

@@ -71,7 +71,7 @@ export function createAutoscalerPlane(options: AutoscalerPlaneOptions) {
 
     /** A scaling round now (sessions started or ended: spare instances should follow at once), where the loops run. */
     nudge() {
-      void autoscaler?.runOnce();
+      autoscaler?.nudge();
     },
 
     /** Called after desired counts were written (main.ts: prompt placement). */
