@@ -55,7 +55,7 @@ function darkPixels(page: Page, x: number, y: number, w: number, h: number): Pro
 }
 
 function clientUrl(app: AppProcess): string {
-  return `http://127.0.0.1:${app.streamingPort}/client/?overlay=0&signal=${encodeURIComponent(app.signalingUrl())}`;
+  return `http://127.0.0.1:${app.streamingPort}/client/?autostart=1&signal=${encodeURIComponent(app.signalingUrl())}`;
 }
 
 test('XTEST input: absolute and relative pointer, buttons and modifiers, all released at the end', { skip }, async (t) => {
