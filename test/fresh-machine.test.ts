@@ -42,6 +42,7 @@ test('npm start without a system ffmpeg: the banner names the npm ffmpeg, and th
 
   assert.match(banner, /encoder\s+ffmpeg from npm \(@ffmpeg-installer/, banner);
   assert.match(banner, /relay\s+none/);
+  assert.match(banner, /display\s+no Xvfb .*test scene/, 'without Xvfb the demo is the test scene, and the banner says so');
   const url = /Streaming demo: open (\S+)/.exec(banner)?.[1];
   assert.ok(url, 'the demo is offered');
 

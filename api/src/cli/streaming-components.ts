@@ -2,19 +2,14 @@
 // encoder the streaming sample will run (found the way the sample finds it, streaming-app/src/
 // ffmpeg-binary.ts: the system's ffmpeg, else the npm-shipped one), the STUN/TURN server, and a display
 // for applications that draw on X. Each line says what a missing piece costs and how to get it.
-import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { delimiter, join } from 'node:path';
+import { demoSource, onPath } from '../control/samples.ts';
 import type { TurnService } from '../turn/server.ts';
 
 export interface StreamingComponents {
   /** False when the sample cannot encode: the demo is not offered. */
   canStream: boolean;
   lines: string[];
-}
-
-function onPath(name: string): string | undefined {
-  return (process.env.PATH ?? '').split(delimiter).map((dir) => join(dir, name)).find((file) => existsSync(file));
 }
 
 function encoder(): { ok: boolean; line: string } {
@@ -37,13 +32,12 @@ const turnLines: Record<TurnService['kind'], string> = {
 
 export function streamingComponents(turn: TurnService['kind']): StreamingComponents {
   const found = encoder();
-  const xvfb = onPath('Xvfb');
   return {
     canStream: found.ok,
     lines: [
       `    encoder   ${found.line}`,
       `    relay     ${turnLines[turn]}`,
-      `    display   ${xvfb ? `Xvfb found (${xvfb}) for apps that draw on X; the sample streams its test scene` : 'no Xvfb (Debian package xvfb): the sample streams its test scene'}`,
+      `    display   ${demoSource().why}`,
     ],
   };
 }
