@@ -58,18 +58,32 @@ export const CloseCode = {
   sessionOver: 4410,
   replaced: 4412,
   internalError: 4500,
+  /** The streamed application exited (or crashed): the session cannot go on. */
+  applicationExited: 4502,
 } as const;
 
 /** Close codes after which reconnecting is pointless. */
 export const FINAL_CLOSE_CODES: readonly number[] = [
   CloseCode.normal, CloseCode.protocolError, CloseCode.badResumeToken, CloseCode.busy, CloseCode.sessionOver,
-  CloseCode.replaced, CloseCode.internalError,
+  CloseCode.replaced, CloseCode.internalError, CloseCode.applicationExited,
 ];
 
-/** DataChannel "input", browser to app. `seq` increases by one per event; `t` is the sender's clock (ms). */
+/** Modifier bits of `key` events (`mods`): the app brings its modifier state in line before the key. */
+export const Modifier = { shift: 1, ctrl: 2, alt: 4, meta: 8 } as const;
+
+/**
+ * DataChannel "input", browser to app. `seq` increases by one per event; `t` is the sender's clock (ms).
+ * Pointer positions are 0..1 across the picture; relative moves (pointer lock) are in video pixels.
+ * Buttons are DOM numbers (0 left, 1 middle, 2 right, 3 back, 4 forward); wheel deltas are in pixels
+ * (100 ≈ one notch); `code` is KeyboardEvent.code (the physical key), `key` KeyboardEvent.key.
+ */
 export type InputMessage =
   | { type: 'pointer'; seq: number; t: number; x: number; y: number }
-  | { type: 'key'; seq: number; t: number; key: string };
+  | { type: 'move'; seq: number; t: number; dx: number; dy: number }
+  | { type: 'button'; seq: number; t: number; button: number; down: boolean }
+  | { type: 'wheel'; seq: number; t: number; dx: number; dy: number }
+  | { type: 'key'; seq: number; t: number; key: string; code?: string; down?: boolean; mods?: number }
+  | { type: 'text'; seq: number; t: number; text: string };
 
 /** DataChannel "input", app to browser, about once a second. */
 export type AppStatsMessage = {
@@ -82,6 +96,8 @@ export type AppStatsMessage = {
   encodeMsLast: number;
   keyframes: number;
   skipped: number;
+  /** Input events the app dropped because a field was bad (the session goes on). */
+  inputDropped: number;
 };
 
 export const INPUT_CHANNEL_LABEL = 'input';

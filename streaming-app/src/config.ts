@@ -4,6 +4,8 @@
 import { networkInterfaces } from 'node:os';
 import { isIPv4 } from 'node:net';
 import { z } from 'zod';
+import { defaultFfmpeg } from './ffmpeg-binary.ts';
+import { which } from './which.ts';
 
 const port = z.coerce.number().int().min(1).max(65535);
 
@@ -32,6 +34,7 @@ const videoSize = z.string().trim().transform((text, ctx) => {
 });
 
 const flag = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
+const autoFlag = z.enum(['auto', 'true', 'false', '1', '0']).transform((v) => (v === 'auto' ? undefined : v === 'true' || v === '1'));
 
 const envSchema = z.object({
   CONTROL_SERVER_PORT: port.default(8011),
@@ -54,7 +57,23 @@ const envSchema = z.object({
   /** Periodic keyframe as a safety net; keyframes are also produced on connect and on every PLI. */
   STREAMING_KEYFRAME_INTERVAL_SECONDS: z.coerce.number().int().min(1).max(600).default(10),
   STREAMING_SERVE_CLIENT: flag.default(true),
-  FFMPEG_PATH: z.string().min(1).default('ffmpeg'),
+  /** Where frames come from: the built-in test scene, an X11 application, or raw frames on a socket. */
+  STREAMING_SOURCE: z.enum(['auto', 'scene', 'x11', 'pipe']).default('auto'),
+  /** The application, run with /bin/sh -c (x11 and pipe sources). */
+  STREAMING_APP_COMMAND: z.string().max(8192).optional(),
+  /** An X display to use instead of starting Xvfb, e.g. ":0". */
+  STREAMING_DISPLAY: z.string().regex(/^[A-Za-z0-9._-]*:\d+(\.\d+)?$/, 'must be an X display such as ":0"').optional(),
+  /** The application must show a window (x11) or send a first frame (pipe) this soon after it starts. */
+  STREAMING_APP_START_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(600).default(30),
+  /** Unix socket the pipe source listens on (default: a fresh path under the temporary directory). */
+  STREAMING_FRAME_PIPE: z.string().startsWith('/', 'must be an absolute path').max(100).optional(),
+  /** The application's sound as an Opus track: auto = when PulseAudio is installed and an app runs. */
+  STREAMING_AUDIO: autoFlag.prefault('auto'),
+  /** The frame barcode (frame number, input sequence) in the top strip: auto = only for the scene. */
+  STREAMING_FRAME_BARCODE: autoFlag.prefault('auto'),
+  FFMPEG_PATH: z.string().min(1).default(defaultFfmpeg),
+  XVFB_PATH: z.string().min(1).default('Xvfb'),
+  PULSEAUDIO_PATH: z.string().min(1).default('pulseaudio'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -75,9 +94,23 @@ export type Config = {
   bitrateKbps: number;
   keyframeIntervalSeconds: number;
   serveClient: boolean;
+  /** The frame source in use, and why it was chosen (logged at start-up). */
+  source: { kind: SourceKind; reason: string };
+  appCommand: string | undefined;
+  /** An existing X display; undefined: start Xvfb. */
+  display: string | undefined;
+  appStartTimeoutMs: number;
+  framePipe: string | undefined;
+  /** `required`: asked for explicitly, so a sound server that fails to start fails the container. */
+  audio: { enabled: boolean; required: boolean; reason: string };
+  barcode: boolean;
   ffmpegPath: string;
+  xvfbPath: string;
+  pulseaudioPath: string;
   logLevel: string;
 };
+
+export type SourceKind = 'scene' | 'x11' | 'pipe';
 
 export class ConfigError extends Error {}
 
@@ -106,6 +139,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (e.CONTROL_SERVER_PORT === e.STREAMING_SERVER_PORT) {
     throw new ConfigError('invalid configuration: CONTROL_SERVER_PORT and STREAMING_SERVER_PORT must differ');
   }
+  const command = e.STREAMING_APP_COMMAND?.trim() || undefined;
+  const source = chooseSource(e.STREAMING_SOURCE, command, e.STREAMING_DISPLAY, which(e.XVFB_PATH, env.PATH) !== undefined);
+  const audio = chooseAudio(e.STREAMING_AUDIO, source.kind, which(e.PULSEAUDIO_PATH, env.PATH) !== undefined);
   return {
     controlPort: e.CONTROL_SERVER_PORT,
     streamingPort: e.STREAMING_SERVER_PORT,
@@ -123,7 +159,45 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     bitrateKbps: e.STREAMING_VIDEO_BITRATE_KBPS,
     keyframeIntervalSeconds: e.STREAMING_KEYFRAME_INTERVAL_SECONDS,
     serveClient: e.STREAMING_SERVE_CLIENT,
+    source,
+    appCommand: source.kind === 'scene' ? undefined : command,
+    display: e.STREAMING_DISPLAY,
+    appStartTimeoutMs: e.STREAMING_APP_START_TIMEOUT_SECONDS * 1000,
+    framePipe: e.STREAMING_FRAME_PIPE,
+    audio,
+    barcode: e.STREAMING_FRAME_BARCODE ?? source.kind === 'scene',
     ffmpegPath: e.FFMPEG_PATH,
+    xvfbPath: e.XVFB_PATH,
+    pulseaudioPath: e.PULSEAUDIO_PATH,
     logLevel: e.LOG_LEVEL,
   };
+}
+
+/** `auto` streams the application when one is configured and a display can be had, else the test scene. */
+function chooseSource(wanted: 'auto' | SourceKind, command: string | undefined, display: string | undefined, hasXvfb: boolean): Config['source'] {
+  const displayAvailable = display !== undefined || hasXvfb;
+  if (wanted === 'scene') return { kind: 'scene', reason: 'STREAMING_SOURCE=scene' };
+  if (wanted === 'auto') {
+    if (!command) return { kind: 'scene', reason: 'no STREAMING_APP_COMMAND: streaming the test scene' };
+    if (!displayAvailable) return { kind: 'scene', reason: 'STREAMING_APP_COMMAND is set but Xvfb is not installed (Debian package xvfb) and no STREAMING_DISPLAY is given: streaming the test scene' };
+    return { kind: 'x11', reason: `STREAMING_APP_COMMAND is set and ${display ? `STREAMING_DISPLAY=${display}` : 'Xvfb is installed'}` };
+  }
+  if (!command) throw new ConfigError(`invalid configuration: STREAMING_APP_COMMAND: required with STREAMING_SOURCE=${wanted}`);
+  if (wanted === 'x11' && !displayAvailable) {
+    throw new ConfigError('invalid configuration: STREAMING_SOURCE: x11 needs Xvfb (Debian package xvfb, or XVFB_PATH) or an existing STREAMING_DISPLAY');
+  }
+  return { kind: wanted, reason: `STREAMING_SOURCE=${wanted}` };
+}
+
+function chooseAudio(wanted: boolean | undefined, source: SourceKind, hasPulse: boolean): Config['audio'] {
+  if (wanted === false) return { enabled: false, required: false, reason: 'STREAMING_AUDIO=false' };
+  if (source === 'scene') {
+    if (wanted) throw new ConfigError('invalid configuration: STREAMING_AUDIO: the test scene has no sound; audio needs the x11 or pipe source');
+    return { enabled: false, required: false, reason: 'the test scene has no sound' };
+  }
+  if (!hasPulse) {
+    if (wanted) throw new ConfigError('invalid configuration: STREAMING_AUDIO: needs PulseAudio (Debian package pulseaudio, or PULSEAUDIO_PATH)');
+    return { enabled: false, required: false, reason: 'PulseAudio is not installed (Debian package pulseaudio)' };
+  }
+  return { enabled: true, required: wanted === true, reason: wanted ? 'STREAMING_AUDIO=true' : 'PulseAudio is installed' };
 }

@@ -1,8 +1,8 @@
-// One werift peer connection for the session: a send-only video track and the "input" DataChannel,
-// bundled on a single ICE transport whose sockets all come from STREAMING_PORT_BINDING_RANGE.
+// One werift peer connection for the session: a send-only video track, a send-only Opus audio track when
+// the app has sound, and the "input" DataChannel, bundled on a single ICE transport whose sockets all come from STREAMING_PORT_BINDING_RANGE.
 // The app is always the offerer (see docs/streaming-protocol.md).
 import {
-  RTCPeerConnection, RTCRtpHeaderExtensionParameters, useH264, useVP8, type RTCDataChannel, type RTCRtpSender, type RTCIceCandidate,
+  RTCPeerConnection, RTCRtpHeaderExtensionParameters, useH264, useOPUS, useVP8, type RTCDataChannel, type RTCRtpSender, type RTCIceCandidate,
 } from 'werift';
 import type { IceCandidateJson } from '../client/protocol.ts';
 import { INPUT_CHANNEL_LABEL } from '../client/protocol.ts';
@@ -28,6 +28,8 @@ export type PeerOptions = {
   portRange: PortRange;
   bindAddress: string;
   codec: VideoCodec;
+  /** Offer an Opus audio track too. */
+  audio: boolean;
   log: Logger;
   onCandidate: (candidate: IceCandidateJson | null) => void;
   onState: (state: PeerState) => void;
@@ -39,6 +41,7 @@ export type PeerOptions = {
 export class PeerLink {
   readonly pc: RTCPeerConnection;
   readonly videoSender: RTCRtpSender;
+  readonly audioSender: RTCRtpSender | undefined;
   readonly inputChannel: RTCDataChannel;
   readonly #log: Logger;
   #localDescriptionApplied: Promise<unknown> = Promise.resolve();
@@ -61,10 +64,11 @@ export class PeerLink {
       bundlePolicy: 'max-bundle',
       // A STUN server that does not answer must not hold the offer back for long.
       iceStunGatherTimeout: 2,
-      codecs: { video: [codec], audio: [] },
+      codecs: { video: [codec], audio: options.audio ? [useOPUS()] : [] },
       headerExtensions: { video: [new RTCRtpHeaderExtensionParameters({ id: PLAYOUT_DELAY_ID, uri: PLAYOUT_DELAY_URI })], audio: [] },
     });
     this.videoSender = this.pc.addTransceiver('video', { direction: 'sendonly' }).sender;
+    this.audioSender = options.audio ? this.pc.addTransceiver('audio', { direction: 'sendonly' }).sender : undefined;
     // Reliable and ordered: a lost key press would be a visible bug; pointer moves are coalesced per
     // animation frame by the client, so retransmission rarely has anything to do.
     this.inputChannel = this.pc.createDataChannel(INPUT_CHANNEL_LABEL, { ordered: true });

@@ -19,9 +19,18 @@ const clientMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('bye'), reason: z.string().max(200).optional() }),
 ]);
 
+const seq = z.number().int().min(0).max(2 ** 31);
+const delta = z.number().finite().min(-100_000).max(100_000);
 const inputMessage = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('pointer'), seq: z.number().int().min(0), t: z.number(), x: z.number().finite(), y: z.number().finite() }),
-  z.object({ type: z.literal('key'), seq: z.number().int().min(0), t: z.number(), key: z.string().min(1).max(32) }),
+  z.object({ type: z.literal('pointer'), seq, t: z.number(), x: z.number().finite(), y: z.number().finite() }),
+  z.object({ type: z.literal('move'), seq, t: z.number(), dx: delta, dy: delta }),
+  z.object({ type: z.literal('button'), seq, t: z.number(), button: z.number().int().min(0).max(4), down: z.boolean() }),
+  z.object({ type: z.literal('wheel'), seq, t: z.number(), dx: delta, dy: delta }),
+  z.object({
+    type: z.literal('key'), seq, t: z.number(), key: z.string().min(1).max(32),
+    code: z.string().regex(/^[A-Za-z0-9]{1,32}$/).optional(), down: z.boolean().optional(), mods: z.number().int().min(0).max(15).optional(),
+  }),
+  z.object({ type: z.literal('text'), seq, t: z.number(), text: z.string().min(1).max(1024) }),
 ]);
 
 export type ParseResult<T> = { ok: true; value: T } | { ok: false; error: string };

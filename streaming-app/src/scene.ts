@@ -2,7 +2,8 @@
 // frame): a background, a block sweeping left and right so the picture is never static, a marker that
 // follows the browser's pointer and changes colour on key presses, and the frame barcode strip.
 // This is the part a team replaces with its own GPU renderer.
-import { barcodeLayout, encodeBarcode, LUMA_ONE, LUMA_ZERO, type BarcodeLayout } from '../client/barcode.ts';
+import { barcodeLayout } from '../client/barcode.ts';
+import { barcodeStamper } from './frame-source.ts';
 
 type Yuv = { y: number; u: number; v: number };
 
@@ -22,12 +23,14 @@ const MARKER_COLOURS: Yuv[] = [
 const BACKGROUND = rgbToYuv(28, 32, 44);
 const SWEEPER = rgbToYuv(90, 96, 110);
 const SWEEP_PERIOD_MS = 2000;
-const CELL_ONE: Yuv = { y: LUMA_ONE, u: 128, v: 128 };
-const CELL_ZERO: Yuv = { y: LUMA_ZERO, u: 128, v: 128 };
 
 export type SceneInput =
   | { kind: 'pointer'; seq: number; x: number; y: number }
-  | { kind: 'key'; seq: number; key: string };
+  /** A relative move in pixels (pointer lock). */
+  | { kind: 'move'; seq: number; dx: number; dy: number }
+  | { kind: 'key'; seq: number; key: string }
+  /** Any other input: only its sequence number counts (the barcode shows it arrived). */
+  | { kind: 'other'; seq: number };
 
 export class Scene {
   readonly width: number;
@@ -37,8 +40,8 @@ export class Scene {
   readonly #chromaWidth: number;
   readonly #uOffset: number;
   readonly #vOffset: number;
-  readonly #barcode: BarcodeLayout;
-  readonly #bits = new Uint8Array(64);
+  readonly #barcodeHeight: number;
+  readonly #stampBarcode: ((frame: Buffer, frameNumber: number, inputSeq: number) => void) | undefined;
   readonly #markerSize: number;
   readonly #sweeperSize: number;
   #pointerX = 0.5;
@@ -46,14 +49,15 @@ export class Scene {
   #colour = 0;
   #lastInputSeq = 0;
 
-  constructor(width: number, height: number) {
+  constructor(width: number, height: number, barcode = true) {
     this.width = width;
     this.height = height;
     this.#chromaWidth = width / 2;
     this.#uOffset = width * height;
     this.#vOffset = this.#uOffset + (width / 2) * (height / 2);
     this.frameBytes = this.#vOffset + (width / 2) * (height / 2);
-    this.#barcode = barcodeLayout(width);
+    this.#barcodeHeight = barcodeLayout(width).height;
+    this.#stampBarcode = barcode ? barcodeStamper(width, height) : undefined;
     this.#markerSize = Math.max(8, 2 * Math.round(height / 24));
     this.#sweeperSize = Math.max(8, 2 * Math.round(height / 20));
   }
@@ -67,7 +71,10 @@ export class Scene {
     if (input.kind === 'pointer') {
       this.#pointerX = Math.min(1, Math.max(0, input.x));
       this.#pointerY = Math.min(1, Math.max(0, input.y));
-    } else {
+    } else if (input.kind === 'move') {
+      this.#pointerX = Math.min(1, Math.max(0, this.#pointerX + input.dx / this.width));
+      this.#pointerY = Math.min(1, Math.max(0, this.#pointerY + input.dy / this.height));
+    } else if (input.kind === 'key') {
       // Digits pick a colour; any other key steps to the next one.
       const digit = /^[1-9]$/.test(input.key) ? Number(input.key) - 1 : -1;
       this.#colour = digit >= 0 ? digit % MARKER_COLOURS.length : (this.#colour + 1) % MARKER_COLOURS.length;
@@ -82,7 +89,7 @@ export class Scene {
     out.fill(BACKGROUND.u, this.#uOffset, this.#vOffset);
     out.fill(BACKGROUND.v, this.#vOffset, this.frameBytes);
 
-    const top = this.#barcode.height;
+    const top = this.#barcodeHeight;
     const sweep = this.#sweeperSize;
     const phase = (timeMs % SWEEP_PERIOD_MS) / SWEEP_PERIOD_MS;
     const sweepX = Math.round((phase < 0.5 ? phase * 2 : 2 - phase * 2) * (width - sweep));
@@ -93,11 +100,7 @@ export class Scene {
     const my = top + Math.round(this.#pointerY * (height - top - m));
     this.#fillRect(out, mx, my, m, m, MARKER_COLOURS[this.#colour]);
 
-    encodeBarcode(frameNumber, this.#lastInputSeq, this.#bits);
-    const { cellWidth, cellHeight } = this.#barcode;
-    for (let i = 0; i < 64; i++) {
-      this.#fillRect(out, (i % 32) * cellWidth, Math.floor(i / 32) * cellHeight, cellWidth, cellHeight, this.#bits[i] ? CELL_ONE : CELL_ZERO);
-    }
+    this.#stampBarcode?.(out, frameNumber, this.#lastInputSeq);
   }
 
   #fillRect(out: Buffer, x: number, y: number, w: number, h: number, colour: Yuv): void {

@@ -1,6 +1,6 @@
 // The one streaming session this container serves (spec §4.6 rule 3: each session gets a fresh
-// container). It owns the signaling connection of the moment, the peer connection, the scene and the
-// encoder, and decides when the session is over.
+// container). It owns the signaling connection of the moment and the peer connection, drives the frame
+// source and the encoder, and decides when the session is over.
 //
 //   idle --hello--> live --socket drop--> detached --hello+token--> live
 //                    |                      |
@@ -8,15 +8,15 @@
 import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { AppStatsMessage, ClientMessage, IceCandidateJson, ServerMessage } from '../client/protocol.ts';
 import { CloseCode, PROTOCOL_VERSION } from '../client/protocol.ts';
+import { AudioCapture, type PulseServer } from './audio.ts';
 import type { Config } from './config.ts';
 import { iceServersFor, type CredentialStore } from './credentials.ts';
 import type { EncodedFrame, VideoEncoder } from './encoder.ts';
-import { FrameSource } from './frame-source.ts';
+import type { FrameSource } from './frame-source.ts';
 import type { Logger } from './logger.ts';
 import { PeerLink, type PeerState } from './peer.ts';
 import { parseInputMessage } from './protocol.ts';
-import { RtpVideoSender } from './rtp.ts';
-import { Scene } from './scene.ts';
+import { RtpAudioSender, RtpVideoSender } from './rtp.ts';
 
 export type SessionState = 'idle' | 'live' | 'detached' | 'ended';
 
@@ -32,6 +32,9 @@ export type SessionOptions = {
   log: Logger;
   credentials: CredentialStore;
   encoder: VideoEncoder;
+  source: FrameSource;
+  /** The app's sound server, when the session streams audio. */
+  audio?: PulseServer;
   /** Called once when the session is over; `error` marks an internal failure (non-zero exit). */
   onEnded: (reason: string, error: boolean) => void;
 };
@@ -49,12 +52,17 @@ export class StreamingSession {
   readonly #resumeToken = randomBytes(32).toString('base64url');
   readonly #options: SessionOptions;
   readonly #log: Logger;
-  readonly #scene: Scene;
-  readonly #frames: FrameSource;
+  readonly #source: FrameSource;
+  /** Input events dropped because a field was bad. */
+  inputDropped = 0;
   #state: SessionState = 'idle';
   #channel: SignalingChannel | undefined;
   #peer: PeerLink | undefined;
   #rtp: RtpVideoSender | undefined;
+  #rtpAudio: RtpAudioSender | undefined;
+  #audioCapture: AudioCapture | undefined;
+  /** Origin of every RTP clock of the session (media-clock.ts). */
+  readonly #clockOriginMs = performance.now();
   #resumeTimer: NodeJS.Timeout | undefined;
   #connectTimer: NodeJS.Timeout | undefined;
   #statsTimer: NodeJS.Timeout | undefined;
@@ -64,9 +72,7 @@ export class StreamingSession {
   constructor(options: SessionOptions) {
     this.#options = options;
     this.#log = options.log.child({ sessionId: this.id });
-    const { width, height, fps } = options.config;
-    this.#scene = new Scene(width, height);
-    this.#frames = new FrameSource(this.#scene, options.encoder, fps);
+    this.#source = options.source;
   }
 
   get state(): SessionState {
@@ -148,7 +154,14 @@ export class StreamingSession {
     this.#log.info({ connection: channel.id }, 'session started');
     this.#sendConfig(false);
     void this.#newPeer('session start');
-    this.#frames.prime();
+    this.#source.prime();
+    const { audio, config } = this.#options;
+    if (audio) {
+      this.#audioCapture = new AudioCapture(audio, config.ffmpegPath, this.#log, (packet) => this.#rtpAudio?.send(packet), (reason) => {
+        this.#log.error({ reason }, 'audio capture failed');
+        this.end(reason, true);
+      });
+    }
   }
 
   #resume(channel: SignalingChannel, clientHasPeer: boolean): void {
@@ -232,6 +245,7 @@ export class StreamingSession {
     const old = this.#peer;
     this.#peer = undefined;
     this.#rtp = undefined;
+    this.#rtpAudio = undefined;
     if (this.#connectTimer) clearTimeout(this.#connectTimer);
     if (old) await old.close();
     if (this.#state === 'ended') return;
@@ -243,6 +257,7 @@ export class StreamingSession {
         portRange: config.portRange,
         bindAddress: config.bindAddress,
         codec: encoder.codec,
+        audio: this.#options.audio !== undefined,
         log: this.#log,
         onCandidate: (candidate) => { if (peer === this.#peer) this.#channel?.send({ type: 'candidate', candidate }); },
         onState: (state) => { if (peer === this.#peer) this.#peerState(peer, state); },
@@ -269,12 +284,14 @@ export class StreamingSession {
     if (state === 'connected') {
       if (this.#connectTimer) clearTimeout(this.#connectTimer);
       this.#connectTimer = undefined;
-      this.#rtp = new RtpVideoSender(this.#options.encoder.codec, peer.videoSender, this.#log, peer.playoutDelayExtensionId);
+      this.#rtp = new RtpVideoSender(this.#options.encoder.codec, peer.videoSender, this.#log, this.#clockOriginMs, peer.playoutDelayExtensionId);
+      // The browser may decline the audio track; the session goes on without it.
+      if (peer.audioSender?.codec) this.#rtpAudio = new RtpAudioSender(peer.audioSender, this.#log, this.#clockOriginMs);
       const { encoder } = this.#options;
       // A fresh encoder process (or a switch to the warm spare) makes the very first frame a keyframe.
       if (!encoder.running) encoder.start();
       else encoder.requestKeyframe('peer connected');
-      this.#frames.start();
+      this.#source.start();
       this.#statsTimer ??= setInterval(() => this.#sendStats(), STATS_INTERVAL_MS);
     } else if (state === 'failed' || state === 'closed') {
       this.end(`peer connection ${state}`);
@@ -293,13 +310,11 @@ export class StreamingSession {
 
   #input(raw: string): void {
     const parsed = parseInputMessage(raw);
-    if (!parsed.ok) {
-      this.#log.debug({ error: parsed.error }, 'input message ignored');
-      return;
-    }
-    const m = parsed.value;
-    this.#scene.apply(m.type === 'pointer' ? { kind: 'pointer', seq: m.seq, x: m.x, y: m.y } : { kind: 'key', seq: m.seq, key: m.key });
-    this.#frames.kick();
+    if (parsed.ok && this.#source.input(parsed.value)) return;
+    // Dropped and counted, never fatal: the first one is logged, later ones only at debug level.
+    this.inputDropped++;
+    const error = parsed.ok ? `${parsed.value.type} event cannot be applied by the ${this.#source.kind} source` : parsed.error;
+    this.#log[this.inputDropped === 1 ? 'info' : 'debug']({ error, dropped: this.inputDropped }, 'input event dropped');
   }
 
   #sendStats(): void {
@@ -311,13 +326,14 @@ export class StreamingSession {
     const message: AppStatsMessage = {
       type: 'stats',
       encoder: s.encoder,
-      frame: this.#frames.frameNumber,
+      frame: this.#source.feed.frameNumber,
       fps: seconds > 0 && this.#lastStats.at > 0 ? Math.round(((s.framesOut - this.#lastStats.frames) / seconds) * 10) / 10 : 0,
       kbps: seconds > 0 && this.#lastStats.at > 0 ? Math.round(((s.bytesOut - this.#lastStats.bytes) * 8) / seconds / 1000) : 0,
       encodeMsP50: Math.round(median(s.recentEncodeMs) * 100) / 100,
       encodeMsLast: Math.round((s.recentEncodeMs.at(-1) ?? 0) * 100) / 100,
       keyframes: s.keyframes,
-      skipped: s.framesSkipped + this.#frames.framesSkipped,
+      skipped: s.framesSkipped + this.#source.feed.framesSkipped,
+      inputDropped: this.inputDropped,
     };
     this.#lastStats = { at: now, frames: s.framesOut, bytes: s.bytesOut };
     peer.sendInputChannel(JSON.stringify(message));
@@ -334,7 +350,8 @@ export class StreamingSession {
     this.#endReason = reason;
     for (const timer of [this.#resumeTimer, this.#connectTimer]) if (timer) clearTimeout(timer);
     if (this.#statsTimer) clearInterval(this.#statsTimer);
-    this.#frames.stop();
+    this.#source.stop();
+    this.#audioCapture?.stop();
     this.#options.encoder.stop();
     const channel = this.#channel;
     this.#channel = undefined;
@@ -345,9 +362,11 @@ export class StreamingSession {
     const peer = this.#peer;
     this.#peer = undefined;
     this.#rtp = undefined;
+    this.#rtpAudio = undefined;
     const encodeMsP50 = median(this.#options.encoder.stats.recentEncodeMs);
-    this.#log.info({ reason, error, wasIdle, framesRendered: this.#frames.framesRendered, framesSkipped: this.#frames.framesSkipped,
-      encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 } }, 'session ended');
+    const feed = this.#source.feed;
+    this.#log.info({ reason, error, wasIdle, source: this.#source.kind, framesSubmitted: feed.framesSubmitted, framesSkipped: feed.framesSkipped, framesUnchanged: feed.framesUnchanged, inputDropped: this.inputDropped,
+      audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 } }, 'session ended');
     const finish = (): void => this.#options.onEnded(reason, error);
     if (peer) peer.close().then(finish, finish);
     else finish();

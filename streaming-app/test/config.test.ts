@@ -66,3 +66,31 @@ test('the process stops at once with exactly one readable line on stderr', async
   assert.equal(lines.length, 1, stderr);
   assert.match(lines[0], /^streaming-app: invalid configuration: STREAMING_PORT_BINDING_RANGE: /);
 });
+
+test('the frame source: auto streams the app when Xvfb can be found, else the scene; x11 and pipe need an app', () => {
+  const base = { STREAMING_BIND_ADDRESS: '192.0.2.10' };
+  const noTools = { ...base, PATH: '/nonexistent' };
+  assert.equal(loadConfig(noTools).source.kind, 'scene', 'no app command: the test scene');
+  const fallback = loadConfig({ ...noTools, STREAMING_APP_COMMAND: 'xterm' });
+  assert.equal(fallback.source.kind, 'scene');
+  assert.match(fallback.source.reason, /Xvfb is not installed/);
+  assert.equal(fallback.appCommand, undefined);
+  const existing = loadConfig({ ...noTools, STREAMING_APP_COMMAND: 'xterm', STREAMING_DISPLAY: ':3' });
+  assert.deepEqual([existing.source.kind, existing.display, existing.barcode, existing.audio.enabled], ['x11', ':3', false, false]);
+  assert.equal(loadConfig({ ...noTools, STREAMING_SOURCE: 'pipe', STREAMING_APP_COMMAND: 'renderer' }).source.kind, 'pipe');
+  assert.equal(loadConfig(noTools).barcode, true, 'the scene carries the barcode by default');
+
+  const cases: [Record<string, string>, RegExp][] = [
+    [{ STREAMING_SOURCE: 'desktop' }, /STREAMING_SOURCE/],
+    [{ STREAMING_SOURCE: 'x11' }, /STREAMING_APP_COMMAND: required with STREAMING_SOURCE=x11/],
+    [{ STREAMING_SOURCE: 'pipe', STREAMING_APP_COMMAND: ' ' }, /STREAMING_APP_COMMAND: required/],
+    [{ STREAMING_SOURCE: 'x11', STREAMING_APP_COMMAND: 'xterm' }, /x11 needs Xvfb/],
+    [{ STREAMING_DISPLAY: 'localhost' }, /STREAMING_DISPLAY/],
+    [{ STREAMING_AUDIO: 'true' }, /STREAMING_AUDIO: the test scene has no sound/],
+    [{ STREAMING_SOURCE: 'pipe', STREAMING_APP_COMMAND: 'r', STREAMING_AUDIO: 'true' }, /STREAMING_AUDIO: needs PulseAudio/],
+    [{ STREAMING_FRAME_PIPE: 'relative/path' }, /STREAMING_FRAME_PIPE/],
+  ];
+  for (const [env, message] of cases) {
+    assert.throws(() => loadConfig({ ...noTools, ...env }), (error: unknown) => error instanceof ConfigError && message.test(error.message), JSON.stringify(env));
+  }
+});

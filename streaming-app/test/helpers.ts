@@ -40,6 +40,56 @@ export function missingTools(tools: { name: string; path?: string; install: stri
 export const FFMPEG = { name: 'ffmpeg', install: 'Debian package ffmpeg' };
 export const CHROMIUM = { name: 'chromium', path: '/usr/bin/chromium', install: 'Debian package chromium' };
 export const COTURN = { name: 'turnserver', install: 'Debian package coturn' };
+export const XVFB = { name: 'Xvfb', install: 'Debian package xvfb' };
+export const XTERM = { name: 'xterm', install: 'Debian package xterm' };
+export const PULSEAUDIO = { name: 'pulseaudio', install: 'Debian package pulseaudio' };
+
+export const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+/** Runs the app until it exits by itself (a start-up failure): its exit code, stdout and stderr. */
+export async function runToExit(env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [MAIN], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+  clearTimeout(timer);
+  return { code, stdout, stderr };
+}
+
+/** Every live descendant of a process (Linux /proc), e.g. the helpers a streaming container started. */
+export function descendants(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+    } catch { /* gone meanwhile */ }
+  }
+  const found: number[] = [];
+  const walk = (parent: number): void => {
+    for (const child of children.get(parent) ?? []) { found.push(child); walk(child); }
+  };
+  walk(pid);
+  return found;
+}
+
+/** Pids from `pids` that are still alive (zombies count as gone). */
+export function alive(pids: number[]): number[] {
+  return pids.filter((pid) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+    } catch {
+      return false;
+    }
+  });
+}
 
 export function freeTcpPort(): Promise<number> {
   return new Promise((resolve, reject) => {

@@ -2,7 +2,7 @@
 // single place where errors become problem+json.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import express, { type NextFunction, type Request, type Response } from 'express';
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { Logger } from '../logger.ts';
 import type { CredentialVerifier } from './auth.ts';
 import { leanRouter } from './lean.ts';
@@ -20,13 +20,19 @@ export interface AppOptions {
   /** Request metrics (http/metrics.ts), labelled with `host` and the declared route template. */
   metrics?: { observeHttp(host: string, method: string, route: string, status: number, seconds: number): void };
   host?: string;
+  /** Plain Express handlers tried before the declared routes (the streaming sign-in, which lives on any path). */
+  handlers?: RequestHandler[];
+  /** The requests those handlers take: the lean routes leave them to Express. */
+  handled?: (req: IncomingMessage) => boolean;
 }
 
 /** The host's handler: lean routes first (http/lean.ts), then the Express app. */
 export function createApp(options: AppOptions) {
   const app = createExpressApp(options);
   const lean = leanRouter(options);
-  return lean ? (req: IncomingMessage, res: ServerResponse) => lean(req, res) || app(req, res) : app;
+  if (!lean) return app;
+  const handled = options.handled ?? (() => false);
+  return (req: IncomingMessage, res: ServerResponse) => (!handled(req) && lean(req, res)) || app(req, res);
 }
 
 function createExpressApp(options: AppOptions) {
@@ -56,6 +62,7 @@ function createExpressApp(options: AppOptions) {
     next();
   });
 
+  for (const handler of options.handlers ?? []) app.use(handler);
   const json = express.json({ limit: options.bodyLimit, type: () => true });
   for (const route of options.routes) {
     const path = expressPath(route.path);

@@ -1,0 +1,138 @@
+// The X display the application draws on: a virtual one (Xvfb, on a display number it picks itself with
+// -displayfd, at the session's resolution), or an existing one (STREAMING_DISPLAY). The app talks to it
+// through its own protocol connection (the `x11` package, pure JavaScript): to see that the application
+// has mapped a window, and to inject input with the XTEST extension.
+import type { ChildProcess } from 'node:child_process';
+import x11, { type XClient, type XDisplay, type XTest } from 'x11';
+import { exited, spawnChild, stopChild } from './children.ts';
+import { LineTail } from './line-tail.ts';
+
+const XVFB_START_TIMEOUT_MS = 15_000;
+const CONNECT_TIMEOUT_MS = 5_000;
+const WINDOW_POLL_MS = 50;
+const MAP_STATE_VIEWABLE = 2;
+
+export type VirtualDisplay = { display: string; child: ChildProcess; stop(): Promise<void> };
+
+/** Starts Xvfb on a free display number; rejects with one readable line if it cannot. */
+export async function startXvfb(xvfbPath: string, width: number, height: number): Promise<VirtualDisplay> {
+  // fd 3: Xvfb writes the display number it chose once it accepts connections.
+  const child = spawnChild(xvfbPath, ['-displayfd', '3', '-screen', '0', `${width}x${height}x24`, '-nolisten', 'tcp', '-noreset', '-dpi', '96'],
+    { stdio: ['ignore', 'ignore', 'pipe', 'pipe'] });
+  const stderr = new LineTail(child.stderr);
+  const displayNumber = new Promise<string>((resolve, reject) => {
+    let text = '';
+    child.stdio[3]?.on('data', (chunk: Buffer) => {
+      text += chunk.toString();
+      if (text.includes('\n')) resolve(text.trim());
+    });
+    void exited(child).then(({ code, signal }) => reject(new Error(`Xvfb exited (${code ?? signal}) before opening a display: ${stderr.last() || 'no message'}`)));
+  });
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`Xvfb did not open a display within ${XVFB_START_TIMEOUT_MS / 1000} s`)), XVFB_START_TIMEOUT_MS);
+  });
+  try {
+    const number = await Promise.race([displayNumber, timeout]);
+    return { display: `:${number}`, child, stop: () => stopChild(child) };
+  } catch (error) {
+    await stopChild(child);
+    throw error;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** One protocol connection to the display, with XTEST. */
+export class XConnection {
+  readonly client: XClient;
+  readonly xtest: XTest;
+  readonly root: number;
+  readonly width: number;
+  readonly height: number;
+  readonly minKeycode: number;
+  readonly maxKeycode: number;
+
+  private constructor(display: XDisplay, xtest: XTest) {
+    this.client = display.client;
+    this.xtest = xtest;
+    const screen = display.screen[0];
+    this.root = screen.root;
+    this.width = screen.pixel_width;
+    this.height = screen.pixel_height;
+    this.minKeycode = display.min_keycode;
+    this.maxKeycode = display.max_keycode;
+  }
+
+  static async open(display: string): Promise<XConnection> {
+    const opened = new Promise<XDisplay>((resolve, reject) => {
+      x11.createClient({ display }, (error, value) => (error ? reject(error) : resolve(value)));
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error('no answer')), CONNECT_TIMEOUT_MS);
+    });
+    try {
+      const connected = await Promise.race([opened, timeout]);
+      const xtest = await new Promise<XTest>((resolve, reject) => {
+        connected.client.require('xtest', (error, ext) => (error ? reject(new Error('the display has no XTEST extension')) : resolve(ext)));
+      });
+      return new XConnection(connected, xtest);
+    } catch (error) {
+      throw new Error(`cannot open X display ${display}: ${(error as Error).message}`);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Calls `listener` once if the connection to the display is lost. */
+  onLost(listener: (why: string) => void): void {
+    let told = false;
+    const tell = (why: string): void => { if (!told) { told = true; listener(why); } };
+    this.client.on('end', () => tell('connection to the X display closed'));
+    this.client.on('error', (error) => tell(`X display error: ${error?.message ?? 'unknown'}`));
+  }
+
+  /** Resolves once some top-level window is mapped; `failed()` is checked between polls (e.g. the app exited). */
+  async waitForWindow(timeoutMs: number, failed: () => string | undefined): Promise<void> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const reason = failed();
+      if (reason) throw new Error(reason);
+      if (await this.#hasViewableWindow()) return;
+      if (performance.now() > deadline) throw new Error(`the application showed no window within ${Math.round(timeoutMs / 1000)} s`);
+      await new Promise((resolve) => setTimeout(resolve, WINDOW_POLL_MS));
+    }
+  }
+
+  async #hasViewableWindow(): Promise<boolean> {
+    const tree = await this.#call<{ children: number[] }>((cb) => this.client.QueryTree(this.root, cb));
+    for (const window of tree.children) {
+      const attributes = await this.#call<{ mapState: number }>((cb) => this.client.GetWindowAttributes(window, cb)).catch(() => undefined);
+      if (attributes?.mapState === MAP_STATE_VIEWABLE) return true;
+    }
+    return false;
+  }
+
+  keyboardMapping(): Promise<number[][]> {
+    return this.#call((cb) => this.client.GetKeyboardMapping(this.minKeycode, this.maxKeycode - this.minKeycode + 1, cb));
+  }
+
+  /** Where the pointer is and which buttons and modifiers are down (keyMask, X's state bits). */
+  pointer(): Promise<{ rootX: number; rootY: number; keyMask: number }> {
+    return this.#call((cb) => this.client.QueryPointer(this.root, cb));
+  }
+
+  /** A round trip: resolves once the server has processed every request sent before. */
+  sync(): Promise<unknown> {
+    return this.#call((cb) => this.client.GetInputFocus(cb));
+  }
+
+  #call<T>(request: (callback: (error: Error | null, value: T) => void) => void): Promise<T> {
+    return new Promise((resolve, reject) => request((error, value) => (error ? reject(error) : resolve(value))));
+  }
+
+  close(): void {
+    try { this.client.terminate(); } catch { /* already closed */ }
+  }
+}
