@@ -13,6 +13,14 @@ export function takesRequests(status: string): boolean {
   return TAKING_REQUESTS.has(status);
 }
 
+/**
+ * A STREAMING version takes sign-ins in these and in DEGRADED too: a one-instance function is briefly
+ * without a ready instance whenever a session ends, and its line waits for the next.
+ */
+export function takesSessions(status: string): boolean {
+  return TAKING_REQUESTS.has(status) || status === 'DEGRADED';
+}
+
 /** Where a resolved request goes: the version and what the container is told about it (also stored with a 202). */
 export const targetSchema = z.object({
   ncaId: z.string(),

@@ -1,7 +1,7 @@
 // The version resolver (invocation/resolver.ts): which version takes a request, and why not.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { choose, takesRequests, type KnownVersion } from '../../src/invocation/resolver.ts';
+import { choose, takesRequests, takesSessions, type KnownVersion } from '../../src/invocation/resolver.ts';
 
 const version = (versionId: string, status: string): KnownVersion => ({
   status, streaming: false, target: { ncaId: 'a', functionId: 'f', versionId, functionName: 'fn', inferenceUrl: '/' },
@@ -18,6 +18,10 @@ const refusal = (versions: KnownVersion[], versionId?: string) => {
 
 test('ACTIVE, DEPLOYING and DEGRADING take requests; the others do not', () => {
   assert.deepEqual(['ACTIVE', 'DEPLOYING', 'DEGRADING', 'DEGRADED', 'ERROR', 'INACTIVE'].map(takesRequests), [true, true, true, false, false, false]);
+});
+
+test('a streaming line also takes sign-ins while DEGRADED (between sessions), not in ERROR or INACTIVE', () => {
+  assert.deepEqual(['ACTIVE', 'DEPLOYING', 'DEGRADING', 'DEGRADED', 'ERROR', 'INACTIVE'].map(takesSessions), [true, true, true, true, false, false]);
 });
 
 test('the version named, or one that takes requests', () => {
