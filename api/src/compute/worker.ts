@@ -81,7 +81,7 @@ export function createRuntime(settings: AgentSettings, stateDir: string, log: Lo
   if (settings.runtime === 'docker') {
     return createDockerRuntime({
       ...common, socketPath: settings.dockerSocket ?? dockerSocketPath(),
-      publishAddress: settings.dockerPublishAddress, gpus: settings.dockerGpus,
+      publishAddress: settings.dockerPublishAddress, gpus: settings.dockerGpus, pull: settings.dockerPull,
     });
   }
   return createProcessRuntime({ ...common, catalogFile: path.resolve(settings.imageCatalog), stateDir });
