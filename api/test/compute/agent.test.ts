@@ -131,6 +131,14 @@ describe('agent', () => {
     await reports.waitForState(crash.instanceId, 'STOPPED');
   });
 
+  test('a program that stops listening on its way out is EXITED, not declared unhealthy', async () => {
+    const leaving = instanceSpec('test/exit', { containerEnvironment: [{ key: 'EXIT_AFTER_MS', value: '1500' }, { key: 'CLOSE_BEFORE_EXIT_MS', value: '800' }] });
+    want(leaving);
+    await reports.waitForState(leaving.instanceId, 'EXITED');
+    assert.deepEqual(reports.states(leaving.instanceId), ['STARTING', 'RUNNING', 'EXITED'], 'its failed checks gave way to the exit');
+    unwant(leaving.instanceId);
+  });
+
   test('never healthy within the grace period: restarted with back-off', async () => {
     const spec = instanceSpec('test/unhealthy', { startupGracePeriodMs: 700 });
     want(spec);
