@@ -105,10 +105,10 @@ describe('docker runtime on podman', { skip }, () => {
 
   test('a container that ignores SIGTERM is killed after the grace period (exit 137)', async () => {
     const spec = instanceSpec(image('echo'), {
-      containerArgs: `node -e "process.on('SIGTERM', () => console.log('ignored')); setInterval(() => {}, 1000)"`,
+      containerArgs: `node -e "process.on('SIGTERM', () => console.log('ignored')); console.log('armed'); setInterval(() => {}, 1000)"`,
     });
     const { instance } = await start(spec);
-    await eventually(async () => ((await containerOf(spec)) ? true : undefined), 'the container');
+    await eventually(() => (instance.logTail().includes('armed') ? true : undefined), 'the SIGTERM handler in place');
     await instance.stop(1000);
     const status = await instance.exited;
     assert.equal(status.code, 137, 'SIGKILL after the grace period');
