@@ -58,8 +58,8 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeO
       if (exited) throw new Error(`svc serve exited: ${readFileSync(outputFile, 'utf8').slice(offset)}`);
       await sleep(50);
       const output = readFileSync(outputFile, 'utf8').slice(offset);
-      const port = /API\s+http:\/\/localhost:(\d+)/.exec(output)?.[1];
-      if (port) return { child, url: `http://${options.address ?? 'localhost'}:${port}`, secret: /Bootstrap secret[^:]*: (svcboot-\S+)/.exec(output)?.[1] };
+      const listening = /API\s+http:\/\/localhost:(\d+)/.exec(output)?.[1];
+      if (listening) return { child, url: `http://${options.address ?? 'localhost'}:${listening}`, secret: /Bootstrap secret[^:]*: (svcboot-\S+)/.exec(output)?.[1] };
     }
   }
 
