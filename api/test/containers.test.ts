@@ -14,6 +14,7 @@ import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts'
 import { request } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 import { containersLabelled, image, needsPodman, removeContainers, startEngine, type Engine } from './helpers/podman.ts';
+import { until } from './helpers/wait.ts';
 
 const health = { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT10S', expectedStatusCode: 200 };
 const skip = needsPodman([image('echo'), image('slow'), image('streaming-app')], 'the platform on the docker runtime');
@@ -95,10 +96,10 @@ describe('the platform with its agent on the docker runtime (podman)', { skip },
     ws.on('message', (data) => messages.push(JSON.parse(data.toString())));
     await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
     ws.send(JSON.stringify({ type: 'hello', protocol: 1 }));
-    const offer = await until(() => messages.find((message) => message.type === 'offer'), 'the offer from the container');
+    const offer = await until('the offer from the container', async () => messages.find((message) => message.type === 'offer'), 30_000);
     assert.match(offer.sdp, /^v=0/);
     ws.send(JSON.stringify({ type: 'bye' }));
-    await until(() => messages.find((message) => message.type === 'bye'), 'bye');
+    await until('bye', async () => messages.find((message) => message.type === 'bye'));
     ws.close();
     // The container exits 0 after its session (EXITED); placement replaces the instance.
     await waitFor(svc, key, fn, (record) => record.activeInstances.some((instance: any) => instance.instanceId !== before), 60_000);
@@ -136,13 +137,3 @@ describe('the platform with its agent on the docker runtime (podman)', { skip },
     assert.equal(info.gpu, 'LOCAL');
   }
 });
-
-async function until<T>(find: () => T | undefined, what: string, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const found = find();
-    if (found !== undefined) return found;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}

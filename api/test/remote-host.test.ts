@@ -9,12 +9,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { WebSocket } from 'ws';
 import { request } from './helpers/http.ts';
 import { createHosts, needsNetns, type Hosts } from './helpers/netns.ts';
 import { TEST_CATALOG } from './helpers/platform.ts';
 import { servePlatform, type ServedPlatform } from './helpers/served.ts';
+import { until } from './helpers/wait.ts';
 
 const svcBin = path.resolve(import.meta.dirname, '../bin/svc.js');
 const skip = needsNetns('the control plane and an agent on two hosts');
@@ -42,15 +42,10 @@ describe('a control plane and an agent on two hosts (network namespaces)', { ski
     return { id, versionId };
   }
 
-  async function runningOn(fn: { id: string; versionId: string }) {
-    for (let attempt = 0; attempt < 1200; attempt++) {
-      const record = (await api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`, { bearer: key })).body.function;
-      const instance = record.activeInstances.find((candidate: any) => candidate.instanceStatus === 'RUNNING');
-      if (record.status === 'ACTIVE' && instance) return instance;
-      await sleep(50);
-    }
-    throw new Error('the remote instance never ran');
-  }
+  const runningOn = (fn: { id: string; versionId: string }) => until('the remote instance running', async () => {
+    const record = (await api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`, { bearer: key })).body.function;
+    return record.status === 'ACTIVE' && record.activeInstances.find((candidate: any) => candidate.instanceStatus === 'RUNNING');
+  }, 60_000);
 
   before(async () => {
     hosts = await createHosts();
@@ -70,12 +65,10 @@ describe('a control plane and an agent on two hosts (network namespaces)', { ski
       },
       stdio: ['ignore', 'ignore', 'inherit'],
     });
-    for (let attempt = 0; ; attempt++) {
-      const cluster = await api('GET', `/v1/accounts/svc-default/clusters/${registered.body.clusterId}`, { bearer: token });
-      if (cluster.body.status === 'CONNECTED') break;
-      if (attempt === 600 || agent.exitCode !== null) throw new Error(`the agent never connected: ${JSON.stringify(cluster.body)}`);
-      await sleep(50);
-    }
+    await until('the agent connected', async () => {
+      assert.equal(agent.exitCode, null, 'the agent runs');
+      return (await api('GET', `/v1/accounts/svc-default/clusters/${clusterId}`, { bearer: token })).body.status === 'CONNECTED';
+    }, 30_000);
   });
 
   after(async () => {
@@ -112,13 +105,10 @@ describe('a control plane and an agent on two hosts (network namespaces)', { ski
     await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
     ws.send(JSON.stringify({ type: 'hello', protocol: 1 }));
     // The app trickles its candidates after the offer; the first is its host candidate.
-    const candidate = () => messages.find((message) => message.type === 'candidate' && message.candidate)?.candidate.candidate as string | undefined;
-    for (let attempt = 0; !candidate(); attempt++) {
-      assert.ok(attempt < 600, `no candidate: ${JSON.stringify(messages)}`);
-      await sleep(50);
-    }
+    const candidate: string = await until('a candidate from the app', async () =>
+      messages.find((message) => message.type === 'candidate' && message.candidate)?.candidate.candidate, 30_000);
     assert.ok(messages.some((message) => message.type === 'offer'));
-    assert.match(candidate()!, new RegExp(` ${hosts.agent.address.replaceAll('.', '\\.')} \\d+ typ host`), 'its host candidate is on the agent\'s address');
+    assert.match(candidate, new RegExp(` ${hosts.agent.address.replaceAll('.', '\\.')} \\d+ typ host`), 'its host candidate is on the agent\'s address');
     ws.send(JSON.stringify({ type: 'bye' }));
     ws.close();
   });
@@ -137,9 +127,9 @@ describe('a control plane and an agent on two hosts (network namespaces)', { ski
     const agentLinks = () => hosts.connections(hosts.control.ns, served.port, hosts.agent.address);
     const [before] = await agentLinks();
     assert.ok(before, 'the agent link is a connection to the gateway');
-    await until(async () => !(await agentLinks()).includes(before), 'the control plane to drop the silent agent', 60_000);
+    await until('the control plane to drop the silent agent', async () => !(await agentLinks()).includes(before), 60_000);
     await hosts.link('up');
-    await until(async () => (await agentLinks()).length > 0, 'the agent to connect again', 60_000);
+    await until('the agent to connect again', async () => (await agentLinks()).length > 0, 60_000);
     const answers = await Promise.all(accepted.map(async (response) => {
       for (;;) {
         const answer = await api('GET', `/v2/svc/pexec/status/${response.headers['svc-reqid']}`, { bearer: key, headers: { 'svc-poll-seconds': '5' } });
@@ -150,11 +140,3 @@ describe('a control plane and an agent on two hosts (network namespaces)', { ski
     assert.deepEqual(answers.map((answer) => answer.body.seconds), [2, 2.5, 3, 3.5]);
   });
 });
-
-async function until(check: () => boolean | Promise<boolean>, what: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!await check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
-}
