@@ -17,8 +17,6 @@ export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/images/containers.conf}"
 TAG="${SVC_IMAGE_TAG:-dev}"
 CACHE="${SVC_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/svc-images}"
 SUITE=bookworm
-# Trimmed like Debian's slim images: no docs, man pages, locales or apt lists, and none installed later.
-TRIM_VERSION=1
 
 say() { echo "images: $*" >&2; }
 die() { echo "images: $*" >&2; exit 1; }
@@ -45,7 +43,7 @@ debian_base() {
   local mirror key tarball image=localhost/svc/debian:$SUITE
   mirror=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
   mirror=${SVC_DEBIAN_MIRROR:-${mirror:-http://deb.debian.org/debian}}
-  key=$(recipe "$SUITE" minbase "$mirror" "$TRIM_VERSION")
+  key=$(recipe "$SUITE" minbase "$mirror" "$(declare -f trim)")
   [ "$(label_of "$image" svc.recipe)" = "$key" ] && return
   tarball="$CACHE/debian-$SUITE-$key.tar"
   if [ ! -f "$tarball" ]; then
@@ -66,6 +64,7 @@ debian_base() {
   podman import --quiet --change "LABEL svc.recipe=$key" --change 'CMD ["/bin/bash"]' "$tarball" "$image" >/dev/null
 }
 
+# Trimmed like Debian's slim images: no docs, man pages, locales or apt lists, and none installed later.
 trim() {
   local root=$1
   cat >"$root/etc/dpkg/dpkg.cfg.d/svc-slim" <<'CFG'

@@ -23,9 +23,7 @@ const run = promisify(execFile);
 const REPO = path.resolve(import.meta.dirname, '..');
 const COMPOSE = '/usr/bin/docker-compose';
 const IMAGES = [image('platform'), image('proxy'), image('streaming-app'), image('echo'), 'localhost/svc/postgres:15', 'localhost/svc/coturn:4.6'];
-const skip = !existsSync(COMPOSE) && !process.env.CI
-  ? (console.log('# skipping docker-compose.yml: needs docker-compose (Debian package docker-compose)'), 'no docker-compose')
-  : needsPodman(IMAGES, 'docker-compose.yml');
+const skip = needsCompose() || needsPodman(IMAGES, 'docker-compose.yml');
 const health = { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT10S', expectedStatusCode: 200 };
 
 describe('docker-compose.yml on podman', { skip }, () => {
@@ -133,3 +131,9 @@ describe('docker-compose.yml on podman', { skip }, () => {
     ws.close();
   });
 });
+
+function needsCompose(): string | false {
+  if (process.env.CI || existsSync(COMPOSE)) return false;
+  console.log('# skipping docker-compose.yml: needs docker-compose (Debian package docker-compose)');
+  return 'needs docker-compose';
+}

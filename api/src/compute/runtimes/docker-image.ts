@@ -3,6 +3,7 @@
 // every time, `never` only uses what is there. A pull carries X-Registry-Auth from the account's registry
 // credential. What can never succeed (no such image, credential refused, malformed reference) is an
 // UnstartableError; anything else (registry unreachable, rate limit) may pass, so it is retried.
+import type { IncomingMessage } from 'node:http';
 import type { InstanceSpec } from '../protocol.ts';
 import { UnstartableError } from '../runtime.ts';
 import { DockerError, type DockerApi } from './docker-api.ts';
@@ -47,10 +48,10 @@ async function present(api: DockerApi, image: string): Promise<boolean> {
 }
 
 /** Pull progress is JSON lines; a failure during the pull arrives as {"error": "..."} in a 200 stream. */
-async function pullError(response: AsyncIterable<unknown> & { setEncoding(encoding: BufferEncoding): unknown }): Promise<string | undefined> {
+async function pullError(response: IncomingMessage): Promise<string | undefined> {
   let buffered = '';
   response.setEncoding('utf8');
-  for await (const chunk of response) buffered += chunk as string;
+  for await (const chunk of response) buffered += chunk;
   let failure: string | undefined;
   for (const line of buffered.split('\n')) {
     if (!line.trim()) continue;
