@@ -140,10 +140,11 @@ describe('agent', () => {
   });
 
   test('never healthy within the grace period: restarted with back-off', async () => {
-    const spec = instanceSpec('test/unhealthy', { startupGracePeriodMs: 700 });
+    // Long enough for the fixture to be listening (answering 503) even on a loaded machine.
+    const spec = instanceSpec('test/unhealthy', { startupGracePeriodMs: 3000 });
     want(spec);
     const first = await reports.waitForState(spec.instanceId, 'RESTARTING');
-    assert.match(first.message!, /^not healthy within the start-up grace period of 700 ms \(last check: HTTP 503\)$/);
+    assert.match(first.message!, /^not healthy within the start-up grace period of 3000 ms \(last check: HTTP 503\)$/);
     assert.equal(first.restarts, 1);
     const second = await reports.waitForState(spec.instanceId, 'RESTARTING', 2);
     assert.equal(second.restarts, 2);
