@@ -37,7 +37,6 @@ describe('the platform with its agent on the docker runtime (podman)', { skip },
   });
 
   after(async () => {
-    if (process.env.DEBUG_LOGS) console.log(svc.logs.filter((l) => !l.includes('"GET"')).join('\n'));
     await svc?.close();
     // Closing the platform stops its instances; a failed test may leave some.
     if (engine) await removeContainers(engine, `svc.agent=${agentNameOf(path.join(svc.database.dataDir, 'agent'))}`);
