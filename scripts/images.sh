@@ -56,6 +56,7 @@ debian_base() {
     rm -f "$root.log"
     trim "$root"
     tar -C "$root" --numeric-owner -cf "$tarball.part" .
+    rm -f "$CACHE/debian-$SUITE-"*.tar  # an older recipe's
     mv "$tarball.part" "$tarball"
     rm -rf "$root"
     trap - EXIT
