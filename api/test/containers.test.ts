@@ -30,7 +30,7 @@ describe('the platform with its agent on the docker runtime (podman)', { skip },
     await registry.listen();
     engine = await startEngine({ insecureRegistries: [registry.host] });
     svc = await startTestPlatform({
-      config: { compute: { agent: { runtime: 'docker', dockerSocket: engine.socketPath, healthIntervalMs: 500 } } },
+      config: { compute: { agent: { runtime: 'docker', dockerSocket: engine.socketPath, healthIntervalMs: 2000 } } },
     });
     token = await svc.token();
     key = await svc.apiKey(token, ['invoke_function', 'list_functions']);
