@@ -126,6 +126,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     autoscaler.onApplied(() => void instances.reconcile());
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
+    deployments.useHealthInfo(instances.healthInfo);
     deployments.onChange(() => void instances.reconcile());
     const invocation = createInvocationService({
       queue: createInProcessQueue(), repo: createInvocationsRepo(store.db), functionsRepo, deployments: deploymentsRepo, instances, log, now,
