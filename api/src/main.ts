@@ -133,6 +133,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     autoscaler.onApplied(() => void instances.reconcile());
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
+    deployments.useHealthInfo(instances.healthInfo);
     deployments.onChange(() => void instances.reconcile());
     const resolver = createVersionResolver(functionsRepo);
     const { natsUrl, maxQueueDepth } = config.invocation;

@@ -11,7 +11,7 @@ import type { ClusterRow } from '../clusters/repo.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import type { Gpu } from '../clusters/schema.ts';
 import type { DeploymentRow, DeploymentsRepo } from '../deployments/repo.ts';
-import type { GpuSpecification } from '../deployments/schema.ts';
+import type { GpuSpecification, HealthInfo } from '../deployments/schema.ts';
 import type { FunctionStatus, Instance } from '../functions/schema.ts';
 import { documentOf, type ActiveInstances, type FunctionsService } from '../functions/service.ts';
 import type { FunctionsRepo } from '../functions/repo.ts';
@@ -70,6 +70,9 @@ export interface InstancesOptions {
 const CRASH_LOOP_RESTARTS = 3;
 const DEFAULT_GRACE_MS = 600_000;
 const DEFAULT_IDLE_BEFORE_ZERO_MS = 300_000;
+
+/** Agent states whose report message says why the instance is not running. */
+const FAILING = new Set(['FAILED', 'UNHEALTHY', 'RESTARTING']);
 
 const apiStatus: Record<string, Instance['instanceStatus']> = {
   PENDING: 'STARTING', STARTING: 'STARTING', RESTARTING: 'STARTING', RUNNING: 'RUNNING', UNHEALTHY: 'ERRORED',
@@ -311,6 +314,16 @@ export function createInstancesService(options: InstancesOptions) {
 
   return {
     activeInstances,
+
+    /** Why instances of a version are not running, for its deployment's healthInfo: each failing one's last reason. */
+    async healthInfo(versionId: string): Promise<HealthInfo[]> {
+      const failing = [...rows.values()].filter((row) => row.version_id === versionId && row.desired === 1 && row.message && FAILING.has(row.state));
+      if (!failing.length) return [];
+      const clusterRows = new Map((await options.clusters.all()).map((cluster) => [cluster.id, cluster]));
+      return failing.map((row) => ({
+        gpu: row.gpu, backend: clusterRows.get(row.cluster_id)?.group_name ?? '', instanceType: row.instance_type, error: row.message!,
+      }));
+    },
 
     /** Instances per version placement holds now (metrics: svc_function_instances). */
     instanceCounts(): FunctionInstances[] {
