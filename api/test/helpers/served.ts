@@ -29,6 +29,8 @@ export interface ServeOptions {
   wrap?: string[];
   /** The address the test reaches the platform at (default localhost). */
   address?: string;
+  /** Another API replica on an existing installation's store (it prints no bootstrap secret). */
+  replica?: boolean;
 }
 
 export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeOptions = {}): Promise<ServedPlatform> {
@@ -64,7 +66,7 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeO
   }
 
   const first = await start(Number(env.SVC_PORT ?? 0));
-  if (!first.secret) throw new Error('svc serve printed no bootstrap secret: is the data directory new?');
+  if (!first.secret && !options.replica) throw new Error('svc serve printed no bootstrap secret: is the data directory new?');
   let child = first.child;
   const port = Number(new URL(first.url).port);
   const stopped = (process: ChildProcess) => new Promise((resolve) => (process.exitCode !== null || process.signalCode ? resolve(undefined) : process.once('exit', resolve)));
@@ -73,7 +75,7 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeO
     url: first.url,
     dataDir,
     port,
-    bootstrapSecret: first.secret,
+    bootstrapSecret: first.secret ?? '',
     get process() {
       return child;
     },

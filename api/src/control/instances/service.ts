@@ -62,6 +62,8 @@ export interface InstancesOptions {
   desired?: DesiredCounts;
   /** Without `desired` only: a version woken from zero keeps one instance this long after its last request. */
   idleBeforeZeroMs?: number;
+  /** False on API replicas that leave placement to the one replica that runs it (compute.placement). */
+  places?: boolean;
 }
 
 /** Instances that restarted this often without becoming ready count as failing for ERROR status. */
@@ -155,6 +157,7 @@ export function createInstancesService(options: InstancesOptions) {
   }
 
   async function reconcileOnce() {
+    if (options.places === false) return;
     const deployments = await options.deployments.listAll();
     const deployed = new Map(deployments.map((deployment) => [deployment.version_id, deployment]));
     const desired = await options.desired?.load();
@@ -352,6 +355,7 @@ export function createInstancesService(options: InstancesOptions) {
       // requests) until its agent reports it again, which a reconnecting agent does in its hello.
       for (const row of await repo.listAll()) rows.set(row.instance_id, { ...row, state: 'PENDING' });
       await reconcile();
+      if (options.places === false) return;
       timer = setInterval(() => void reconcile(), options.intervalMs ?? 2000);
       timer.unref();
     },
