@@ -118,11 +118,12 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
 
     const instances = createInstancesService({
       repo: createInstancesRepo(store.db), deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
-      desired: autoscaler.desiredCounts,
+      desired: autoscaler.desiredCounts, metricsRegistry: metrics.registry,
     });
     autoscaler.onApplied(() => void instances.reconcile());
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
+    deployments.usePlacementIssues(instances.placementIssues);
     deployments.onChange(() => void instances.reconcile());
     const invocation = createInvocationService({
       queue: createInProcessQueue(), repo: createInvocationsRepo(store.db), functionsRepo, deployments: deploymentsRepo, instances, log, now,

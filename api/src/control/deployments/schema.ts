@@ -103,6 +103,10 @@ export const storedGpuSpecificationSchema = z.object({
   autoscalingConfigurationPolicy: z.enum(autoscalingPolicies).optional(),
 }).meta({ id: 'GpuSpecification' });
 
+/** Why a deployment runs fewer instances than it should (placement's words; wire-reference 3 healthInfo). */
+export const placementIssueSchema = z.object({ gpu: z.string(), backend: z.string(), instanceType: z.string(), error: z.string() })
+  .meta({ id: 'PlacementIssue' });
+
 export const deploymentSchema = z.object({
   deploymentId: z.string(),
   functionId: z.string(),
@@ -111,7 +115,7 @@ export const deploymentSchema = z.object({
   ncaId: z.string(),
   functionStatus: z.enum(functionStatuses),
   deploymentSpecifications: z.array(storedGpuSpecificationSchema),
-  healthInfo: z.array(z.object({ gpu: z.string(), backend: z.string(), instanceType: z.string(), error: z.string() })).optional(),
+  healthInfo: z.array(placementIssueSchema).optional(),
   createdAt: z.string(),
   lastUpdatedAt: z.string(),
 }).meta({ id: 'Deployment' });
@@ -127,3 +131,4 @@ export type CreateDeployment = z.infer<typeof createDeploymentSchema>;
 export type UpdateDeployment = z.infer<typeof updateDeploymentSchema>;
 export type PatchGpuSpecification = z.infer<typeof patchGpuSpecificationSchema>;
 export type Deployment = z.infer<typeof deploymentSchema>;
+export type PlacementIssue = z.infer<typeof placementIssueSchema>;

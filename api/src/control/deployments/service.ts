@@ -10,7 +10,7 @@ import type { ClustersService } from '../clusters/service.ts';
 import type { FunctionRecord } from '../functions/schema.ts';
 import type { FunctionsService } from '../functions/service.ts';
 import type { DeploymentRow, DeploymentsRepo } from './repo.ts';
-import type { CreateDeployment, Deployment, GpuSpecification, PatchGpuSpecification, UpdateDeployment } from './schema.ts';
+import type { CreateDeployment, Deployment, GpuSpecification, PatchGpuSpecification, PlacementIssue, UpdateDeployment } from './schema.ts';
 
 /** Told whenever a version's deployment is created, changed or removed. */
 export type DeploymentListener = (versionId: string) => void;
@@ -23,9 +23,12 @@ export function createDeploymentsService(
 ) {
   const listeners: DeploymentListener[] = [];
   const changed = (versionId: string) => listeners.forEach((listener) => listener(versionId));
+  /** Placement's account of what it could not place (wired once the execution plane exists). */
+  let placementIssues: (versionId: string) => PlacementIssue[] | undefined = () => undefined;
 
   async function toDeployment(row: DeploymentRow): Promise<Deployment> {
     const version = await functions.requireVersion(row.nca_id, row.function_id, row.version_id);
+    const issues = placementIssues(row.version_id);
     return {
       deploymentId: row.deployment_id,
       functionId: row.function_id,
@@ -34,6 +37,7 @@ export function createDeploymentsService(
       ncaId: row.nca_id,
       functionStatus: version.status as Deployment['functionStatus'],
       deploymentSpecifications: JSON.parse(row.specs) as GpuSpecification[],
+      ...(issues?.length ? { healthInfo: issues } : {}),
       createdAt: row.created_at,
       lastUpdatedAt: row.updated_at,
     };
@@ -78,6 +82,10 @@ export function createDeploymentsService(
   return {
     onChange(listener: DeploymentListener) {
       listeners.push(listener);
+    },
+
+    usePlacementIssues(source: (versionId: string) => PlacementIssue[] | undefined) {
+      placementIssues = source;
     },
 
     async create(principal: Principal, functionId: string, versionId: string, body: CreateDeployment): Promise<Deployment> {
