@@ -124,6 +124,19 @@ export const configSchema = z.object({
   log: z.object({
     level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   }).prefault({}),
+  /** Bounds of a long-running process (process/guard.ts): a runaway ends fast instead of taking the machine. */
+  guard: z.object({
+    /** V8 heap cap (--max-old-space-size) of svc serve, agent and autoscaler; 0 keeps Node's default. */
+    maxHeapMb: z.coerce.number().int().min(0).default(2048),
+    /** The watchdog ends the process when its resident memory passes this; 0: no bound. */
+    maxRssMb: z.coerce.number().int().min(0).default(4096),
+    /** A turn of the event loop this long is a block: logged with where, and readiness fails. */
+    blockedMs: z.coerce.number().int().min(50).default(2000),
+    /** How long readiness stays failed after a block. */
+    unreadySeconds: z.coerce.number().int().min(0).default(10),
+    /** The watchdog ends a process whose loop is blocked this long; 0: never. */
+    exitAfterSeconds: z.coerce.number().int().min(0).default(60),
+  }).prefault({}),
 });
 
 export type Config = z.infer<typeof configSchema>;
@@ -161,6 +174,11 @@ export const envSettings: Record<string, string> = {
   ...Object.fromEntries(Object.entries(autoscalerEnvSettings).map(([name, setting]) => [name, `autoscaler.${setting}`])),
   ...Object.fromEntries(Object.entries(metricsEnvSettings).map(([name, setting]) => [name, `metrics.${setting}`])),
   SVC_LOG_LEVEL: 'log.level',
+  SVC_MAX_HEAP_MB: 'guard.maxHeapMb',
+  SVC_MAX_RSS_MB: 'guard.maxRssMb',
+  SVC_EVENT_LOOP_BLOCKED_MS: 'guard.blockedMs',
+  SVC_EVENT_LOOP_UNREADY_SECONDS: 'guard.unreadySeconds',
+  SVC_EVENT_LOOP_EXIT_AFTER_SECONDS: 'guard.exitAfterSeconds',
 };
 
 export class ConfigError extends Error {

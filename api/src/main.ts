@@ -46,6 +46,7 @@ import { createApp } from './http/app.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
+import { watchEventLoop } from './process/loop-health.ts';
 import { openStore } from './store/store.ts';
 
 export interface Platform {
@@ -113,7 +114,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
     const metrics = createMetrics();
     const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
-    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, ...autoscaler.health]);
+    const eventLoop = watchEventLoop(config.guard);
+    closers.push(() => eventLoop.stop());
+    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health]);
     metrics.watchHealth(() => health.report());
 
     const instances = createInstancesService({

@@ -18,6 +18,7 @@ import { saveState } from '../state.ts';
 const serve: Command = {
   summary: 'Run the whole platform (gateway, API, key service, local agent) on this machine',
   usage: '[--samples]',
+  role: true,
   options: { samples: { type: 'boolean', default: false } },
   async run({ env, values }) {
     const config = loadConfig(env);
@@ -74,6 +75,7 @@ function startDemoProxy(demo: { functionId: string; apiKey: string }, gatewayUrl
 const agent: Command = {
   summary: 'Run a worker agent for a registered cluster (SVC_AGENT_SERVER, SVC_AGENT_CREDENTIAL)',
   usage: '[--server URL] [--credential svcagent-…]',
+  role: true,
   options: { credential: { type: 'string' } },
   async run({ env, values }) {
     const config = loadConfig(env);
