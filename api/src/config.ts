@@ -96,6 +96,11 @@ export const configSchema = z.object({
     credentialTtlSeconds: z.coerce.number().int().min(60).max(86_400).default(28_800),
     coturnBinary: z.string().default('/usr/bin/turnserver'),
   }).prefault({}),
+  /** npm start's streaming demo proxy (svc serve --samples): development only, so loopback by default. */
+  demoProxy: z.object({
+    host: z.string().min(1).default('127.0.0.1'),
+    port: z.coerce.number().int().min(1).max(65535).default(49100),
+  }).prefault({}),
   tasks: tasksSettingsSchema.prefault({}),
   /** The function autoscaler (api/src/autoscaler/README.md). */
   autoscaler: autoscalerSettingsSchema.prefault({}),
@@ -170,6 +175,8 @@ export const envSettings: Record<string, string> = {
   SVC_TURN_PORT: 'turn.port',
   SVC_TURN_RELAY_PORT_RANGE: 'turn.relayPortRange',
   SVC_TURN_SECRET: 'turn.secret',
+  SVC_DEMO_PROXY_HOST: 'demoProxy.host',
+  SVC_DEMO_PROXY_PORT: 'demoProxy.port',
   ...Object.fromEntries(Object.entries(tasksEnvSettings).map(([name, setting]) => [name, `tasks.${setting}`])),
   ...Object.fromEntries(Object.entries(autoscalerEnvSettings).map(([name, setting]) => [name, `autoscaler.${setting}`])),
   ...Object.fromEntries(Object.entries(metricsEnvSettings).map(([name, setting]) => [name, `metrics.${setting}`])),

@@ -143,7 +143,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     });
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
-    const turn = await startTurn({ ...config.turn, secret: config.turn.secret ?? await ensureTurnSecret(settings, box, startedAt) }, log);
+    const turn = await startTurn({
+      ...config.turn, secret: config.turn.secret ?? await ensureTurnSecret(settings, box, startedAt), runDir: path.join(config.store.dataDir, 'run'),
+    }, log);
     closers.push(() => turn.close());
     const streaming = createStreamingBroker({
       verifier, functionsRepo, instances, turn, log, now,

@@ -24,7 +24,7 @@ export interface ServedPlatform {
   stop(): Promise<void>;
 }
 
-export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<ServedPlatform> {
+export async function servePlatform(env: NodeJS.ProcessEnv = {}, args: string[] = []): Promise<ServedPlatform> {
   const dataDir = env.SVC_DATA_DIR ?? mkdtempSync(path.join(os.tmpdir(), 'svc-served-'));
   // Output goes to a file, as a container runtime would take it; a pipe read by this (busy) process
   // would make the platform wait on the load generator.
@@ -38,7 +38,7 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<Served
         return 0;
       }
     })();
-    const child = spawn(process.execPath, [svcBin, 'serve'], {
+    const child = spawn(process.execPath, [svcBin, 'serve', ...args], {
       env: { ...process.env, SVC_HOST: '127.0.0.1', ...env, SVC_PORT: String(port), SVC_DATA_DIR: dataDir },
       stdio: ['ignore', openSync(outputFile, 'a'), 'inherit'],
     });

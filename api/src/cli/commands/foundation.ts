@@ -1,7 +1,5 @@
 // Foundation commands: run the platform, obtain credentials, administer accounts.
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { loadConfig } from '../../config.ts';
@@ -10,6 +8,7 @@ import { functionKeyScopes, taskKeyScopes } from '../../http/scopes.ts';
 import { startWorker } from '../../compute/worker.ts';
 import { createLogger } from '../../logger.ts';
 import { startPlatform } from '../../main.ts';
+import { startDemoProxy } from '../demo-proxy.ts';
 import { call, CliError } from '../client.ts';
 import { fields, parseDuration, table } from '../format.ts';
 import type { Command, CommandContext } from '../main.ts';
@@ -24,7 +23,13 @@ const serve: Command = {
     const config = loadConfig(env);
     const platform = await startPlatform(config, { samples: values.samples === true });
     const port = platform.port;
-    const proxy = platform.streamingDemo && startDemoProxy(platform.streamingDemo, platform.url, `${platform.hosts.api}:${port}`, env);
+    const proxy = platform.streamingDemo && await startDemoProxy({
+      demo: platform.streamingDemo, gatewayUrl: platform.url, apiHost: `${platform.hosts.api}:${port}`, listen: config.demoProxy,
+      runDir: path.join(config.store.dataDir, 'run'), env, log: createLogger(config.log.level),
+    }).catch(async (error: unknown) => {
+      await platform.close();
+      throw error;
+    });
     const lines = [
       'svc is running',
       `  API            ${platform.url}   (Host ${platform.hosts.api})`,
@@ -51,26 +56,10 @@ const serve: Command = {
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
     });
-    proxy?.process.kill('SIGTERM');
+    await proxy?.stop();
     await platform.close();
   },
 };
-
-/**
- * npm start's streaming demo: the intermediary proxy (its own package and process) in front of the
- * streaming sample, over TLS with a self-signed certificate and without user authentication.
- */
-function startDemoProxy(demo: { functionId: string; apiKey: string }, gatewayUrl: string, apiHost: string, env: NodeJS.ProcessEnv) {
-  const port = env.SVC_DEMO_PROXY_PORT ?? '49100';
-  const child = spawn(process.execPath, [fileURLToPath(new URL('../../../../proxy/src/main.ts', import.meta.url))], {
-    env: {
-      ...process.env, SVC_API_KEY: demo.apiKey, STREAMING_FUNCTION_ID: demo.functionId, SVC_SERVER: gatewayUrl.replace('localhost', '127.0.0.1'),
-      SVC_SERVER_HOST: apiHost, PROXY_PORT: port, PROXY_SSL_INSECURE: 'true', PROXY_AUTH_DISABLED: 'true', PROXY_LOG_LEVEL: env.SVC_LOG_LEVEL ?? 'info',
-    },
-    stdio: 'inherit',
-  });
-  return { process: child, url: `https://localhost:${port}/client/` };
-}
 
 const agent: Command = {
   summary: 'Run a worker agent for a registered cluster (SVC_AGENT_SERVER, SVC_AGENT_CREDENTIAL)',
