@@ -18,3 +18,36 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
     destination ?? pino.destination({ sync: false, minLength: 4096 }),
   );
 }
+
+/** Query parameters whose values are credentials by name (over-matching is fine: the line keeps the name). */
+const CREDENTIAL_NAME = /token|key|secret|passw|pwd|auth|signature|sig$|jwt|credential|session|cookie/i;
+/** Values that are credentials whatever they are called: this platform's opaque keys, and JWTs. */
+const CREDENTIAL_VALUE = /^(svc[a-z]*-[\w-]{20,}|eyJ[\w-]*\.eyJ[\w-]*\.)/;
+
+function decoded(text: string): string {
+  try {
+    return decodeURIComponent(text.replace(/\+/g, ' '));
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * A URL (or request path) fit for a log line: the password of userinfo, query values named like
+ * credentials, and any path segment or value that is one (svcapi-…, a JWT) become [redacted].
+ */
+export function redactUrl(url: string): string {
+  const question = url.indexOf('?');
+  const base = (question < 0 ? url : url.slice(0, question))
+    .replace(/^([a-z][\w+.-]*:\/\/[^/@:]*):[^/@]*@/i, '$1:[redacted]@')
+    .split('/').map((segment) => (CREDENTIAL_VALUE.test(decoded(segment)) ? '[redacted]' : segment)).join('/');
+  if (question < 0) return base;
+  const query = url.slice(question + 1).split('&').map((pair) => {
+    const eq = pair.indexOf('=');
+    const name = eq < 0 ? '' : pair.slice(0, eq);
+    const value = eq < 0 ? pair : pair.slice(eq + 1);
+    if (!CREDENTIAL_NAME.test(decoded(name)) && !CREDENTIAL_VALUE.test(decoded(value))) return pair;
+    return eq < 0 ? '[redacted]' : `${name}=[redacted]`;
+  }).join('&');
+  return `${base}?${query}`;
+}

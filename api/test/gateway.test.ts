@@ -96,6 +96,19 @@ describe('gateway', () => {
     for (const secret of [key, token, svc.bootstrapSecret, 's3cr3t-cookie']) assert.ok(!all.includes(secret), 'no secret in logs');
     for (const entry of svc.logs) JSON.parse(entry);
   });
+
+  test('a credential in a URL is redacted in the log line, the rest of the URL kept', async () => {
+    const token = await svc.token();
+    const key = await svc.apiKey(token, ['account_setup']);
+    const response = await svc.api('GET', `/v2/svc/accounts/svc-default?api_key=${key}&token=${encodeURIComponent(token)}&limit=5&x=${key}`, { bearer: key });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const line = JSON.parse(svc.logs.find((entry) => entry.includes(String(response.headers['x-request-id'])))!);
+    assert.equal(line.url, '/v2/svc/accounts/svc-default?api_key=[redacted]&token=[redacted]&limit=5&x=[redacted]');
+    const pathKey = await svc.api('GET', `/v2/svc/accounts/${key}`, { bearer: key });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(JSON.parse(svc.logs.find((entry) => entry.includes(String(pathKey.headers['x-request-id'])))!).url, '/v2/svc/accounts/[redacted]');
+    assert.ok(!svc.logs.join('\n').includes(key));
+  });
 });
 
 describe('gateway over TLS', () => {

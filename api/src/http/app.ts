@@ -2,7 +2,7 @@
 // single place where errors become problem+json.
 import { randomUUID } from 'node:crypto';
 import express, { type NextFunction, type Request, type Response } from 'express';
-import type { Logger } from '../logger.ts';
+import { redactUrl, type Logger } from '../logger.ts';
 import type { CredentialVerifier } from './auth.ts';
 import { Problem, PROBLEM_CONTENT_TYPE } from './problem.ts';
 import { expressPath, handlerFor, type Route } from './route.ts';
@@ -37,7 +37,7 @@ export function createApp(options: AppOptions) {
       options.log.info({
         reqId: requestId,
         method: req.method,
-        url: req.originalUrl,
+        url: redactUrl(req.originalUrl),
         status: res.statusCode,
         ms,
         credentialId: res.locals.principal?.credentialId,
