@@ -151,6 +151,12 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
       return toCluster({ ...row, ...changes });
     },
 
+    /** Agent versions this control plane accepts (the account's, like every other cluster route). */
+    versions(principal: Principal, ncaId: string) {
+      assertOwnAccount(principal, ncaId);
+      return { clusterVersions: [AGENT_VERSION], latest: AGENT_VERSION };
+    },
+
     async remove(principal: Principal, ncaId: string, id: string): Promise<void> {
       assertOwnAccount(principal, ncaId);
       if (!await repo.delete(ncaId, id)) throw notFound(`Cluster '${id}' does not exist`);
