@@ -69,6 +69,19 @@ describe('gateway', () => {
     assert.deepEqual(invalid.body.errors, [{ field: 'maxTasksAllowed', message: 'Too small: expected number to be >=0' }]);
   });
 
+  test('a body with 100,000 invalid items gets a small 400: the first errors, then how many there were', async () => {
+    const body = JSON.stringify({
+      name: 'many', inferenceUrl: '/x', containerImage: 'local/echo:1', rateLimit: { rateLimit: '10-S', exemptedNcaIds: Array.from({ length: 100_000 }, () => 1) },
+    });
+    assert.ok(body.length > 200_000 && body.length < 1024 * 1024, 'within the body limit');
+    const response = await svc.api('POST', '/v2/svc/functions', { bearer: await svc.token(), body });
+    assertProblem(response, 400, '/v2/svc/functions');
+    assert.ok(response.text.length < 8192, `${response.text.length} bytes`);
+    assert.equal(response.body.errors.length, 20);
+    assert.deepEqual(response.body.errors[0], { field: 'rateLimit.exemptedNcaIds.0', message: 'Invalid input: expected string, received number' });
+    assert.match(response.body.detail, /^Validation failed \(100000 errors, the first 20 listed\): rateLimit\.exemptedNcaIds\.0: /);
+  });
+
   test('/v3/openapi lists every route of its host with its scopes', async () => {
     const api = (await svc.api('GET', '/v3/openapi')).body;
     assert.equal(api.openapi, '3.1.0');
