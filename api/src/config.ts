@@ -26,7 +26,7 @@ export const configSchema = z.object({
   store: z.object({
     dataDir: z.string().default('./data'),
     /** PostgreSQL connection string; the embedded SQLite file is used when absent. */
-    databaseUrl: z.string().url().optional(),
+    databaseUrl: z.string().regex(/^postgres(ql)?:\/\/\S+$/, 'must be a postgres:// or postgresql:// URL (the embedded SQLite is used when it is unset)').optional(),
   }).prefault({}),
   api: z.object({
     accountBootstrap: z.object({
@@ -202,6 +202,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Conf
       throw new ConfigError(`SVC_CONFIG ${env.SVC_CONFIG}: ${(error as Error).message.split('\n')[0]}`);
     }
     if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`SVC_CONFIG ${env.SVC_CONFIG}: not a mapping`);
+    const unknown = unknownSetting(configSchema, raw, []);
+    if (unknown) {
+      const guess = unknown.near ? ` (did you mean ${unknown.near}?)` : '';
+      throw new ConfigError(`unknown setting ${unknown.path.join('.')} in ${env.SVC_CONFIG}${guess}`);
+    }
   }
   for (const [name, setting] of Object.entries(envSettings)) {
     const value = env[name];
@@ -217,10 +222,54 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Conf
   }
   const config = parsed.data;
   if (Boolean(config.gateway.tlsCert) !== Boolean(config.gateway.tlsKey)) {
-    throw new ConfigError('SVC_TLS_CERT and SVC_TLS_KEY must be set together');
+    throw new ConfigError('gateway.tlsCert and gateway.tlsKey (SVC_TLS_CERT, SVC_TLS_KEY) must be set together');
   }
   config.store.dataDir = path.resolve(config.store.dataDir);
   return config;
+}
+
+/**
+ * The first key of a YAML document that no setting has (a typo would otherwise be dropped silently),
+ * with the known key it is closest to. Walks the schema: objects by their shape, arrays by element,
+ * through defaults, optionals and preprocessing.
+ */
+function unknownSetting(schema: z.ZodType, value: unknown, path: string[]): { path: string[]; near?: string } | undefined {
+  const def = schema._zod.def as { type: string; innerType?: z.ZodType; in?: z.ZodType; out?: z.ZodType; element?: z.ZodType; shape?: Record<string, z.ZodType> };
+  switch (def.type) {
+    case 'default': case 'prefault': case 'optional': case 'nullable':
+      return unknownSetting(def.innerType!, value, path);
+    case 'pipe':
+      return unknownSetting(def.in!._zod.def.type === 'transform' ? def.out! : def.in!, value, path);
+    case 'array':
+      if (!Array.isArray(value)) return undefined;
+      for (const [index, item] of value.entries()) {
+        const found = unknownSetting(def.element!, item, [...path, String(index)]);
+        if (found) return found;
+      }
+      return undefined;
+    case 'object': {
+      if (!value || typeof value !== 'object' || Array.isArray(value)) return undefined;
+      const known = Object.keys(def.shape!);
+      for (const [key, child] of Object.entries(value)) {
+        if (!known.includes(key)) return { path: [...path, key], near: known.find((candidate) => editDistance(candidate.toLowerCase(), key.toLowerCase()) <= 2) };
+        const found = unknownSetting(def.shape![key], child, [...path, key]);
+        if (found) return found;
+      }
+      return undefined;
+    }
+    default:
+      return undefined;
+  }
+}
+
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, index) => index);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) current[j] = Math.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    previous = current;
+  }
+  return previous[b.length];
 }
 
 function setPath(target: Record<string, unknown>, dotted: string, value: unknown) {
