@@ -38,6 +38,8 @@ export const configSchema = z.object({
         maxTasks: limit(2147483647).default(100),
         maxTelemetries: limit(50).default(10),
         maxRegistryCredentials: limit(50).default(10),
+        /** Function instances an account may hold at once (beside the spec's four). */
+        maxInstances: limit(2147483647).default(100),
       }).prefault({}),
     }).prefault({}),
   }).prefault({}),
@@ -161,6 +163,7 @@ export const envSettings: Record<string, string> = {
   SVC_ACCOUNT_MAX_TASKS: 'api.accountBootstrap.limits.maxTasks',
   SVC_ACCOUNT_MAX_TELEMETRIES: 'api.accountBootstrap.limits.maxTelemetries',
   SVC_ACCOUNT_MAX_REGISTRY_CREDENTIALS: 'api.accountBootstrap.limits.maxRegistryCredentials',
+  SVC_ACCOUNT_MAX_INSTANCES: 'api.accountBootstrap.limits.maxInstances',
   SVC_KEYS_SERVICE_ID: 'keys.serviceId',
   SVC_SECRETS_KEY: 'secrets.key',
   SVC_SECRETS_PREVIOUS_KEYS: 'secrets.previousKeys',

@@ -110,7 +110,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const functionsRepo = createFunctionsRepo(store.db);
     const deploymentsRepo = createDeploymentsRepo(store.db);
     const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now });
-    const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, now);
+    const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, accounts, now);
     const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
     const metrics = createMetrics();
     const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
@@ -121,12 +121,12 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
 
     const instances = createInstancesService({
       repo: createInstancesRepo(store.db), deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
-      desired: autoscaler.desiredCounts, metricsRegistry: metrics.registry,
+      desired: autoscaler.desiredCounts, metricsRegistry: metrics.registry, instanceLimits: accounts.instanceLimits,
     });
     autoscaler.onApplied(() => void instances.reconcile());
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
-    deployments.usePlacementIssues(instances.placementIssues);
+    deployments.usePlacementIssues(instances.activeInstances.placementIssues);
     deployments.onChange(() => void instances.reconcile());
     const invocation = createInvocationService({
       queue: createInProcessQueue(), repo: createInvocationsRepo(store.db), functionsRepo, deployments: deploymentsRepo, instances, log, now,

@@ -195,6 +195,7 @@ const limitFlags = {
   'max-tasks': 'maxTasksAllowed',
   'max-telemetries': 'maxTelemetriesAllowed',
   'max-registry-credentials': 'maxRegistryCredentialsAllowed',
+  'max-instances': 'maxInstancesAllowed',
 } as const;
 
 const limitColumns = ['ncaId', 'name', ...Object.values(limitFlags)];
@@ -226,7 +227,7 @@ const accountList: Command = {
 
 const accountSetLimits: Command = {
   summary: 'Change account limits (only the flags given change)',
-  usage: '[ncaId] [--max-functions N] [--max-tasks N] [--max-telemetries N] [--max-registry-credentials N]',
+  usage: '[ncaId] [--max-functions N] [--max-tasks N] [--max-telemetries N] [--max-registry-credentials N] [--max-instances N]',
   options: Object.fromEntries(Object.keys(limitFlags).map((flag) => [flag, { type: 'string' as const }])),
   async run(context) {
     const body: Record<string, number> = {};

@@ -2,7 +2,7 @@
 // concurrency, placement hints and autoscaling policy.
 import { z } from 'zod';
 import { parseDuration } from '../../duration.ts';
-import { functionStatuses, isoDurationSchema } from '../functions/schema.ts';
+import { functionStatuses, isoDurationSchema, placementIssueSchema } from '../functions/schema.ts';
 
 const ONE_HOUR_MS = 3_600_000;
 
@@ -103,10 +103,6 @@ export const storedGpuSpecificationSchema = z.object({
   autoscalingConfigurationPolicy: z.enum(autoscalingPolicies).optional(),
 }).meta({ id: 'GpuSpecification' });
 
-/** Why a deployment runs fewer instances than it should (placement's words; wire-reference 3 healthInfo). */
-export const placementIssueSchema = z.object({ gpu: z.string(), backend: z.string(), instanceType: z.string(), error: z.string() })
-  .meta({ id: 'PlacementIssue' });
-
 export const deploymentSchema = z.object({
   deploymentId: z.string(),
   functionId: z.string(),
@@ -131,4 +127,4 @@ export type CreateDeployment = z.infer<typeof createDeploymentSchema>;
 export type UpdateDeployment = z.infer<typeof updateDeploymentSchema>;
 export type PatchGpuSpecification = z.infer<typeof patchGpuSpecificationSchema>;
 export type Deployment = z.infer<typeof deploymentSchema>;
-export type PlacementIssue = z.infer<typeof placementIssueSchema>;
+export type { PlacementIssue } from '../functions/schema.ts';

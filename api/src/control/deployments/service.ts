@@ -6,6 +6,7 @@ import type { Principal } from '../../http/auth.ts';
 import { conflict, invalid, notFound } from '../../http/problem.ts';
 import type { InvalidField } from '../../http/problem.ts';
 import { isUniqueViolation } from '../../store/store.ts';
+import type { AccountsService } from '../accounts/service.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import type { FunctionRecord } from '../functions/schema.ts';
 import type { FunctionsService } from '../functions/service.ts';
@@ -19,6 +20,7 @@ export function createDeploymentsService(
   repo: DeploymentsRepo,
   functions: FunctionsService,
   clusters: ClustersService,
+  accounts: AccountsService,
   now: () => Date = () => new Date(),
 ) {
   const listeners: DeploymentListener[] = [];
@@ -59,6 +61,19 @@ export function createDeploymentsService(
     if (errors.length) throw invalid(errors);
   }
 
+  const minimumOf = (specs: { minInstances: number }[]) => specs.reduce((sum, spec) => sum + spec.minInstances, 0);
+
+  /**
+   * The instances a version's deployment asks for at least (its minInstances) count against the
+   * account's maxInstancesAllowed with those of its other deployments. Only a raise is checked, so a
+   * deployment over a lowered limit can still shrink.
+   */
+  async function assertWithinQuota(ncaId: string, versionId: string, before: number, after: number) {
+    if (after <= before) return;
+    const others = (await repo.listByAccount(ncaId)).filter((row) => row.version_id !== versionId);
+    await accounts.checkQuota(ncaId, 'instances', others.reduce((sum, row) => sum + minimumOf(JSON.parse(row.specs) as GpuSpecification[]), 0), after);
+  }
+
   async function requireByVersion(principal: Principal, functionId: string, versionId: string) {
     await functions.requireVersion(principal.ncaId, functionId, versionId);
     const row = await repo.findByVersion(principal.ncaId, versionId);
@@ -91,6 +106,7 @@ export function createDeploymentsService(
     async create(principal: Principal, functionId: string, versionId: string, body: CreateDeployment): Promise<Deployment> {
       await functions.requireVersion(principal.ncaId, functionId, versionId);
       await assertOffered(principal.ncaId, body.deploymentSpecifications);
+      await assertWithinQuota(principal.ncaId, versionId, 0, minimumOf(body.deploymentSpecifications));
       const at = now().toISOString();
       const specs: GpuSpecification[] = body.deploymentSpecifications.map((spec) => ({ ...spec, gpuSpecificationId: randomUUID() }));
       const row: DeploymentRow = {
@@ -119,6 +135,7 @@ export function createDeploymentsService(
     async update(principal: Principal, functionId: string, versionId: string, body: UpdateDeployment): Promise<Deployment> {
       const row = await requireByVersion(principal, functionId, versionId);
       const specs = JSON.parse(row.specs) as GpuSpecification[];
+      const before = minimumOf(specs);
       const errors: InvalidField[] = [];
       body.deploymentSpecifications.forEach((change, index) => {
         const target = specs.find((spec) => (change.gpuSpecificationId
@@ -132,6 +149,7 @@ export function createDeploymentsService(
           change.maxRequestConcurrency ? { maxRequestConcurrency: change.maxRequestConcurrency } : {});
       });
       if (errors.length) throw invalid(errors);
+      await assertWithinQuota(principal.ncaId, versionId, before, minimumOf(specs));
       return toDeployment(await saveSpecs(row, specs));
     },
 
@@ -144,7 +162,9 @@ export function createDeploymentsService(
       if (merged.minInstances > merged.maxInstances) {
         throw invalid([{ field: body.maxInstances !== undefined ? 'maxInstances' : 'minInstances', message: `minInstances ${merged.minInstances} exceeds maxInstances ${merged.maxInstances}` }]);
       }
+      const before = minimumOf(specs);
       Object.assign(spec, body);
+      await assertWithinQuota(principal.ncaId, row.version_id, before, minimumOf(specs));
       await saveSpecs(row, specs);
       return spec;
     },

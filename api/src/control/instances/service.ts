@@ -65,6 +65,8 @@ export interface InstancesOptions {
   idleBeforeZeroMs?: number;
   /** Where svc_placement_rounds_total is registered. */
   metricsRegistry?: Registry;
+  /** Each account's maxInstancesAllowed, read once per round; no entry: no limit. */
+  instanceLimits?: () => Promise<Map<string, number>>;
 }
 
 /** Instances that restarted this often without becoming ready count as failing for ERROR status. */
@@ -155,8 +157,13 @@ export function createInstancesService(options: InstancesOptions) {
     return capacityOf(cluster, gpu) - instancesOn(cluster.id, gpu) - tasksOn(cluster.id, gpu);
   }
 
-  /** A cluster with room for one more instance of `spec`, or why there is none (placement's own words). */
-  function place(deployment: DeploymentRow, spec: GpuSpecification, clusterRows: ClusterRow[]): ClusterRow | string {
+  /**
+   * A cluster with room for one more instance of `spec`, or why there is none (placement's own words):
+   * the account is at its maxInstancesAllowed (`held` of `limit`), no usable cluster offers the GPU, or
+   * every one that does is full.
+   */
+  function place(deployment: DeploymentRow, spec: GpuSpecification, clusterRows: ClusterRow[], quota: { held: number; limit: number }): ClusterRow | string {
+    if (quota.held >= quota.limit) return `account quota: ${quota.held} of ${quota.limit} instances in use (maxInstancesAllowed)`;
     const offering = clusterRows.filter((cluster) => offers(deployment.nca_id, spec, cluster));
     if (offering.length === 0) return `no cluster the account may use offers GPU ${spec.gpu} with instance type ${spec.instanceType}`;
     const eligible = offering.filter((cluster) => capacityLeft(cluster, spec.gpu) > 0);
@@ -172,10 +179,12 @@ export function createInstancesService(options: InstancesOptions) {
     return eligible.sort((a, b) => Number(agents.has(b.id)) - Number(agents.has(a.id)) || load(a) - load(b))[0];
   }
 
-  /** Desired instances by GPU specification and by version (indexes for one round). */
+  /** Desired instances by GPU specification and by version, and how many each account holds (for one round). */
   function heldInstances() {
     const bySpec = new Map<string, InstanceRow[]>();
     const byVersion = new Map<string, InstanceRow[]>();
+    /** ncaId → instances it holds. */
+    const perAccount = new Map<string, number>();
     const add = (index: Map<string, InstanceRow[]>, key: string, row: InstanceRow) => {
       const list = index.get(key);
       if (list) list.push(row);
@@ -185,8 +194,9 @@ export function createInstancesService(options: InstancesOptions) {
       if (row.desired !== 1) continue;
       add(bySpec, row.gpu_spec_id, row);
       add(byVersion, row.version_id, row);
+      perAccount.set(row.nca_id, (perAccount.get(row.nca_id) ?? 0) + 1);
     }
-    return { bySpec, byVersion };
+    return { bySpec, byVersion, perAccount };
   }
 
   /** Instances gone for good leave the table; those whose specification left the deployment stop. */
@@ -220,13 +230,14 @@ export function createInstancesService(options: InstancesOptions) {
     const deployed = new Map(deployments.map((deployment) => [deployment.version_id, deployment]));
     const desired = await options.desired?.load();
     const clusterRows = await options.clusters.all();
+    const limits = await options.instanceLimits?.();
     const at = now().toISOString();
     await dropFinished(deployed, at);
     for (const versionId of lastDemand.keys()) if (!deployed.has(versionId)) lastDemand.delete(versionId);
 
     targets.clear();
     const issues = new Map<string, PlacementIssue[]>();
-    const { bySpec } = heldInstances();
+    const { bySpec, perAccount } = heldInstances();
     let starts = 0;
     for (const [index, deployment] of deployments.entries()) {
       if (index % YIELD_EVERY === YIELD_EVERY - 1) await yieldToEventLoop();
@@ -237,7 +248,8 @@ export function createInstancesService(options: InstancesOptions) {
         const mine = bySpec.get(spec.gpuSpecificationId) ?? [];
         const target = versionTargets.get(spec.gpuSpecificationId) ?? 0;
         for (let missing = target - mine.length; missing > 0 && starts < MAX_STARTS_PER_ROUND; missing--) {
-          const cluster = place(deployment, spec, clusterRows);
+          const quota = { held: perAccount.get(deployment.nca_id) ?? 0, limit: limits?.get(deployment.nca_id) ?? Number.POSITIVE_INFINITY };
+          const cluster = place(deployment, spec, clusterRows, quota);
           if (typeof cluster === 'string') {
             issues.set(deployment.version_id, [...issues.get(deployment.version_id) ?? [],
               { gpu: spec.gpu, backend: spec.backend ?? '', instanceType: spec.instanceType, error: `${missing} of ${target} instances not placed: ${cluster}` }]);
@@ -249,6 +261,7 @@ export function createInstancesService(options: InstancesOptions) {
             state: 'PENDING', desired: 1, endpoint: null, restarts: 0, message: null, created_at: at, updated_at: at,
           };
           rows.set(row.instance_id, row);
+          perAccount.set(row.nca_id, quota.held + 1);
           await repo.insert(row);
           starts++;
         }
@@ -365,6 +378,8 @@ export function createInstancesService(options: InstancesOptions) {
   const reconcile = coalesce(reconcileOnce, (error) => log.error({ err: error }, 'placement failed; retrying on the next round'));
 
   const activeInstances: ActiveInstances = {
+    placementIssues: (versionId) => unplaced.get(versionId),
+
     async of(versionIds) {
       const wanted = new Set(versionIds);
       const clusterRows = new Map((await options.clusters.all()).map((cluster) => [cluster.id, cluster]));
@@ -401,11 +416,6 @@ export function createInstancesService(options: InstancesOptions) {
     },
 
     instancesOn,
-
-    /** Why a version holds fewer instances than it should (placement's last round), for its deployment and status. */
-    placementIssues(versionId: string): PlacementIssue[] | undefined {
-      return unplaced.get(versionId);
-    },
 
     /** Functions and tasks share GPUs: placement leaves room for what tasks hold. */
     countTasks(count: (clusterId: string, gpu: string) => number) {
