@@ -4,12 +4,13 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import dgram from 'node:dgram';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { once } from 'node:events';
 import net from 'node:net';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { tempDir } from './helpers/databases.ts';
+import { alive, descendantsOf } from './helpers/processes.ts';
 import { servePlatform } from './helpers/served.ts';
 import { freePort, until } from './helpers/wait.ts';
 
@@ -27,37 +28,6 @@ async function auxiliaryEnv(): Promise<NodeJS.ProcessEnv> {
     // Samples are deployed (so the demo proxy runs) but no instance is started.
     SVC_IN_PROCESS_AGENT: 'false',
   };
-}
-
-interface Proc { pid: number; args: string[] }
-
-/** Every live process below `pid` (Linux /proc). */
-function descendantsOf(pid: number): Proc[] {
-  const parents = new Map<number, number>();
-  for (const entry of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  const below = new Set([pid]);
-  for (let grew = true; grew;) {
-    grew = false;
-    for (const [child, parent] of parents) if (below.has(parent) && !below.has(child)) grew = below.add(child) !== undefined;
-  }
-  below.delete(pid);
-  return [...below].filter(alive).map((child) => ({ pid: child, args: readFileSync(`/proc/${child}/cmdline`, 'utf8').split('\0').filter(Boolean) }));
-}
-
-function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat[stat.lastIndexOf(')') + 2] !== 'Z';
-  } catch {
-    return false;
-  }
 }
 
 /** Local addresses listening on a TCP port (/proc/net/tcp and tcp6: hex address:port, state 0A = LISTEN). */
