@@ -12,6 +12,7 @@
 // Function instances are not auxiliary processes: the worker agent keeps and adopts them (compute/).
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { Socket } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../logger.ts';
@@ -72,8 +73,10 @@ export async function startAuxiliary(options: AuxiliaryOptions): Promise<Auxilia
   const pidFile = path.join(options.runDir, `${options.name}.json`);
   mkdirSync(options.runDir, { recursive: true });
   writeFileSync(pidFile, JSON.stringify({ pid, started: startTimeOf(pid), owner: process.pid, ownerStarted: startTimeOf(process.pid) } satisfies PidFile));
-  // Only the platform's exit may close the pipe; an unread error on it must not crash the platform.
+  // Only stop() or the platform's exit closes the pipe (an error on it must not crash the platform), and
+  // the open pipe does not keep the platform's event loop alive.
   child.stdin!.on('error', () => {});
+  (child.stdin as Socket).unref();
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => {
     rmSync(pidFile, { force: true });
     resolve(code);
