@@ -10,11 +10,12 @@
 //   pid is never taken for it.
 //
 // Function instances are not auxiliary processes: the worker agent keeps and adopts them (compute/).
-import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
+import { spawn, type StdioOptions } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { z } from 'zod';
 import type { Logger } from '../logger.ts';
 
 /** Runs "$@" and ends it when fd 0 (the platform's pipe) reaches end-of-file. */
@@ -43,20 +44,21 @@ export interface AuxiliaryOptions {
 }
 
 export interface Auxiliary {
-  readonly child: ChildProcess;
   /** Resolves when the program has ended (its exit code, or null when it was killed by a signal). */
   readonly exited: Promise<number | null>;
   /** SIGTERM to the group, SIGKILL after graceMs; resolves once no process of the group is left. */
   stop(graceMs?: number): Promise<void>;
 }
 
-interface PidFile {
+/** <runDir>/<name>.json. Start times are /proc's (clock ticks since boot): a recycled pid has another. */
+const pidFileSchema = z.object({
   /** The watchdog's pid = the process group id. */
-  pid: number;
-  started?: string;
-  owner: number;
-  ownerStarted?: string;
-}
+  pid: z.number().int().positive(),
+  started: z.string().optional(),
+  /** The platform that started it. */
+  owner: z.number().int().positive(),
+  ownerStarted: z.string().optional(),
+});
 
 export async function startAuxiliary(options: AuxiliaryOptions): Promise<Auxiliary> {
   await reapStale(options.runDir, options.name, options.log);
@@ -72,7 +74,9 @@ export async function startAuxiliary(options: AuxiliaryOptions): Promise<Auxilia
   const pid = child.pid!;
   const pidFile = path.join(options.runDir, `${options.name}.json`);
   mkdirSync(options.runDir, { recursive: true });
-  writeFileSync(pidFile, JSON.stringify({ pid, started: startTimeOf(pid), owner: process.pid, ownerStarted: startTimeOf(process.pid) } satisfies PidFile));
+  writeFileSync(pidFile, JSON.stringify({
+    pid, started: startTimeOf(pid), owner: process.pid, ownerStarted: startTimeOf(process.pid),
+  } satisfies z.input<typeof pidFileSchema>));
   // Only stop() or the platform's exit closes the pipe (an error on it must not crash the platform), and
   // the open pipe does not keep the platform's event loop alive.
   child.stdin!.on('error', () => {});
@@ -84,7 +88,6 @@ export async function startAuxiliary(options: AuxiliaryOptions): Promise<Auxilia
   child.unref();
   options.log.info({ name: options.name, pid }, 'auxiliary process started');
   return {
-    child,
     exited,
     async stop(graceMs = 5000) {
       child.stdin!.end();
@@ -97,9 +100,9 @@ export async function startAuxiliary(options: AuxiliaryOptions): Promise<Auxilia
 /** Ends the group a pid file names when the platform that started it is gone (startAuxiliary does it first). */
 export async function reapStale(runDir: string, name: string, log: Logger): Promise<void> {
   const pidFile = path.join(runDir, `${name}.json`);
-  let record: PidFile;
+  let record: z.infer<typeof pidFileSchema>;
   try {
-    record = JSON.parse(readFileSync(pidFile, 'utf8')) as PidFile;
+    record = pidFileSchema.parse(JSON.parse(readFileSync(pidFile, 'utf8')));
   } catch {
     return; // none, or unreadable: nothing to identify
   }
