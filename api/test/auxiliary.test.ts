@@ -10,7 +10,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { tempDir } from './helpers/databases.ts';
-import { alive, descendantsOf } from './helpers/processes.ts';
+import { descendantsOf, isAlive } from './helpers/processes.ts';
 import { servePlatform } from './helpers/served.ts';
 import { freePort, until } from './helpers/wait.ts';
 
@@ -57,7 +57,7 @@ describe('auxiliary processes of svc serve --samples', { skip }, () => {
     assert.deepEqual(listeningAddresses(Number(env.SVC_DEMO_PROXY_PORT)), ['0100007F'], 'the demo proxy listens on 127.0.0.1 only');
 
     await served.kill9();
-    await until('coturn and the demo proxy to end with the platform', async () => helpers.every((proc) => !alive(proc.pid)));
+    await until('coturn and the demo proxy to end with the platform', async () => helpers.every((proc) => !isAlive(proc.pid)));
 
     await served.restart();
     const again = descendantsOf(served.process.pid!);

@@ -1,5 +1,8 @@
 // Processes as Linux /proc shows them, for tests and benchmarks that check what a platform started.
 import { readdirSync, readFileSync } from 'node:fs';
+import { isAlive } from '../compute/helpers.ts';
+
+export { isAlive };
 
 export interface Proc {
   pid: number;
@@ -28,17 +31,7 @@ export function descendantsOf(pid: number): Proc[] {
     }
   }
   below.delete(pid);
-  return [...below].filter(alive).map((child) => ({ pid: child, args: commandLineOf(child) }));
-}
-
-/** Running: neither gone nor a zombie. */
-export function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat[stat.lastIndexOf(')') + 2] !== 'Z';
-  } catch {
-    return false;
-  }
+  return [...below].filter(isAlive).map((child) => ({ pid: child, args: commandLineOf(child) }));
 }
 
 function commandLineOf(pid: number): string[] {
