@@ -27,7 +27,7 @@ export const configSchema = z.object({
   store: z.object({
     dataDir: z.string().default('./data'),
     /** PostgreSQL connection string; the embedded SQLite file is used when absent. */
-    databaseUrl: z.string().url().optional(),
+    databaseUrl: z.string().regex(/^postgres(ql)?:\/\/\S+$/, 'must be a postgres:// or postgresql:// URL (the embedded SQLite is used when it is unset)').optional(),
   }).prefault({}),
   api: z.object({
     accountBootstrap: z.object({
@@ -39,6 +39,8 @@ export const configSchema = z.object({
         maxTasks: limit(2147483647).default(100),
         maxTelemetries: limit(50).default(10),
         maxRegistryCredentials: limit(50).default(10),
+        /** Function instances an account may hold at once (beside the spec's four). */
+        maxInstances: limit(2147483647).default(100),
       }).prefault({}),
     }).prefault({}),
   }).prefault({}),
@@ -98,6 +100,11 @@ export const configSchema = z.object({
     credentialTtlSeconds: z.coerce.number().int().min(60).max(86_400).default(28_800),
     coturnBinary: z.string().default('/usr/bin/turnserver'),
   }).prefault({}),
+  /** npm start's streaming demo proxy (svc serve --samples): development only, so loopback by default. */
+  demoProxy: z.object({
+    host: z.string().min(1).default('127.0.0.1'),
+    port: z.coerce.number().int().min(1).max(65535).default(49100),
+  }).prefault({}),
   tasks: tasksSettingsSchema.prefault({}),
   /** The function autoscaler (api/src/autoscaler/README.md). */
   autoscaler: autoscalerSettingsSchema.prefault({}),
@@ -128,6 +135,19 @@ export const configSchema = z.object({
   log: z.object({
     level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   }).prefault({}),
+  /** Bounds of a long-running process (process/guard.ts): a runaway ends fast instead of taking the machine. */
+  guard: z.object({
+    /** V8 heap cap (--max-old-space-size) of svc serve, agent and autoscaler; 0 keeps Node's default. */
+    maxHeapMb: z.coerce.number().int().min(0).default(2048),
+    /** The watchdog ends the process when its resident memory passes this; 0: no bound. */
+    maxRssMb: z.coerce.number().int().min(0).default(4096),
+    /** A turn of the event loop this long is a block: logged with where, and readiness fails. */
+    blockedMs: z.coerce.number().int().min(50).default(2000),
+    /** How long readiness stays failed after a block. */
+    unreadySeconds: z.coerce.number().int().min(0).default(10),
+    /** The watchdog ends a process whose loop is blocked this long; 0: never. */
+    exitAfterSeconds: z.coerce.number().int().min(0).default(60),
+  }).prefault({}),
 });
 
 export type Config = z.infer<typeof configSchema>;
@@ -147,6 +167,7 @@ export const envSettings: Record<string, string> = {
   SVC_ACCOUNT_MAX_TASKS: 'api.accountBootstrap.limits.maxTasks',
   SVC_ACCOUNT_MAX_TELEMETRIES: 'api.accountBootstrap.limits.maxTelemetries',
   SVC_ACCOUNT_MAX_REGISTRY_CREDENTIALS: 'api.accountBootstrap.limits.maxRegistryCredentials',
+  SVC_ACCOUNT_MAX_INSTANCES: 'api.accountBootstrap.limits.maxInstances',
   SVC_KEYS_SERVICE_ID: 'keys.serviceId',
   SVC_SECRETS_KEY: 'secrets.key',
   SVC_SECRETS_PREVIOUS_KEYS: 'secrets.previousKeys',
@@ -163,10 +184,17 @@ export const envSettings: Record<string, string> = {
   SVC_TURN_PORT: 'turn.port',
   SVC_TURN_RELAY_PORT_RANGE: 'turn.relayPortRange',
   SVC_TURN_SECRET: 'turn.secret',
+  SVC_DEMO_PROXY_HOST: 'demoProxy.host',
+  SVC_DEMO_PROXY_PORT: 'demoProxy.port',
   ...Object.fromEntries(Object.entries(tasksEnvSettings).map(([name, setting]) => [name, `tasks.${setting}`])),
   ...Object.fromEntries(Object.entries(autoscalerEnvSettings).map(([name, setting]) => [name, `autoscaler.${setting}`])),
   ...Object.fromEntries(Object.entries(metricsEnvSettings).map(([name, setting]) => [name, `metrics.${setting}`])),
   SVC_LOG_LEVEL: 'log.level',
+  SVC_MAX_HEAP_MB: 'guard.maxHeapMb',
+  SVC_MAX_RSS_MB: 'guard.maxRssMb',
+  SVC_EVENT_LOOP_BLOCKED_MS: 'guard.blockedMs',
+  SVC_EVENT_LOOP_UNREADY_SECONDS: 'guard.unreadySeconds',
+  SVC_EVENT_LOOP_EXIT_AFTER_SECONDS: 'guard.exitAfterSeconds',
 };
 
 export class ConfigError extends Error {
@@ -183,6 +211,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Conf
       throw new ConfigError(`SVC_CONFIG ${env.SVC_CONFIG}: ${(error as Error).message.split('\n')[0]}`);
     }
     if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`SVC_CONFIG ${env.SVC_CONFIG}: not a mapping`);
+    const unknown = unknownSetting(configSchema, raw, []);
+    if (unknown) {
+      const guess = unknown.near ? ` (did you mean ${unknown.near}?)` : '';
+      throw new ConfigError(`unknown setting ${unknown.path.join('.')} in ${env.SVC_CONFIG}${guess}`);
+    }
   }
   for (const [name, setting] of Object.entries(envSettings)) {
     const value = env[name];
@@ -198,10 +231,54 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Conf
   }
   const config = parsed.data;
   if (Boolean(config.gateway.tlsCert) !== Boolean(config.gateway.tlsKey)) {
-    throw new ConfigError('SVC_TLS_CERT and SVC_TLS_KEY must be set together');
+    throw new ConfigError('gateway.tlsCert and gateway.tlsKey (SVC_TLS_CERT, SVC_TLS_KEY) must be set together');
   }
   config.store.dataDir = path.resolve(config.store.dataDir);
   return config;
+}
+
+/**
+ * The first key of a YAML document that no setting has (a typo would otherwise be dropped silently),
+ * with the known key it is closest to. Walks the schema: objects by their shape, arrays by element,
+ * through defaults, optionals and preprocessing.
+ */
+function unknownSetting(schema: z.ZodType, value: unknown, path: string[]): { path: string[]; near?: string } | undefined {
+  const def = schema._zod.def as { type: string; innerType?: z.ZodType; in?: z.ZodType; out?: z.ZodType; element?: z.ZodType; shape?: Record<string, z.ZodType> };
+  switch (def.type) {
+    case 'default': case 'prefault': case 'optional': case 'nullable':
+      return unknownSetting(def.innerType!, value, path);
+    case 'pipe':
+      return unknownSetting(def.in!._zod.def.type === 'transform' ? def.out! : def.in!, value, path);
+    case 'array':
+      if (!Array.isArray(value)) return undefined;
+      for (const [index, item] of value.entries()) {
+        const found = unknownSetting(def.element!, item, [...path, String(index)]);
+        if (found) return found;
+      }
+      return undefined;
+    case 'object': {
+      if (!value || typeof value !== 'object' || Array.isArray(value)) return undefined;
+      const known = Object.keys(def.shape!);
+      for (const [key, child] of Object.entries(value)) {
+        if (!known.includes(key)) return { path: [...path, key], near: known.find((candidate) => editDistance(candidate.toLowerCase(), key.toLowerCase()) <= 2) };
+        const found = unknownSetting(def.shape![key], child, [...path, key]);
+        if (found) return found;
+      }
+      return undefined;
+    }
+    default:
+      return undefined;
+  }
+}
+
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, index) => index);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) current[j] = Math.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    previous = current;
+  }
+  return previous[b.length];
 }
 
 function setPath(target: Record<string, unknown>, dotted: string, value: unknown) {

@@ -12,9 +12,55 @@ const redactedPaths = [
   'body.secrets', 'body.password', 'body.value',
 ];
 
+/**
+ * Lines go to stdout asynchronously but at once: each write starts as soon as the previous one ended
+ * (lines that arrive meanwhile go together), so the log is never more than one write behind, and
+ * pino flushes what is left synchronously on exit. (A 4 KiB minimum write held lines back for minutes on
+ * a quiet platform.)
+ */
 export function createLogger(level: string, destination?: DestinationStream): Logger {
   return pino(
     { level, base: { pid: process.pid }, redact: { paths: redactedPaths, censor: '[redacted]' } },
-    destination ?? pino.destination({ sync: false, minLength: 4096 }),
+    destination ?? pino.destination({ sync: false }),
   );
+}
+
+/** Output of a workload (an instance's or a task's last lines) with the values of its secrets redacted. */
+export function withoutSecrets(lines: string[], secrets: { value: unknown }[]): string[] {
+  const values = secrets.map((secret) => (typeof secret.value === 'string' ? secret.value : JSON.stringify(secret.value)))
+    .filter((value) => value.length >= 4);
+  return lines.map((line) => values.reduce((text, value) => text.split(value).join('[redacted]'), line));
+}
+
+/** Query parameters whose values are credentials by name (over-matching is fine: the line keeps the name). */
+const CREDENTIAL_NAME = /token|key|secret|passw|pwd|auth|signature|sig$|jwt|credential|session|cookie/i;
+/** Values that are credentials whatever they are called: this platform's opaque keys, and JWTs. */
+const CREDENTIAL_VALUE = /^(svc[a-z]*-[\w-]{20,}|eyJ[\w-]*\.eyJ[\w-]*\.)/;
+
+function decoded(text: string): string {
+  try {
+    return decodeURIComponent(text.replace(/\+/g, ' '));
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * A URL (or request path) fit for a log line: the password of userinfo, query values named like
+ * credentials, and any path segment or value that is one (svcapi-…, a JWT) become [redacted].
+ */
+export function redactUrl(url: string): string {
+  const question = url.indexOf('?');
+  const base = (question < 0 ? url : url.slice(0, question))
+    .replace(/^([a-z][\w+.-]*:\/\/[^/@:]*):[^/@]*@/i, '$1:[redacted]@')
+    .split('/').map((segment) => (CREDENTIAL_VALUE.test(decoded(segment)) ? '[redacted]' : segment)).join('/');
+  if (question < 0) return base;
+  const query = url.slice(question + 1).split('&').map((pair) => {
+    const eq = pair.indexOf('=');
+    const name = eq < 0 ? '' : pair.slice(0, eq);
+    const value = eq < 0 ? pair : pair.slice(eq + 1);
+    if (!CREDENTIAL_NAME.test(decoded(name)) && !CREDENTIAL_VALUE.test(decoded(value))) return pair;
+    return eq < 0 ? '[redacted]' : `${name}=[redacted]`;
+  }).join('&');
+  return `${base}?${query}`;
 }

@@ -54,6 +54,7 @@ import { rejectUpgrade } from './http/upgrade.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
+import { watchEventLoop } from './process/loop-health.ts';
 import { openStore } from './store/store.ts';
 
 export interface Platform {
@@ -119,21 +120,23 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const functionsRepo = createFunctionsRepo(store.db);
     const deploymentsRepo = createDeploymentsRepo(store.db);
     const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now });
-    const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, now);
+    const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, accounts, now);
     const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
     const metrics = createMetrics();
     const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
-    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, ...autoscaler.health]);
+    const eventLoop = watchEventLoop(config.guard);
+    closers.push(() => eventLoop.stop());
+    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health]);
     metrics.watchHealth(() => health.report());
 
     const instances = createInstancesService({
       repo: createInstancesRepo(store.db), deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
-      desired: autoscaler.desiredCounts, places: config.compute.placement,
+      desired: autoscaler.desiredCounts, places: config.compute.placement, metricsRegistry: metrics.registry, instanceLimits: accounts.instanceLimits,
     });
     autoscaler.onApplied(() => void instances.reconcile());
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
-    deployments.useHealthInfo(instances.healthInfo);
+    deployments.useHealthInfo(instances.activeInstances.healthInfo);
     deployments.onChange(() => void instances.reconcile());
     const resolver = createVersionResolver(functionsRepo);
     const { natsUrl, maxQueueDepth } = config.invocation;
@@ -157,7 +160,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     });
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
-    const turn = await startTurn({ ...config.turn, secret: config.turn.secret ?? await ensureTurnSecret(settings, box, startedAt) }, log);
+    const turn = await startTurn({
+      ...config.turn, secret: config.turn.secret ?? await ensureTurnSecret(settings, box, startedAt), runDir: path.join(config.store.dataDir, 'run'),
+    }, log);
     closers.push(() => turn.close());
     const streaming = createStreamingBroker({ verifier, functionsRepo, instances, turn, log, now, settings: config.streaming });
     instances.onReady((versionId, ready) => streaming.ready(versionId, ready));

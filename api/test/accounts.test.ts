@@ -14,7 +14,7 @@ describe('accounts', () => {
 
   before(async () => {
     svc = await startTestPlatform({
-      config: { api: { accountBootstrap: { limits: { maxFunctions: 7, maxTasks: 8, maxTelemetries: 9, maxRegistryCredentials: 4 } } } },
+      config: { api: { accountBootstrap: { limits: { maxFunctions: 7, maxTasks: 8, maxTelemetries: 9, maxRegistryCredentials: 4, maxInstances: 6 } } } },
     });
     admin = await svc.adminToken();
   });
@@ -26,7 +26,7 @@ describe('accounts', () => {
     assert.deepEqual(response.body, {
       account: {
         ncaId: 'svc-default', name: 'svc-default', adminClientIds: ['svc-admin'],
-        maxFunctionsAllowed: 7, maxTasksAllowed: 8, maxTelemetriesAllowed: 9, maxRegistryCredentialsAllowed: 4,
+        maxFunctionsAllowed: 7, maxTasksAllowed: 8, maxTelemetriesAllowed: 9, maxRegistryCredentialsAllowed: 4, maxInstancesAllowed: 6,
       },
     });
   });

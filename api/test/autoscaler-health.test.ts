@@ -33,7 +33,7 @@ describe('health on PostgreSQL', { skip: !(await postgresAvailable()) }, () => {
     assert.deepEqual((await svc.api('GET', '/admin/health/readiness')).body, { status: 'UP' });
     const healthy = await svc.api('GET', '/health');
     assert.equal(healthy.status, 200);
-    assert.deepEqual(Object.keys(healthy.body.components).sort(), ['db_client', 'timeseries_db_client']);
+    assert.deepEqual(Object.keys(healthy.body.components).sort(), ['db_client', 'event_loop', 'timeseries_db_client']);
     await until('the autoscaler to lead', async () => metricValue(await svc.metricsText(), 'svc_autoscaler_distributed_lock') === 1);
     const failuresBefore = await leaderFailures();
 

@@ -69,6 +69,19 @@ describe('gateway', () => {
     assert.deepEqual(invalid.body.errors, [{ field: 'maxTasksAllowed', message: 'Too small: expected number to be >=0' }]);
   });
 
+  test('a body with 100,000 invalid items gets a small 400: the first errors, then how many there were', async () => {
+    const body = JSON.stringify({
+      name: 'many', inferenceUrl: '/x', containerImage: 'local/echo:1', rateLimit: { rateLimit: '10-S', exemptedNcaIds: Array.from({ length: 100_000 }, () => 1) },
+    });
+    assert.ok(body.length > 200_000 && body.length < 1024 * 1024, 'within the body limit');
+    const response = await svc.api('POST', '/v2/svc/functions', { bearer: await svc.token(), body });
+    assertProblem(response, 400, '/v2/svc/functions');
+    assert.ok(response.text.length < 8192, `${response.text.length} bytes`);
+    assert.equal(response.body.errors.length, 20);
+    assert.deepEqual(response.body.errors[0], { field: 'rateLimit.exemptedNcaIds.0', message: 'Invalid input: expected string, received number' });
+    assert.match(response.body.detail, /^Validation failed \(100000 errors, the first 20 listed\): rateLimit\.exemptedNcaIds\.0: /);
+  });
+
   test('/v3/openapi lists every route of its host with its scopes', async () => {
     const api = (await svc.api('GET', '/v3/openapi')).body;
     assert.equal(api.openapi, '3.1.0');
@@ -95,6 +108,24 @@ describe('gateway', () => {
     const all = svc.logs.join('\n');
     for (const secret of [key, token, svc.bootstrapSecret, 's3cr3t-cookie']) assert.ok(!all.includes(secret), 'no secret in logs');
     for (const entry of svc.logs) JSON.parse(entry);
+  });
+
+  test('a credential in a URL is redacted in the log line, the rest of the URL kept', async () => {
+    const token = await svc.token();
+    const key = await svc.apiKey(token, ['account_setup']);
+    const response = await svc.api('GET', `/v2/svc/accounts/svc-default?api_key=${key}&token=${encodeURIComponent(token)}&limit=5&x=${key}`, { bearer: key });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const line = JSON.parse(svc.logs.find((entry) => entry.includes(String(response.headers['x-request-id'])))!);
+    assert.equal(line.url, '/v2/svc/accounts/svc-default?api_key=[redacted]&token=[redacted]&limit=5&x=[redacted]');
+    const pathKey = await svc.api('GET', `/v2/svc/accounts/${key}`, { bearer: key });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(JSON.parse(svc.logs.find((entry) => entry.includes(String(pathKey.headers['x-request-id'])))!).url, '/v2/svc/accounts/[redacted]');
+    // pexec is served before Express (http/lean.ts): its access log line is redacted the same way.
+    const pexec = await svc.api('POST', `/v2/svc/pexec/functions/00000000-0000-4000-8000-000000000000?api_key=${key}`, { bearer: key, body: {} });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(JSON.parse(svc.logs.find((entry) => entry.includes(String(pexec.headers['x-request-id'])))!).url,
+      '/v2/svc/pexec/functions/00000000-0000-4000-8000-000000000000?api_key=[redacted]');
+    assert.ok(!svc.logs.join('\n').includes(key));
   });
 });
 

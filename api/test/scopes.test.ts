@@ -154,6 +154,22 @@ describe('scope matrix', () => {
     return ids;
   }
 
+  test("every route under /v1/accounts/{ncaId} refuses another account's token with 403", async () => {
+    await svc.api('POST', '/v2/svc/accounts/stranger', { bearer: await svc.adminToken(), body: {} });
+    const stranger = await svc.token({ ncaId: 'stranger' });
+    const failures: string[] = [];
+    let fresh = 0;
+    for (const row of rows.filter((candidate) => candidate.path.startsWith('/v1/accounts/svc-default/'))) {
+      const ids = await resourcesFor(row.path, `stranger-${fresh++}`);
+      const fill = (text: string) => text.replace(/\{(\w+)\}/g, (match, name: string) => ids[name] ?? match);
+      const body = row.body === undefined ? undefined : JSON.parse(fill(JSON.stringify(row.body)));
+      const path = fill(row.path);
+      const response = await svc.api(row.method, path, { bearer: stranger, body });
+      if (response.status !== 403) failures.push(`${row.method} ${path}: ${response.status}`);
+    }
+    assert.deepEqual(failures, []);
+  });
+
   test('a 403 names the missing scope', async () => {
     const key = await svc.apiKey(token, ['invoke_function']);
     const response = await svc.api('GET', '/v2/svc/accounts', { bearer: key });

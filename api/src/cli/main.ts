@@ -4,6 +4,7 @@ import { autoscalerCommands } from './commands/autoscaler.ts';
 import { foundationCommands } from './commands/foundation.ts';
 import { functionCommands } from './commands/functions.ts';
 import { taskCommands } from './commands/tasks.ts';
+import { guardRole } from '../process/guard.ts';
 import { loadState, type CliState } from './state.ts';
 
 export interface CommandContext {
@@ -19,6 +20,8 @@ export interface Command {
   summary: string;
   usage?: string;
   options?: ParseArgsOptionsConfig;
+  /** Runs until stopped (serve, agent, autoscaler): starts under the heap cap and the watchdog. */
+  role?: true;
   run(context: CommandContext): Promise<void>;
 }
 
@@ -57,6 +60,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       console.log(`svc ${name}${command.usage ? ` ${command.usage}` : ''}\n  ${command.summary}`);
       return 0;
     }
+    if (command.role) guardRole(env);
     const state = loadState(env);
     if (typeof values.server === 'string') state.server = values.server;
     await command.run({

@@ -13,7 +13,7 @@
 // ready check answers 500 during a session by design (health.ts).
 // Back-off doubles from initialMs to maxMs per failure in a row, and starts over once an instance has
 // stayed RUNNING for resetAfterMs. `restarts` counts every restart of this instance id.
-import type { Logger } from '../logger.ts';
+import { withoutSecrets, type Logger } from '../logger.ts';
 import { backoffDelay, type BackoffSettings } from './backoff.ts';
 import { healthTarget, livenessTarget, pause, waitUntilHealthy, watchUntilUnhealthy, type ProbeSettings } from './health.ts';
 import { prepareInstance } from './instance-env.ts';
@@ -48,6 +48,9 @@ type Ended = Exclude<Outcome, { kind: 'healthy' }>;
 const TERMINAL = new Set(['FAILED', 'EXITED', 'STOPPED']);
 /** How long a failed liveness check waits for an exit already under way before it counts. */
 const EXITING_GRACE_MS = 3000;
+const FAILING = new Set(['UNHEALTHY', 'RESTARTING', 'FAILED']);
+/** Lines of an instance's output a failure puts in the log (its report carries up to 50). */
+const LOGGED_LINES = 20;
 
 export class InstanceSupervisor {
   readonly spec: InstanceSpec;
@@ -181,9 +184,12 @@ export class InstanceSupervisor {
     this.#emit();
   }
 
+  /** Every state change is logged; a failure with the instance's last lines of output (secrets redacted). */
   #emit(): void {
-    const { state, restarts, message, exitCode } = this.#report;
-    this.#options.log.info({ state, restarts, exitCode, reason: message }, `instance ${state}`);
+    const { state, restarts, message, exitCode, logTail } = this.#report;
+    const lastOutput = logTail?.length ? { lastOutput: withoutSecrets(logTail.slice(-LOGGED_LINES), this.spec.secrets) } : {};
+    const level = FAILING.has(state) ? 'warn' : 'info';
+    this.#options.log[level]({ state, restarts, exitCode, reason: message, ...lastOutput }, `instance ${state}`);
     this.#options.onReport(this.#report);
   }
 }

@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import type { Logger } from '../logger.ts';
+import { redactUrl, type Logger } from '../logger.ts';
 import type { CredentialVerifier } from './auth.ts';
 import { leanRouter } from './lean.ts';
 import { Problem } from './problem.ts';
@@ -53,7 +53,7 @@ function createExpressApp(options: AppOptions) {
       options.log.info({
         reqId: requestId,
         method: req.method,
-        url: req.originalUrl,
+        url: redactUrl(req.originalUrl),
         status: res.statusCode,
         ms,
         credentialId: res.locals.principal?.credentialId,

@@ -3,7 +3,7 @@
 // and problem+json errors as the Express app, without Express's per-request work.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Logger } from '../logger.ts';
+import { redactUrl, type Logger } from '../logger.ts';
 import type { CredentialVerifier, Principal } from './auth.ts';
 import { asProblem, writeProblem } from './problem-response.ts';
 import { runRoute, type Route } from './route.ts';
@@ -61,7 +61,7 @@ export function leanRouter(options: LeanOptions): ((req: IncomingMessage, res: S
       const ms = performance.now() - started;
       options.metrics?.observeHttp(host, req.method!, lean.route.path, res.statusCode, ms / 1000);
       if (options.log.isLevelEnabled('info')) {
-        options.log.info({ reqId: requestId, method: req.method, url: req.url, status: res.statusCode, ms, credentialId: principal?.credentialId }, 'request');
+        options.log.info({ reqId: requestId, method: req.method, url: redactUrl(req.url ?? ''), status: res.statusCode, ms, credentialId: principal?.credentialId }, 'request');
       }
     });
     try {

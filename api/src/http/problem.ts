@@ -74,8 +74,13 @@ export const forbidden = (detail: string) => new Problem('forbidden', detail);
 export const unauthorized = (detail: string) =>
   new Problem('unauthorized', detail, { headers: { 'www-authenticate': 'Bearer' } });
 
-/** A 400 naming each field at fault, in the detail and in `errors`. */
+/** The most errors one 400 lists: a body of 100,000 bad items must not get a response of megabytes. */
+export const MAX_LISTED_ERRORS = 20;
+
+/** A 400 naming each field at fault (the first MAX_LISTED_ERRORS, then how many there were), in the detail and in `errors`. */
 export function invalid(errors: InvalidField[]): Problem {
-  const listed = errors.map((error) => `${error.field}: ${error.message}`).join('; ');
-  return new Problem('validation-failed', `Validation failed: ${listed}`, { errors });
+  const shown = errors.slice(0, MAX_LISTED_ERRORS);
+  const listed = shown.map((error) => `${error.field}: ${error.message}`).join('; ');
+  const count = errors.length > shown.length ? ` (${errors.length} errors, the first ${shown.length} listed)` : '';
+  return new Problem('validation-failed', `Validation failed${count}: ${listed}`, { errors: shown });
 }

@@ -152,5 +152,11 @@ export function migrationsFor(dialect: 'sqlite' | 'postgres'): Record<string, Mi
     },
     '0004_tasks': tasksMigration(dialect),
     '0005_autoscaler': autoscalerMigration(),
+    '0006_account_instance_quota': {
+      async up(db: Kysely<any>) {
+        // Existing accounts get the default of api.accountBootstrap.limits.maxInstances.
+        await db.schema.alterTable('accounts').addColumn('max_instances', 'integer', (c) => c.notNull().defaultTo(100)).execute();
+      },
+    },
   };
 }

@@ -11,6 +11,8 @@ export interface AccountsTable {
   max_tasks: number;
   max_telemetries: number;
   max_registry_credentials: number;
+  /** Function instances the account may hold at once (placement and deployments enforce it). */
+  max_instances: number;
   created_at: string;
   updated_at: string;
 }

@@ -4,15 +4,15 @@
 //   relay WebRTC media (sessions still get host and server-reflexive candidates);
 // - an external TURN server the operator runs with the same shared secret;
 // - none: sessions get no STUN/TURN at all (host candidates only).
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createSocket } from 'node:dgram';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Turn from 'node-turn';
 import type { Logger } from '../logger.ts';
+import { startAuxiliary, type Auxiliary } from '../process/auxiliary.ts';
 import { mintTurnCredentials, type TurnCredentials } from './credentials.ts';
 
 export interface TurnSettings {
@@ -26,6 +26,8 @@ export interface TurnSettings {
   secret: string;
   credentialTtlSeconds: number;
   coturnBinary: string;
+  /** Where coturn's pid file is kept (<dataDir>/run), so a later start can end one a crash left. */
+  runDir: string;
 }
 
 /** What a streaming container is told (POST /v1/streaming/creds). */
@@ -49,22 +51,24 @@ export async function startTurn(settings: TurnSettings, log: Logger): Promise<Tu
 
   const expiring: { username: string; expiresAt: number }[] = [];
   let nodeTurn: InstanceType<typeof Turn> | undefined;
-  let coturn: ChildProcess | undefined;
+  let coturn: Auxiliary | undefined;
   let workDir: string | undefined;
 
   if (kind === 'coturn') {
+    // Everything, the shared secret above all, goes in a 0600 file in a 0700 directory: a command line
+    // is readable by every local user (ps).
     workDir = mkdtempSync(path.join(os.tmpdir(), 'svc-coturn-'));
-    coturn = spawn(settings.coturnBinary, [
-      '-n', `--listening-ip=${settings.listenIp}`, `--relay-ip=${settings.listenIp}`, `--external-ip=${settings.publicIp}`,
-      `--listening-port=${settings.port}`, `--min-port=${settings.relayPortRange[0]}`, `--max-port=${settings.relayPortRange[1]}`,
-      '--use-auth-secret', `--static-auth-secret=${settings.secret}`, `--realm=${settings.realm}`, '--fingerprint',
-      '--no-cli', '--no-tls', '--no-dtls', '--no-multicast-peers', '--simple-log', '--no-stdout-log',
-      `--log-file=${path.join(workDir, 'turn.log')}`, `--pidfile=${path.join(workDir, 'turn.pid')}`,
-      // Sessions on one machine (the embedded default) relay between loopback addresses.
-      ...(settings.listenIp.startsWith('127.') ? ['--allow-loopback-peers'] : []),
-    ], { stdio: 'ignore' });
-    coturn.once('exit', (code) => code !== null && code !== 0 && log.error({ code }, 'coturn exited'));
-    await waitForStun(settings.listenIp === '0.0.0.0' ? '127.0.0.1' : settings.listenIp, settings.port, coturn);
+    const configFile = path.join(workDir, 'turnserver.conf');
+    writeFileSync(configFile, coturnConfig(settings, workDir), { mode: 0o600 });
+    coturn = await startAuxiliary({ name: 'coturn', command: settings.coturnBinary, args: ['-c', configFile], runDir: settings.runDir, log });
+    void coturn.exited.then((code) => code !== null && code !== 0 && log.error({ code }, 'coturn exited'));
+    try {
+      await waitForStun(settings.listenIp === '0.0.0.0' ? '127.0.0.1' : settings.listenIp, settings.port, coturn);
+    } catch (error) {
+      await coturn.stop();
+      rmSync(workDir, { recursive: true, force: true });
+      throw error;
+    }
   } else if (kind === 'node-turn') {
     nodeTurn = new Turn({
       listeningPort: settings.port, listeningIps: [settings.listenIp], relayIps: [settings.listenIp],
@@ -89,20 +93,30 @@ export async function startTurn(settings: TurnSettings, log: Logger): Promise<Tu
     },
     async close() {
       nodeTurn?.stop();
-      if (coturn && coturn.exitCode === null) {
-        const exited = new Promise((resolve) => coturn!.once('exit', resolve));
-        coturn.kill('SIGTERM');
-        await exited;
-      }
+      await coturn?.stop();
       if (workDir) rmSync(workDir, { recursive: true, force: true });
     },
   };
 }
 
+function coturnConfig(settings: TurnSettings, workDir: string): string {
+  return [
+    `listening-ip=${settings.listenIp}`, `relay-ip=${settings.listenIp}`, `external-ip=${settings.publicIp}`,
+    `listening-port=${settings.port}`, `min-port=${settings.relayPortRange[0]}`, `max-port=${settings.relayPortRange[1]}`,
+    'use-auth-secret', `static-auth-secret=${settings.secret}`, `realm=${settings.realm}`, 'fingerprint',
+    'no-cli', 'no-tls', 'no-dtls', 'no-multicast-peers', 'simple-log', 'no-stdout-log',
+    `log-file=${path.join(workDir, 'turn.log')}`, `pidfile=${path.join(workDir, 'turn.pid')}`,
+    // Sessions on one machine (the embedded default) relay between loopback addresses.
+    ...(settings.listenIp.startsWith('127.') ? ['allow-loopback-peers'] : []),
+  ].join('\n') + '\n';
+}
+
 /** coturn is up once it answers a STUN binding request. */
-async function waitForStun(host: string, port: number, child: ChildProcess) {
+async function waitForStun(host: string, port: number, coturn: Auxiliary) {
+  let exitCode: number | null | undefined;
+  void coturn.exited.then((code) => { exitCode = code; });
   for (let attempt = 0; attempt < 100; attempt++) {
-    if (child.exitCode !== null) throw new Error(`coturn exited with ${child.exitCode} at start (is port ${port} free?)`);
+    if (exitCode !== undefined) throw new Error(`coturn exited with ${exitCode} at start (is port ${port} free?)`);
     if (await stunAnswers(host, port)) return;
     await sleep(100);
   }

@@ -69,6 +69,8 @@ export async function startTestPlatform(options: TestPlatformOptions = {}): Prom
     // Tests that need STUN/TURN start their own on free ports.
     turn: { server: 'none' },
     streaming: { answerWithinSeconds: 1 },
+    // A test machine under load stalls now and then; only guard.test.ts wants readiness to notice.
+    guard: { blockedMs: 10_000 },
   }, options.config ?? {}, overrides));
   let platform = await startPlatform(configFor(), { logDestination: logDestination as never, now });
   const bootstrapSecret = platform.bootstrapSecret!;

@@ -31,6 +31,8 @@ export interface ServeOptions {
   address?: string;
   /** Another API replica on an existing installation's store (it prints no bootstrap secret). */
   replica?: boolean;
+  /** More arguments after `svc serve`, e.g. --samples. */
+  args?: string[];
 }
 
 export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeOptions = {}): Promise<ServedPlatform> {
@@ -47,7 +49,7 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeO
         return 0;
       }
     })();
-    const [command, ...args] = [...options.wrap ?? [], process.execPath, svcBin, 'serve'];
+    const [command, ...args] = [...options.wrap ?? [], process.execPath, svcBin, 'serve', ...options.args ?? []];
     const child = spawn(command, args, {
       env: { ...process.env, SVC_HOST: '127.0.0.1', ...env, SVC_PORT: String(port), SVC_DATA_DIR: dataDir },
       stdio: ['ignore', openSync(outputFile, 'a'), 'inherit'],

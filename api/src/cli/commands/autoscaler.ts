@@ -11,6 +11,7 @@ import type { Command } from '../main.ts';
 
 const autoscaler: Command = {
   summary: 'Run the function autoscaler on its own (discovery under the store lock, scaling, health, /metrics)',
+  role: true,
   async run({ env }) {
     const config = loadConfig(env) as ReturnType<typeof loadConfig> & { autoscaler?: AutoscalerSettings; metrics?: MetricsSettings };
     const settings = config.autoscaler ?? autoscalerSettingsFromEnv(env);

@@ -1,7 +1,5 @@
 // Foundation commands: run the platform, obtain credentials, administer accounts.
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { loadConfig } from '../../config.ts';
@@ -10,6 +8,7 @@ import { functionKeyScopes, taskKeyScopes } from '../../http/scopes.ts';
 import { startWorker } from '../../compute/worker.ts';
 import { createLogger } from '../../logger.ts';
 import { startPlatform } from '../../main.ts';
+import { startDemoProxy } from '../demo-proxy.ts';
 import { call, CliError } from '../client.ts';
 import { fields, parseDuration, table } from '../format.ts';
 import type { Command, CommandContext } from '../main.ts';
@@ -19,6 +18,7 @@ import { streamingComponents } from '../streaming-components.ts';
 const serve: Command = {
   summary: 'Run the whole platform (gateway, API, key service, local agent) on this machine',
   usage: '[--samples]',
+  role: true,
   options: { samples: { type: 'boolean', default: false } },
   async run({ env, values }) {
     const config = loadConfig(env);
@@ -26,7 +26,13 @@ const serve: Command = {
     const port = platform.port;
     const components = streamingComponents(platform.turn);
     // A demo that cannot encode is not offered: its URL would only show an error.
-    const proxy = platform.streamingDemo && components.canStream ? startDemoProxy(platform.streamingDemo, platform.url, `${platform.hosts.api}:${port}`, env) : undefined;
+    const proxy = platform.streamingDemo && components.canStream ? await startDemoProxy({
+      demo: platform.streamingDemo, gatewayUrl: platform.url, apiHost: `${platform.hosts.api}:${port}`, listen: config.demoProxy,
+      runDir: path.join(config.store.dataDir, 'run'), env, log: createLogger(config.log.level),
+    }).catch(async (error: unknown) => {
+      await platform.close();
+      throw error;
+    }) : undefined;
     const lines = [
       'svc is running',
       `  API            ${platform.url}   (Host ${platform.hosts.api})`,
@@ -55,30 +61,15 @@ const serve: Command = {
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
     });
-    proxy?.process.kill('SIGTERM');
+    await proxy?.stop();
     await platform.close();
   },
 };
 
-/**
- * npm start's streaming demo: the intermediary proxy (its own package and process) in front of the
- * streaming sample, over TLS with a self-signed certificate and without user authentication.
- */
-function startDemoProxy(demo: { functionId: string; apiKey: string }, gatewayUrl: string, apiHost: string, env: NodeJS.ProcessEnv) {
-  const port = env.SVC_DEMO_PROXY_PORT ?? '49100';
-  const child = spawn(process.execPath, [fileURLToPath(new URL('../../../../proxy/src/main.ts', import.meta.url))], {
-    env: {
-      ...process.env, SVC_API_KEY: demo.apiKey, STREAMING_FUNCTION_ID: demo.functionId, SVC_SERVER: gatewayUrl.replace('localhost', '127.0.0.1'),
-      SVC_SERVER_HOST: apiHost, PROXY_PORT: port, PROXY_SSL_INSECURE: 'true', PROXY_AUTH_DISABLED: 'true', PROXY_LOG_LEVEL: env.SVC_LOG_LEVEL ?? 'info',
-    },
-    stdio: 'inherit',
-  });
-  return { process: child, url: `https://localhost:${port}/client/` };
-}
-
 const agent: Command = {
   summary: 'Run a worker agent for a registered cluster (SVC_AGENT_SERVER, SVC_AGENT_CREDENTIAL)',
   usage: '[--server URL] [--credential svcagent-…]',
+  role: true,
   options: { credential: { type: 'string' } },
   async run({ env, values }) {
     const config = loadConfig(env);
@@ -209,6 +200,7 @@ const limitFlags = {
   'max-tasks': 'maxTasksAllowed',
   'max-telemetries': 'maxTelemetriesAllowed',
   'max-registry-credentials': 'maxRegistryCredentialsAllowed',
+  'max-instances': 'maxInstancesAllowed',
 } as const;
 
 const limitColumns = ['ncaId', 'name', ...Object.values(limitFlags)];
@@ -240,7 +232,7 @@ const accountList: Command = {
 
 const accountSetLimits: Command = {
   summary: 'Change account limits (only the flags given change)',
-  usage: '[ncaId] [--max-functions N] [--max-tasks N] [--max-telemetries N] [--max-registry-credentials N]',
+  usage: '[ncaId] [--max-functions N] [--max-tasks N] [--max-telemetries N] [--max-registry-credentials N] [--max-instances N]',
   options: Object.fromEntries(Object.keys(limitFlags).map((flag) => [flag, { type: 'string' as const }])),
   async run(context) {
     const body: Record<string, number> = {};

@@ -75,7 +75,9 @@ const functionList: Command = {
       functions.push(...page.functions);
       cursor = page.cursor;
     } while (cursor);
-    context.print(table(functions, functionColumns), { functions });
+    // Why a version has fewer instances than it should, while placement cannot give them (quota, capacity).
+    const rows = functions.map((fn) => ({ ...fn, reason: (fn.healthInfo as { error: string }[] | undefined)?.map((issue) => issue.error).join('; ') }));
+    context.print(table(rows, [...functionColumns, 'reason']), { functions });
   },
 };
 

@@ -8,6 +8,7 @@ export const limitBounds = {
   maxTasksAllowed: 2147483647,
   maxTelemetriesAllowed: 50,
   maxRegistryCredentialsAllowed: 50,
+  maxInstancesAllowed: 2147483647,
 } as const;
 
 const bounded = (max: number) => z.number().int().min(0).max(max);
@@ -17,6 +18,8 @@ export const accountLimitsSchema = z.object({
   maxTasksAllowed: bounded(limitBounds.maxTasksAllowed).optional(),
   maxTelemetriesAllowed: bounded(limitBounds.maxTelemetriesAllowed).optional(),
   maxRegistryCredentialsAllowed: bounded(limitBounds.maxRegistryCredentialsAllowed).optional(),
+  /** Beside the spec's four: function instances the account may hold at once, on every cluster together. */
+  maxInstancesAllowed: bounded(limitBounds.maxInstancesAllowed).optional(),
 });
 
 export const accountSchema = z.object({
@@ -27,6 +30,7 @@ export const accountSchema = z.object({
   maxTasksAllowed: z.number().int(),
   maxTelemetriesAllowed: z.number().int(),
   maxRegistryCredentialsAllowed: z.number().int(),
+  maxInstancesAllowed: z.number().int(),
 }).meta({ id: 'Account' });
 
 export const createAccountSchema = accountLimitsSchema.extend({

@@ -10,16 +10,17 @@ export interface BootstrapAccount {
   ncaId: string;
   name: string;
   adminClientIds: string[];
-  limits: { maxFunctions: number; maxTasks: number; maxTelemetries: number; maxRegistryCredentials: number };
+  limits: { maxFunctions: number; maxTasks: number; maxTelemetries: number; maxRegistryCredentials: number; maxInstances: number };
 }
 
-export type QuotaKind = 'functions' | 'tasks' | 'telemetries' | 'registryCredentials';
+export type QuotaKind = 'functions' | 'tasks' | 'telemetries' | 'registryCredentials' | 'instances';
 
 const quotas: Record<QuotaKind, { column: keyof AccountRow; what: string }> = {
   functions: { column: 'max_functions', what: 'the number of functions allowed' },
   tasks: { column: 'max_tasks', what: 'the number of tasks allowed' },
   telemetries: { column: 'max_telemetries', what: 'the number of telemetries allowed' },
   registryCredentials: { column: 'max_registry_credentials', what: 'the number of registry credentials allowed' },
+  instances: { column: 'max_instances', what: 'the number of instances allowed' },
 };
 
 export function toAccount(row: AccountRow): Account {
@@ -31,6 +32,7 @@ export function toAccount(row: AccountRow): Account {
     maxTasksAllowed: row.max_tasks,
     maxTelemetriesAllowed: row.max_telemetries,
     maxRegistryCredentialsAllowed: row.max_registry_credentials,
+    maxInstancesAllowed: row.max_instances,
   };
 }
 
@@ -40,6 +42,7 @@ function limitColumns(limits: AccountLimits): Partial<AccountRow> {
   if (limits.maxTasksAllowed !== undefined) columns.max_tasks = limits.maxTasksAllowed;
   if (limits.maxTelemetriesAllowed !== undefined) columns.max_telemetries = limits.maxTelemetriesAllowed;
   if (limits.maxRegistryCredentialsAllowed !== undefined) columns.max_registry_credentials = limits.maxRegistryCredentialsAllowed;
+  if (limits.maxInstancesAllowed !== undefined) columns.max_instances = limits.maxInstancesAllowed;
   return columns;
 }
 
@@ -60,6 +63,11 @@ export function createAccountsService(repo: AccountsRepo, now: () => Date = () =
   return {
     requireAccount,
 
+    /** Every account's maxInstancesAllowed (placement enforces them each round). */
+    async instanceLimits(): Promise<Map<string, number>> {
+      return new Map((await repo.list()).map((row) => [row.nca_id, row.max_instances]));
+    },
+
     /** First start creates the account; an existing account counts as success and keeps its limits. */
     async ensureBootstrapAccount(bootstrap: BootstrapAccount): Promise<{ account: Account; created: boolean }> {
       const existing = await repo.find(bootstrap.ncaId);
@@ -73,6 +81,7 @@ export function createAccountsService(repo: AccountsRepo, now: () => Date = () =
         max_tasks: bootstrap.limits.maxTasks,
         max_telemetries: bootstrap.limits.maxTelemetries,
         max_registry_credentials: bootstrap.limits.maxRegistryCredentials,
+        max_instances: bootstrap.limits.maxInstances,
         created_at: at,
         updated_at: at,
       };
@@ -106,6 +115,7 @@ export function createAccountsService(repo: AccountsRepo, now: () => Date = () =
         max_tasks: input.maxTasksAllowed ?? defaults.maxTasks,
         max_telemetries: input.maxTelemetriesAllowed ?? defaults.maxTelemetries,
         max_registry_credentials: input.maxRegistryCredentialsAllowed ?? defaults.maxRegistryCredentials,
+        max_instances: input.maxInstancesAllowed ?? defaults.maxInstances,
         created_at: at,
         updated_at: at,
       };
@@ -126,13 +136,13 @@ export function createAccountsService(repo: AccountsRepo, now: () => Date = () =
     },
 
     /**
-     * Refuses a create when the account already holds `existing` resources of `kind` at or above its
+     * Refuses a create when the account's `existing` resources of `kind` plus `adding` would pass its
      * limit. Status 400 as in the reference, code quota-exceeded; raise the limit with PATCH.
      */
-    async checkQuota(ncaId: string, kind: QuotaKind, existing: number): Promise<void> {
+    async checkQuota(ncaId: string, kind: QuotaKind, existing: number, adding = 1): Promise<void> {
       const row = await requireAccount(ncaId);
       const limit = row[quotas[kind].column] as number;
-      if (existing >= limit) {
+      if (existing + adding > limit) {
         throw new Problem('quota-exceeded', `Account '${ncaId}': Reached or exceeded the max limit for ${quotas[kind].what}: ${limit}.`);
       }
     },

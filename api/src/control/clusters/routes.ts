@@ -7,7 +7,7 @@ import {
   clusterVersionsResponse, createClusterSchema, updateClusterSchema,
 } from './schema.ts';
 import { z } from 'zod';
-import { AGENT_VERSION, type ClustersService } from './service.ts';
+import type { ClustersService } from './service.ts';
 
 const tag = 'Clusters';
 const manage = access.tokenOnly('cluster-management');
@@ -51,7 +51,7 @@ export function clusterRoutes(clusters: ClustersService) {
       method: 'GET', path: '/v1/accounts/{ncaId}/clusterVersions', summary: 'Agent versions this control plane accepts', tag,
       access: manage, params: accountClusterParams,
       responses: { 200: { description: 'Versions', schema: clusterVersionsResponse } },
-      handle: async () => ({ body: { clusterVersions: [AGENT_VERSION], latest: AGENT_VERSION } }),
+      handle: async ({ principal, params }) => ({ body: clusters.versions(principal, params.ncaId) }),
     }),
     route({
       method: 'GET', path: '/v2/svc/clusterGroups', summary: 'Cluster groups and GPUs the account may deploy to', tag,

@@ -39,6 +39,17 @@ export interface GpuRequest {
   backend?: string;
 }
 
+/**
+ * Whether a cluster can run `request` for the account: usable by it, offering the GPU and instance type,
+ * and within `clusters` (names or ids) and `backend` (cluster group name) when given.
+ */
+export function offers(ncaId: string, request: GpuRequest, row: ClusterRow): boolean {
+  return usableBy(ncaId, row)
+    && (!request.clusters?.length || request.clusters.includes(row.name) || request.clusters.includes(row.id))
+    && (!request.backend || row.group_name === request.backend)
+    && (JSON.parse(row.gpus) as Gpu[]).some((gpu) => gpu.name === request.gpu && gpu.instanceTypes.some((type) => type.name === request.instanceType));
+}
+
 export function createClustersService(repo: ClustersRepo, now: () => Date = () => new Date()) {
   function toCluster(row: ClusterRow): Cluster {
     const connected = row.last_connected_at ? now().getTime() - Date.parse(row.last_connected_at) < CONNECTED_WITHIN_MS : undefined;
@@ -140,6 +151,12 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
       return toCluster({ ...row, ...changes });
     },
 
+    /** Agent versions this control plane accepts (the account's, like every other cluster route). */
+    versions(principal: Principal, ncaId: string) {
+      assertOwnAccount(principal, ncaId);
+      return { clusterVersions: [AGENT_VERSION], latest: AGENT_VERSION };
+    },
+
     async remove(principal: Principal, ncaId: string, id: string): Promise<void> {
       assertOwnAccount(principal, ncaId);
       if (!await repo.delete(ncaId, id)) throw notFound(`Cluster '${id}' does not exist`);
@@ -168,16 +185,9 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
       return [...groups.values()];
     },
 
-    /**
-     * The clusters able to run `request` for the account, in registration order: those offering the GPU and
-     * instance type, narrowed to `clusters` (names or ids) and `backend` (cluster group name) when given.
-     */
+    /** The clusters able to run `request` for the account (see offers), in registration order. */
     async offering(ncaId: string, request: GpuRequest): Promise<ClusterRow[]> {
-      return (await repo.listAll()).filter((row) => usableBy(ncaId, row)
-        && (!request.clusters?.length || request.clusters.includes(row.name) || request.clusters.includes(row.id))
-        && (!request.backend || row.group_name === request.backend)
-        && (JSON.parse(row.gpus) as Gpu[]).some((gpu) => gpu.name === request.gpu
-          && gpu.instanceTypes.some((type) => type.name === request.instanceType)));
+      return (await repo.listAll()).filter((row) => offers(ncaId, request, row));
     },
 
     all: () => repo.listAll(),

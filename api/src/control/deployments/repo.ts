@@ -15,6 +15,9 @@ export function createDeploymentsRepo(db: Kysely<Database>) {
     findById(ncaId: string, deploymentId: string): Promise<DeploymentRow | undefined> {
       return db.selectFrom('deployments').selectAll().where('nca_id', '=', ncaId).where('deployment_id', '=', deploymentId).executeTakeFirst();
     },
+    listByAccount(ncaId: string): Promise<DeploymentRow[]> {
+      return db.selectFrom('deployments').selectAll().where('nca_id', '=', ncaId).execute();
+    },
     /** Every deployment: what the execution plane reconciles towards. */
     listAll(): Promise<DeploymentRow[]> {
       return db.selectFrom('deployments').selectAll().orderBy('created_at').execute();

@@ -2,7 +2,7 @@
 // concurrency, placement hints and autoscaling policy.
 import { z } from 'zod';
 import { parseDuration } from '../../duration.ts';
-import { functionStatuses, isoDurationSchema } from '../functions/schema.ts';
+import { functionStatuses, healthInfoSchema, isoDurationSchema } from '../functions/schema.ts';
 
 const ONE_HOUR_MS = 3_600_000;
 
@@ -110,8 +110,6 @@ export const storedGpuSpecificationSchema = z.object({
 }).meta({ id: 'GpuSpecification' });
 
 /** Why instances of a deployment are not running (only present when some are failing). */
-export const healthInfoSchema = z.object({ gpu: z.string(), backend: z.string(), instanceType: z.string(), error: z.string() });
-
 export const deploymentSchema = z.object({
   deploymentId: z.string(),
   functionId: z.string(),
@@ -136,4 +134,4 @@ export type CreateDeployment = z.infer<typeof createDeploymentSchema>;
 export type UpdateDeployment = z.infer<typeof updateDeploymentSchema>;
 export type PatchGpuSpecification = z.infer<typeof patchGpuSpecificationSchema>;
 export type Deployment = z.infer<typeof deploymentSchema>;
-export type HealthInfo = z.infer<typeof healthInfoSchema>;
+export type { HealthInfo } from '../functions/schema.ts';

@@ -6,6 +6,7 @@ import type { Principal } from '../../http/auth.ts';
 import { conflict, invalid, notFound } from '../../http/problem.ts';
 import type { InvalidField } from '../../http/problem.ts';
 import { isUniqueViolation } from '../../store/store.ts';
+import type { AccountsService } from '../accounts/service.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import type { FunctionRecord } from '../functions/schema.ts';
 import type { FunctionsService } from '../functions/service.ts';
@@ -19,16 +20,17 @@ export function createDeploymentsService(
   repo: DeploymentsRepo,
   functions: FunctionsService,
   clusters: ClustersService,
+  accounts: AccountsService,
   now: () => Date = () => new Date(),
 ) {
   const listeners: DeploymentListener[] = [];
   const changed = (versionId: string) => listeners.forEach((listener) => listener(versionId));
-
-  let healthOf: (versionId: string) => Promise<HealthInfo[]> = async () => [];
+  /** Why a version is not (fully) running, from placement (wired once the execution plane exists). */
+  let healthOf: (versionId: string) => HealthInfo[] | undefined = () => undefined;
 
   async function toDeployment(row: DeploymentRow): Promise<Deployment> {
     const version = await functions.requireVersion(row.nca_id, row.function_id, row.version_id);
-    const healthInfo = await healthOf(row.version_id);
+    const healthInfo = healthOf(row.version_id);
     return {
       deploymentId: row.deployment_id,
       functionId: row.function_id,
@@ -37,7 +39,7 @@ export function createDeploymentsService(
       ncaId: row.nca_id,
       functionStatus: version.status as Deployment['functionStatus'],
       deploymentSpecifications: JSON.parse(row.specs) as GpuSpecification[],
-      ...(healthInfo.length ? { healthInfo } : {}),
+      ...(healthInfo?.length ? { healthInfo } : {}),
       createdAt: row.created_at,
       lastUpdatedAt: row.updated_at,
     };
@@ -68,6 +70,19 @@ export function createDeploymentsService(
     if (errors.length) throw invalid(errors);
   }
 
+  const minimumOf = (specs: { minInstances: number }[]) => specs.reduce((sum, spec) => sum + spec.minInstances, 0);
+
+  /**
+   * The instances a version's deployment asks for at least (its minInstances) count against the
+   * account's maxInstancesAllowed with those of its other deployments. Only a raise is checked, so a
+   * deployment over a lowered limit can still shrink.
+   */
+  async function assertWithinQuota(ncaId: string, versionId: string, before: number, after: number) {
+    if (after <= before) return;
+    const others = (await repo.listByAccount(ncaId)).filter((row) => row.version_id !== versionId);
+    await accounts.checkQuota(ncaId, 'instances', others.reduce((sum, row) => sum + minimumOf(JSON.parse(row.specs) as GpuSpecification[]), 0), after);
+  }
+
   async function requireByVersion(principal: Principal, functionId: string, versionId: string) {
     await functions.requireVersion(principal.ncaId, functionId, versionId);
     const row = await repo.findByVersion(principal.ncaId, versionId);
@@ -93,8 +108,8 @@ export function createDeploymentsService(
       listeners.push(listener);
     },
 
-    /** Lets the execution plane say why a deployment's instances are failing (healthInfo). */
-    useHealthInfo(source: (versionId: string) => Promise<HealthInfo[]>) {
+    /** Lets the execution plane say why a deployment is not (fully) running (healthInfo). */
+    useHealthInfo(source: (versionId: string) => HealthInfo[] | undefined) {
       healthOf = source;
     },
 
@@ -102,6 +117,7 @@ export function createDeploymentsService(
       const version = await functions.requireVersion(principal.ncaId, functionId, versionId);
       assertSpareFits(version.function_type, body.deploymentSpecifications, (index) => `deploymentSpecifications.${index}.autoscalingConfiguration.spare`);
       await assertOffered(principal.ncaId, body.deploymentSpecifications);
+      await assertWithinQuota(principal.ncaId, versionId, 0, minimumOf(body.deploymentSpecifications));
       const at = now().toISOString();
       const specs: GpuSpecification[] = body.deploymentSpecifications.map((spec) => ({ ...spec, gpuSpecificationId: randomUUID() }));
       const row: DeploymentRow = {
@@ -130,6 +146,7 @@ export function createDeploymentsService(
     async update(principal: Principal, functionId: string, versionId: string, body: UpdateDeployment): Promise<Deployment> {
       const row = await requireByVersion(principal, functionId, versionId);
       const specs = JSON.parse(row.specs) as GpuSpecification[];
+      const before = minimumOf(specs);
       const errors: InvalidField[] = [];
       body.deploymentSpecifications.forEach((change, index) => {
         const target = specs.find((spec) => (change.gpuSpecificationId
@@ -143,6 +160,7 @@ export function createDeploymentsService(
           change.maxRequestConcurrency ? { maxRequestConcurrency: change.maxRequestConcurrency } : {});
       });
       if (errors.length) throw invalid(errors);
+      await assertWithinQuota(principal.ncaId, versionId, before, minimumOf(specs));
       return toDeployment(await saveSpecs(row, specs));
     },
 
@@ -163,7 +181,9 @@ export function createDeploymentsService(
         const version = await functions.requireVersion(principal.ncaId, row.function_id, row.version_id);
         assertSpareFits(version.function_type, [body], () => 'autoscalingConfiguration.spare');
       }
+      const before = minimumOf(specs);
       Object.assign(spec, body);
+      await assertWithinQuota(principal.ncaId, row.version_id, before, minimumOf(specs));
       await saveSpecs(row, specs);
       return spec;
     },

@@ -149,6 +149,11 @@ export const instanceSchema = z.object({
   instanceUpdatedAt: z.string(),
 }).meta({ id: 'Instance' });
 
+/** Why a deployed version runs fewer instances than it should (placement's words; wire-reference 3 healthInfo). */
+/** Why a version is not (fully) running: an instance placement could not place, or a failing one's last reason. */
+export const healthInfoSchema = z.object({ gpu: z.string(), backend: z.string(), instanceType: z.string(), error: z.string() })
+  .meta({ id: 'HealthInfo' });
+
 export const functionSchema = z.object({
   id: z.string(),
   ncaId: z.string(),
@@ -176,6 +181,8 @@ export const functionSchema = z.object({
   telemetries: z.record(z.string(), z.string()).optional(),
   secrets: z.array(z.string()).optional(),
   activeInstances: z.array(instanceSchema),
+  /** Only while placement cannot give the version all its instances: why (no capacity, account quota). */
+  healthInfo: z.array(healthInfoSchema).optional(),
 }).meta({ id: 'Function' });
 
 export const functionResponse = z.object({ function: functionSchema });
@@ -202,4 +209,5 @@ export type UpdateFunction = z.infer<typeof updateFunctionSchema>;
 export type FunctionRecord = z.infer<typeof functionSchema>;
 export type FunctionStatus = (typeof functionStatuses)[number];
 export type Instance = z.infer<typeof instanceSchema>;
+export type HealthInfo = z.infer<typeof healthInfoSchema>;
 export type Secret = z.infer<typeof secretSchema>;

@@ -9,21 +9,23 @@ import type { SecretBox } from '../../store/encryption.ts';
 import { isUniqueViolation } from '../../store/store.ts';
 import type { AccountsService } from '../accounts/service.ts';
 import type { FunctionsRepo, PagePosition, VersionRow } from './repo.ts';
-import type { CreateFunction, FunctionRecord, FunctionStatus, Instance, Secret, UpdateFunction } from './schema.ts';
+import type { CreateFunction, FunctionRecord, FunctionStatus, Instance, HealthInfo, Secret, UpdateFunction } from './schema.ts';
 
 /** The execution plane's view of running instances; empty until it is wired in. */
 export interface ActiveInstances {
   of(versionIds: string[]): Promise<Map<string, Instance[]>>;
+  /** Why placement could not give a version all its instances, if it could not. */
+  healthInfo(versionId: string): HealthInfo[] | undefined;
 }
 
-const noInstances: ActiveInstances = { of: async () => new Map() };
+const noInstances: ActiveInstances = { of: async () => new Map(), healthInfo: () => undefined };
 
 const DEFAULT_INFERENCE_PORT = 8000;
 /** The reference's default health path (Triton's readiness endpoint). */
 const DEFAULT_HEALTH_URI = '/v2/health/ready';
 
-/** The fields of a version that only a write here changes: everything but status and instances. */
-type FunctionDocument = Omit<FunctionRecord, 'status' | 'activeInstances'>;
+/** The fields of a version that only a write here changes: everything but status, instances and placement. */
+type FunctionDocument = Omit<FunctionRecord, 'status' | 'activeInstances' | 'healthInfo'>;
 
 function render(body: CreateFunction, ids: { functionId: string; versionId: string; ncaId: string; createdAt: string }): FunctionDocument {
   const { secrets, name, functionType, healthUri, ...spec } = body;
@@ -41,13 +43,14 @@ export function documentOf(row: VersionRow): FunctionDocument {
   return JSON.parse(row.document) as FunctionDocument;
 }
 
-export function toFunction(row: VersionRow, instances: Instance[] = []): FunctionRecord {
-  return { ...documentOf(row), status: row.status as FunctionStatus, activeInstances: instances };
+export function toFunction(row: VersionRow, instances: Instance[] = [], issues?: HealthInfo[]): FunctionRecord {
+  return { ...documentOf(row), status: row.status as FunctionStatus, activeInstances: instances, ...(issues ? { healthInfo: issues } : {}) };
 }
 
-/** The same record as toFunction, spliced as text: the stored document plus the two live fields. */
-function functionJson(row: VersionRow, instances: Instance[] = []): string {
-  return `${row.document.slice(0, -1)},"status":${JSON.stringify(row.status)},"activeInstances":${JSON.stringify(instances)}}`;
+/** The same record as toFunction, spliced as text: the stored document plus the live fields. */
+function functionJson(row: VersionRow, instances: Instance[] = [], issues?: HealthInfo[]): string {
+  const health = issues ? `,"healthInfo":${JSON.stringify(issues)}` : '';
+  return `${row.document.slice(0, -1)},"status":${JSON.stringify(row.status)},"activeInstances":${JSON.stringify(instances)}${health}}`;
 }
 
 export interface FunctionsServiceOptions {
@@ -76,7 +79,7 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
 
   async function withInstances(rows: VersionRow[]): Promise<FunctionRecord[]> {
     const running = await instances.of(rows.map((row) => row.version_id));
-    return rows.map((row) => toFunction(row, running.get(row.version_id) ?? []));
+    return rows.map((row) => toFunction(row, running.get(row.version_id) ?? [], instances.healthInfo(row.version_id)));
   }
 
   async function rewrite(row: VersionRow, change: (document: FunctionDocument) => void, extra: Partial<VersionRow> = {}): Promise<VersionRow> {
@@ -141,7 +144,7 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
       const rows = await repo.listVersions(principal.ncaId, query.limit + 1, after as PagePosition | undefined);
       const page = rows.slice(0, query.limit);
       const running = await instances.of(page.map((row) => row.version_id));
-      const functions = page.map((row) => functionJson(row, running.get(row.version_id))).join(',');
+      const functions = page.map((row) => functionJson(row, running.get(row.version_id), instances.healthInfo(row.version_id))).join(',');
       const last = page[page.length - 1];
       const cursor = rows.length > query.limit ? `,"cursor":"${encodeCursor({ createdAt: last.created_at, versionId: last.version_id })}"` : '';
       return `{"functions":[${functions}]${cursor}}`;

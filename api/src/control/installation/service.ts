@@ -30,7 +30,11 @@ export async function loadSecretBox(
   } catch {
     readable = false;
   }
-  if (!readable) throw new Error('SVC_SECRETS_KEY does not match the key this store was sealed with (see docs/security.md)');
+  if (!readable) {
+    // Name the key that was used: the setting when one was given, else the file generated beside the store.
+    const used = options.key ? 'secrets.key (SVC_SECRETS_KEY)' : `${path.join(options.dataDir, 'secrets.key')} (the generated secrets key)`;
+    throw new Error(`${used} does not match the key this store was sealed with; a store sealed elsewhere needs that installation's key (docs/security.md)`);
+  }
   // After a rotation the check value moves to the new key, so the old one can later leave the ring.
   if (value.split(':')[1] !== box.currentKeyId) await settings.replace(KEY_CHECK, box.encrypt(KEY_CHECK_PLAINTEXT));
   return box;

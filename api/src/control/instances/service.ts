@@ -2,17 +2,18 @@
 // connected agent its whole desired set, folds the agents' reports back in, and moves function versions
 // through DEPLOYING → ACTIVE → DEGRADING/DEGRADED/ERROR (wire-reference 2).
 import { randomUUID } from 'node:crypto';
-import { coalesce } from '../../coalesce.ts';
+import { Counter, type Registry } from 'prom-client';
+import { coalesce, yieldToEventLoop } from '../../coalesce.ts';
 import { parseDuration } from '../../duration.ts';
 import type { FunctionInstances } from '../../http/metrics.ts';
 import type { Logger } from '../../logger.ts';
 import type { Endpoint, InstanceReport, InstanceSpec, ProgressReport } from '../../compute/protocol.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
-import type { ClustersService } from '../clusters/service.ts';
+import { offers, type ClustersService } from '../clusters/service.ts';
 import type { Gpu } from '../clusters/schema.ts';
 import type { DeploymentRow, DeploymentsRepo } from '../deployments/repo.ts';
-import type { GpuSpecification, HealthInfo } from '../deployments/schema.ts';
-import type { FunctionStatus, Instance } from '../functions/schema.ts';
+import type { GpuSpecification } from '../deployments/schema.ts';
+import type { FunctionStatus, HealthInfo, Instance } from '../functions/schema.ts';
 import { documentOf, type ActiveInstances, type FunctionsService } from '../functions/service.ts';
 import type { FunctionsRepo } from '../functions/repo.ts';
 import type { RegistryService } from '../registry/service.ts';
@@ -62,12 +63,20 @@ export interface InstancesOptions {
   desired?: DesiredCounts;
   /** Without `desired` only: a version woken from zero keeps one instance this long after its last request. */
   idleBeforeZeroMs?: number;
+  /** Where svc_placement_rounds_total is registered. */
+  metricsRegistry?: Registry;
+  /** Each account's maxInstancesAllowed, read once per round; no entry: no limit. */
+  instanceLimits?: () => Promise<Map<string, number>>;
   /** False on API replicas that leave placement to the one replica that runs it (compute.placement). */
   places?: boolean;
 }
 
 /** Instances that restarted this often without becoming ready count as failing for ERROR status. */
 const CRASH_LOOP_RESTARTS = 3;
+/** New instances one placement round creates at most; a larger gap is closed by the rounds that follow. */
+const MAX_STARTS_PER_ROUND = 50;
+/** A round lets the event loop run after this many deployments (the SQLite driver never yields by itself). */
+const YIELD_EVERY = 50;
 const DEFAULT_GRACE_MS = 600_000;
 const DEFAULT_IDLE_BEFORE_ZERO_MS = 300_000;
 
@@ -94,16 +103,21 @@ export function createInstancesService(options: InstancesOptions) {
   const progressListeners: ((progress: ProgressReport) => void)[] = [];
   /** What each agent was last sent, so unchanged sets are not resent. */
   const lastSent = new Map<string, string>();
+  /** versionId → why some of its instances have no place, as of the last placement round. */
+  let unplaced = new Map<string, HealthInfo[]>();
+  /** clusterId → its cluster group (the reference's backend), as of the last placement round. */
+  let backends = new Map<string, string>();
   /** GPUs running tasks hold (the task scheduler's count, once wired). */
   let tasksOn: (clusterId: string, gpu: string) => number = () => 0;
   /** Instances holding a streaming session (the session broker's), stopped last when scaling down. */
   let inSession: (instanceId: string) => boolean = () => false;
   let timer: NodeJS.Timeout | undefined;
+  const rounds = new Counter({ name: 'svc_placement_rounds_total', help: 'Placement rounds run', registers: options.metricsRegistry ? [options.metricsRegistry] : [] });
 
-  function readyOf(versionId: string, specs: Map<string, GpuSpecification>, clusterRows: Map<string, ClusterRow>): ReadyInstance[] {
+  function readyOf(versionId: string, held: InstanceRow[], specs: Map<string, GpuSpecification>, clusterRows: Map<string, ClusterRow>): ReadyInstance[] {
     const ready: ReadyInstance[] = [];
-    for (const row of rows.values()) {
-      if (row.version_id !== versionId || row.desired !== 1 || row.state !== 'RUNNING' || !row.endpoint) continue;
+    for (const row of held) {
+      if (row.state !== 'RUNNING' || !row.endpoint) continue;
       const cluster = clusterRows.get(row.cluster_id);
       ready.push({
         instanceId: row.instance_id, versionId, endpoint: JSON.parse(row.endpoint) as Endpoint,
@@ -143,29 +157,62 @@ export function createInstancesService(options: InstancesOptions) {
     return [...rows.values()].filter((row) => row.cluster_id === clusterId && row.gpu === gpu && row.desired === 1).length;
   }
 
-  function capacityLeft(cluster: ClusterRow, gpu: string): number {
-    const offered = (JSON.parse(cluster.gpus) as Gpu[]).find((candidate) => candidate.name === gpu);
-    if (offered?.capacity === undefined) return Number.POSITIVE_INFINITY;
-    return offered.capacity - instancesOn(cluster.id, gpu) - tasksOn(cluster.id, gpu);
+  /** GPUs of this kind the cluster offers (unbounded when it declares no capacity). */
+  function capacityOf(cluster: ClusterRow, gpu: string): number {
+    return (JSON.parse(cluster.gpus) as Gpu[]).find((candidate) => candidate.name === gpu)?.capacity ?? Number.POSITIVE_INFINITY;
   }
 
-  async function place(deployment: DeploymentRow, spec: GpuSpecification): Promise<ClusterRow | undefined> {
-    const eligible = (await options.clusters.offering(deployment.nca_id, spec)).filter((cluster) => capacityLeft(cluster, spec.gpu) > 0);
+  function capacityLeft(cluster: ClusterRow, gpu: string): number {
+    return capacityOf(cluster, gpu) - instancesOn(cluster.id, gpu) - tasksOn(cluster.id, gpu);
+  }
+
+  /**
+   * A cluster with room for one more instance of `spec`, or why there is none (placement's own words):
+   * the account is at its maxInstancesAllowed (`held` of `limit`), no usable cluster offers the GPU, or
+   * every one that does is full.
+   */
+  function place(deployment: DeploymentRow, spec: GpuSpecification, clusterRows: ClusterRow[], quota: { held: number; limit: number }): ClusterRow | string {
+    if (quota.held >= quota.limit) return `account quota: ${quota.held} of ${quota.limit} instances in use (maxInstancesAllowed)`;
+    const offering = clusterRows.filter((cluster) => offers(deployment.nca_id, spec, cluster));
+    if (offering.length === 0) return `no cluster the account may use offers GPU ${spec.gpu} with instance type ${spec.instanceType}`;
+    const eligible = offering.filter((cluster) => capacityLeft(cluster, spec.gpu) > 0);
+    if (eligible.length === 0) {
+      const usage = (cluster: ClusterRow) => {
+        const capacity = capacityOf(cluster, spec.gpu);
+        return `${spec.gpu} on cluster ${cluster.name}: ${capacity - capacityLeft(cluster, spec.gpu)} of ${capacity} in use`;
+      };
+      return `no capacity: ${offering.map(usage).join('; ')}`;
+    }
     const load = (cluster: ClusterRow) => [...rows.values()].filter((row) => row.cluster_id === cluster.id && row.desired === 1).length;
     // Connected clusters first, then the least loaded; an instance on a disconnected cluster waits for its agent.
     return eligible.sort((a, b) => Number(agents.has(b.id)) - Number(agents.has(a.id)) || load(a) - load(b))[0];
   }
 
-  async function reconcileOnce() {
-    if (options.places === false) return;
-    const deployments = await options.deployments.listAll();
-    const deployed = new Map(deployments.map((deployment) => [deployment.version_id, deployment]));
-    const desired = await options.desired?.load();
-    const at = now().toISOString();
+  /** Desired instances by GPU specification and by version, and how many each account holds (for one round). */
+  function heldInstances() {
+    const bySpec = new Map<string, InstanceRow[]>();
+    const byVersion = new Map<string, InstanceRow[]>();
+    /** ncaId → instances it holds. */
+    const perAccount = new Map<string, number>();
+    const add = (index: Map<string, InstanceRow[]>, key: string, row: InstanceRow) => {
+      const list = index.get(key);
+      if (list) list.push(row);
+      else index.set(key, [row]);
+    };
+    for (const row of rows.values()) {
+      if (row.desired !== 1) continue;
+      add(bySpec, row.gpu_spec_id, row);
+      add(byVersion, row.version_id, row);
+      perAccount.set(row.nca_id, (perAccount.get(row.nca_id) ?? 0) + 1);
+    }
+    return { bySpec, byVersion, perAccount };
+  }
 
+  /** Instances gone for good leave the table; those whose specification left the deployment stop. */
+  async function dropFinished(deployed: Map<string, DeploymentRow>, at: string) {
     for (const row of [...rows.values()]) {
       // Gone for good: ended after being undesired (or never started), or a session container that
-      // exited on its own, which the loop below replaces with a fresh instance.
+      // exited on its own, which placement replaces with a fresh instance.
       const finished = row.desired === 0 ? ['STOPPED', 'FAILED', 'EXITED', 'PENDING'].includes(row.state) : row.state === 'EXITED';
       if (finished) {
         rows.delete(row.instance_id);
@@ -179,25 +226,55 @@ export function createInstancesService(options: InstancesOptions) {
         await repo.update(row.instance_id, { desired: 0, updated_at: at });
       }
     }
+  }
+
+  /**
+   * One placement round. Its work is bounded (MAX_STARTS_PER_ROUND new instances, a turn of the event
+   * loop every YIELD_EVERY deployments), and nothing it calls may ask for another round unless something
+   * changed: see setDemand.
+   */
+  async function reconcileOnce() {
+    if (options.places === false) return;
+    rounds.inc();
+    const deployments = await options.deployments.listAll();
+    const deployed = new Map(deployments.map((deployment) => [deployment.version_id, deployment]));
+    const desired = await options.desired?.load();
+    const clusterRows = await options.clusters.all();
+    backends = new Map(clusterRows.map((cluster) => [cluster.id, cluster.group_name]));
+    const limits = await options.instanceLimits?.();
+    const at = now().toISOString();
+    await dropFinished(deployed, at);
+    for (const versionId of lastDemand.keys()) if (!deployed.has(versionId)) lastDemand.delete(versionId);
 
     targets.clear();
-    for (const deployment of deployments) {
+    const issues = new Map<string, HealthInfo[]>();
+    const { bySpec, perAccount } = heldInstances();
+    let starts = 0;
+    for (const [index, deployment] of deployments.entries()) {
+      if (index % YIELD_EVERY === YIELD_EVERY - 1) await yieldToEventLoop();
       const specs = JSON.parse(deployment.specs) as GpuSpecification[];
       const versionTargets = await targetsOf(deployment, specs, desired);
       targets.set(deployment.version_id, versionTargets);
       for (const spec of specs) {
-        const mine = [...rows.values()].filter((row) => row.gpu_spec_id === spec.gpuSpecificationId && row.desired === 1);
+        const mine = bySpec.get(spec.gpuSpecificationId) ?? [];
         const target = versionTargets.get(spec.gpuSpecificationId) ?? 0;
-        for (let missing = target - mine.length; missing > 0; missing--) {
-          const cluster = await place(deployment, spec);
-          if (!cluster) break;
+        for (let missing = target - mine.length; missing > 0 && starts < MAX_STARTS_PER_ROUND; missing--) {
+          const quota = { held: perAccount.get(deployment.nca_id) ?? 0, limit: limits?.get(deployment.nca_id) ?? Number.POSITIVE_INFINITY };
+          const cluster = place(deployment, spec, clusterRows, quota);
+          if (typeof cluster === 'string') {
+            issues.set(deployment.version_id, [...issues.get(deployment.version_id) ?? [],
+              { gpu: spec.gpu, backend: spec.backend ?? '', instanceType: spec.instanceType, error: `${missing} of ${target} instances not placed: ${cluster}` }]);
+            break;
+          }
           const row: InstanceRow = {
             instance_id: randomUUID(), nca_id: deployment.nca_id, function_id: deployment.function_id, version_id: deployment.version_id,
             cluster_id: cluster.id, gpu_spec_id: spec.gpuSpecificationId, gpu: spec.gpu, instance_type: spec.instanceType,
             state: 'PENDING', desired: 1, endpoint: null, restarts: 0, message: null, created_at: at, updated_at: at,
           };
           rows.set(row.instance_id, row);
+          perAccount.set(row.nca_id, quota.held + 1);
           await repo.insert(row);
+          starts++;
         }
         // Scale down: the youngest not-yet-ready instances go first, instances in a session last.
         const excess = mine.length - target;
@@ -211,20 +288,37 @@ export function createInstancesService(options: InstancesOptions) {
         }
       }
     }
+    reportIssues(issues);
 
     await updateStatuses(deployments);
     await pushDesired();
-    await announceReady(deployments);
+    await announceReady(deployments, clusterRows);
+    // Capped: the next round (after a turn of the event loop) places the rest.
+    if (starts >= MAX_STARTS_PER_ROUND) void reconcile();
+  }
+
+  /** Keeps this round's placement issues and logs a version's issue when it appears, changes or clears. */
+  function reportIssues(issues: Map<string, HealthInfo[]>) {
+    const said = (list: HealthInfo[] | undefined) => list?.map((issue) => issue.error).join('; ');
+    for (const versionId of new Set([...issues.keys(), ...unplaced.keys()])) {
+      const now = said(issues.get(versionId));
+      if (now === said(unplaced.get(versionId))) continue;
+      if (now) log.warn({ versionId, reason: now }, 'deployment not fully placed');
+      else log.info({ versionId }, 'deployment placed');
+    }
+    unplaced = issues;
   }
 
   async function updateStatuses(deployments: DeploymentRow[]) {
-    for (const deployment of deployments) {
+    const { byVersion } = heldInstances();
+    for (const [index, deployment] of deployments.entries()) {
+      if (index % YIELD_EVERY === YIELD_EVERY - 1) await yieldToEventLoop();
       const version = await options.functionsRepo.findVersionById(deployment.version_id);
       if (!version) continue;
       const specs = JSON.parse(deployment.specs) as GpuSpecification[];
       const minimum = specs.reduce((sum, spec) => sum + spec.minInstances, 0);
       const target = [...(targets.get(deployment.version_id)?.values() ?? [])].reduce((sum, count) => sum + count, 0);
-      const mine = [...rows.values()].filter((row) => row.version_id === deployment.version_id && row.desired === 1);
+      const mine = byVersion.get(deployment.version_id) ?? [];
       const ready = mine.filter((row) => row.state === 'RUNNING').length;
       const failing = mine.length > 0 && ready === 0
         && mine.every((row) => row.state === 'FAILED' || (row.restarts >= CRASH_LOOP_RESTARTS && row.state !== 'STARTING'));
@@ -256,35 +350,37 @@ export function createInstancesService(options: InstancesOptions) {
     };
   }
 
-  async function desiredFor(clusterId: string): Promise<InstanceSpec[]> {
+  async function desiredFor(held: InstanceRow[]): Promise<InstanceSpec[]> {
     const deployed = new Map((await options.deployments.listAll()).map((deployment) => [deployment.version_id, deployment]));
     const clusterRows = new Map((await options.clusters.all()).map((cluster) => [cluster.id, cluster]));
     const specs: InstanceSpec[] = [];
-    for (const row of rows.values()) {
-      if (row.cluster_id !== clusterId || row.desired !== 1) continue;
+    for (const row of held) {
       const spec = await specFor(row, deployed.get(row.version_id), clusterRows);
       if (spec) specs.push(spec);
     }
     return specs;
   }
 
+  /** Sends each agent its whole desired set when it changed (compared by instance ids, before any spec is built). */
   async function pushDesired(force?: string) {
     for (const [clusterId, channel] of agents) {
-      const desired = await desiredFor(clusterId);
-      const fingerprint = desired.map((spec) => spec.instanceId).join(',');
+      const held = [...rows.values()].filter((row) => row.cluster_id === clusterId && row.desired === 1);
+      const fingerprint = held.map((row) => row.instance_id).join(',');
       if (force !== clusterId && lastSent.get(clusterId) === fingerprint) continue;
       lastSent.set(clusterId, fingerprint);
-      channel.sendDesired(desired);
+      channel.sendDesired(await desiredFor(held));
     }
   }
 
-  async function announceReady(deployments: DeploymentRow[]) {
-    const clusterRows = new Map((await options.clusters.all()).map((cluster) => [cluster.id, cluster]));
+  async function announceReady(deployments: DeploymentRow[], clusters: ClusterRow[]) {
+    const clusterRows = new Map(clusters.map((cluster) => [cluster.id, cluster]));
+    const { byVersion } = heldInstances();
     const versions = new Set([...deployments.map((deployment) => deployment.version_id), ...[...rows.values()].map((row) => row.version_id)]);
+    const deployed = new Map(deployments.map((deployment) => [deployment.version_id, deployment]));
     for (const versionId of versions) {
-      const deployment = deployments.find((candidate) => candidate.version_id === versionId);
+      const deployment = deployed.get(versionId);
       const specs = new Map((deployment ? JSON.parse(deployment.specs) as GpuSpecification[] : []).map((spec) => [spec.gpuSpecificationId, spec]));
-      const ready = readyOf(versionId, specs, clusterRows);
+      const ready = readyOf(versionId, byVersion.get(versionId) ?? [], specs, clusterRows);
       for (const listener of readyListeners) listener(versionId, ready);
     }
   }
@@ -293,6 +389,14 @@ export function createInstancesService(options: InstancesOptions) {
   const reconcile = coalesce(reconcileOnce, (error) => log.error({ err: error }, 'placement failed; retrying on the next round'));
 
   const activeInstances: ActiveInstances = {
+    /** Why a version is not (fully) running: instances placement could not place, and failing ones' last reasons. */
+    healthInfo(versionId) {
+      const failing = [...rows.values()].filter((row) => row.version_id === versionId && row.desired === 1 && row.message && FAILING.has(row.state))
+        .map((row) => ({ gpu: row.gpu, backend: backends.get(row.cluster_id) ?? '', instanceType: row.instance_type, error: row.message! }));
+      const info = [...unplaced.get(versionId) ?? [], ...failing];
+      return info.length ? info : undefined;
+    },
+
     async of(versionIds) {
       const wanted = new Set(versionIds);
       const clusterRows = new Map((await options.clusters.all()).map((cluster) => [cluster.id, cluster]));
@@ -314,16 +418,6 @@ export function createInstancesService(options: InstancesOptions) {
 
   return {
     activeInstances,
-
-    /** Why instances of a version are not running, for its deployment's healthInfo: each failing one's last reason. */
-    async healthInfo(versionId: string): Promise<HealthInfo[]> {
-      const failing = [...rows.values()].filter((row) => row.version_id === versionId && row.desired === 1 && row.message && FAILING.has(row.state));
-      if (!failing.length) return [];
-      const clusterRows = new Map((await options.clusters.all()).map((cluster) => [cluster.id, cluster]));
-      return failing.map((row) => ({
-        gpu: row.gpu, backend: clusterRows.get(row.cluster_id)?.group_name ?? '', instanceType: row.instance_type, error: row.message!,
-      }));
-    },
 
     /** Instances per version placement holds now (metrics: svc_function_instances). */
     instanceCounts(): FunctionInstances[] {
@@ -362,7 +456,7 @@ export function createInstancesService(options: InstancesOptions) {
 
     stop() {
       clearInterval(timer);
-      return reconcile.settled();
+      return reconcile.stop();
     },
 
     reconcile,
@@ -380,12 +474,18 @@ export function createInstancesService(options: InstancesOptions) {
      * request, so it only prompts placement when a version with work has no instance at all.
      */
     setDemand(versionId: string, count: number) {
+      const before = demand.get(versionId) ?? 0;
       if (count === 0) {
         demand.delete(versionId);
         return;
       }
       demand.set(versionId, count);
       lastDemand.set(versionId, now().getTime());
+      // Only a version that starts to wait prompts a round. Every round reports each version's demand
+      // back here (announceReady → the planes' ready → their demand), so prompting on any count made a
+      // version that cannot be placed (a full cluster) chain rounds forever: on SQLite without ever
+      // yielding the event loop (issue 15's runaway).
+      if (before > 0) return;
       const placed = [...rows.values()].some((row) => row.version_id === versionId && row.desired === 1);
       if (!placed) void reconcile();
     },

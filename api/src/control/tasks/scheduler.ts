@@ -19,7 +19,7 @@ import { randomUUID } from 'node:crypto';
 import type { TaskReport, TaskSpec } from '../../compute/protocol.ts';
 import { coalesce } from '../../coalesce.ts';
 import { parseDuration } from '../../duration.ts';
-import type { Logger } from '../../logger.ts';
+import { withoutSecrets, type Logger } from '../../logger.ts';
 import type { SecretBox } from '../../store/encryption.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
 import type { ClustersService } from '../clusters/service.ts';
@@ -180,9 +180,7 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
 
   /** Redacts the task's secret values from text that came from the task (its log lines). */
   function redact(lines: string[], sealed: string | null): string[] {
-    const values = secretsOf(sealed).map((secret) => (typeof secret.value === 'string' ? secret.value : JSON.stringify(secret.value)))
-      .filter((value) => value.length >= 4);
-    return lines.map((line) => values.reduce((text, value) => text.split(value).join('[redacted]'), line));
+    return withoutSecrets(lines, secretsOf(sealed));
   }
 
   async function end(flight: Flight, from: readonly string[], status: TaskStatus, error: string | undefined, extra: Partial<TaskRow> = {}, logTail?: string[]) {
