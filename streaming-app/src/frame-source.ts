@@ -1,13 +1,13 @@
 // Where frames come from, behind one small interface: the built-in scene (scene-source), an X11
 // application captured once per session (x11-source), or raw frames an off-screen renderer writes to a
-// socket (pipe-source). Every source delivers I420 frames into FrameFeed, which owns the buffer pool,
-// numbers the frames, stamps the barcode, and hands them to the one encoder path, so the warm-spare
-// keyframe trick works the same for all of them.
+// socket (pipe-source). Every source delivers frames (in the encoder's input format: I420, or BGRX for
+// x11) into FrameFeed, which owns the buffer pool, numbers the frames, stamps the barcode, and hands them
+// to the one encoder path, so the warm-spare keyframe trick works the same for all of them.
 import { barcodeLayout, encodeBarcode, LUMA_ONE, LUMA_ZERO } from '../client/barcode.ts';
 import type { InputMessage } from '../client/protocol.ts';
 import type { Application } from './app.ts';
 import type { SourceKind } from './config.ts';
-import type { VideoEncoder } from './encoder.ts';
+import { frameBytes, type PixelFormat, type VideoEncoder } from './encoder.ts';
 
 export interface FrameSource {
   readonly kind: SourceKind;
@@ -63,8 +63,9 @@ export class FrameFeed {
    */
   constructor(encoder: VideoEncoder, width: number, height: number, barcode: boolean, skipUnchanged = false) {
     this.#encoder = encoder;
-    this.frameBytes = (width * height * 3) / 2;
-    this.#stamp = barcode ? barcodeStamper(width, height) : undefined;
+    const format = encoder.settings.inputFormat;
+    this.frameBytes = frameBytes(format, width, height);
+    this.#stamp = barcode ? barcodeStamper(format, width, height) : undefined;
     this.#previous = skipUnchanged ? Buffer.allocUnsafeSlow(this.frameBytes) : undefined;
     for (let i = 0; i < POOL_SIZE; i++) this.#free.push(Buffer.allocUnsafeSlow(this.frameBytes));
   }
@@ -97,31 +98,36 @@ export class FrameFeed {
     return buffer;
   }
 
-  /** Hands a filled buffer on; it comes back to the pool once the encoder has taken it. */
-  deliver(buffer: Buffer, captureMs: number): void {
+  /**
+   * Hands a filled buffer on; it comes back to the pool once the encoder has taken it. False when the
+   * encoder was too busy to take it: a source that sends frames only on change must send this one again.
+   */
+  deliver(buffer: Buffer, captureMs: number): boolean {
     const release = (): void => { this.#free.push(buffer); };
     if (this.#mode === 'idle') {
       release();
-      return;
+      return true;
     }
     if (this.#unchanged(buffer)) {
       release();
       this.framesUnchanged++;
-      return;
+      return true;
     }
     const frameNumber = ++this.frameNumber;
     this.#stamp?.(buffer, frameNumber, this.inputSeq);
     if (this.#mode === 'priming') {
       // The first frame of the session goes to the warm spare; later ones wait for the peer.
       if (!this.#encoder.prime(buffer, frameNumber, captureMs, release)) release();
-      return;
+      return true;
     }
-    if (this.#encoder.submit(buffer, frameNumber, captureMs, release)) this.framesSubmitted++;
-    else {
-      release();
-      this.framesSkipped++;
-      this.#previousAt = -Infinity; // the encoder never saw this change: the next frame must go
+    if (this.#encoder.submit(buffer, frameNumber, captureMs, release)) {
+      this.framesSubmitted++;
+      return true;
     }
+    release();
+    this.framesSkipped++;
+    this.#previousAt = -Infinity; // the encoder never saw this change: the next frame must go
+    return false;
   }
 
   /** True when the frame repeats the last one sent; otherwise it becomes the one to compare with. */
@@ -136,24 +142,38 @@ export class FrameFeed {
   }
 }
 
-/** Writes the frame barcode (see client/barcode.ts) into the top strip of an I420 frame. */
-export function barcodeStamper(width: number, height: number): (frame: Buffer, frameNumber: number, inputSeq: number) => void {
+type Stamper = (frame: Buffer, frameNumber: number, inputSeq: number) => void;
+
+/** Writes the frame barcode (see client/barcode.ts) into the top strip of a frame. */
+export function barcodeStamper(format: PixelFormat, width: number, height: number): Stamper {
   const { cellWidth, cellHeight } = barcodeLayout(width);
   const bits = new Uint8Array(64);
-  const uOffset = width * height;
-  const vOffset = uOffset + (width / 2) * (height / 2);
+  const cell = format === 'bgr0' ? bgrxCell(width) : i420Cell(width, height);
   return (frame, frameNumber, inputSeq) => {
     encodeBarcode(frameNumber, inputSeq, bits);
-    for (let i = 0; i < 64; i++) {
-      const x0 = (i % 32) * cellWidth;
-      const y0 = Math.floor(i / 32) * cellHeight;
-      const luma = bits[i] ? LUMA_ONE : LUMA_ZERO;
-      for (let row = y0; row < y0 + cellHeight; row++) frame.fill(luma, row * width + x0, row * width + x0 + cellWidth);
-      for (let row = y0 >> 1; row < (y0 + cellHeight) >> 1; row++) {
-        const start = row * (width / 2) + (x0 >> 1);
-        frame.fill(128, uOffset + start, uOffset + start + (cellWidth >> 1));
-        frame.fill(128, vOffset + start, vOffset + start + (cellWidth >> 1));
-      }
+    for (let i = 0; i < 64; i++) cell(frame, (i % 32) * cellWidth, Math.floor(i / 32) * cellHeight, cellWidth, cellHeight, bits[i] === 1);
+  };
+}
+
+type CellPainter = (frame: Buffer, x0: number, y0: number, w: number, h: number, one: boolean) => void;
+
+function i420Cell(width: number, height: number): CellPainter {
+  const uOffset = width * height;
+  const vOffset = uOffset + (width / 2) * (height / 2);
+  return (frame, x0, y0, w, h, one) => {
+    const luma = one ? LUMA_ONE : LUMA_ZERO;
+    for (let row = y0; row < y0 + h; row++) frame.fill(luma, row * width + x0, row * width + x0 + w);
+    for (let row = y0 >> 1; row < (y0 + h) >> 1; row++) {
+      const start = row * (width / 2) + (x0 >> 1);
+      frame.fill(128, uOffset + start, uOffset + start + (w >> 1));
+      frame.fill(128, vOffset + start, vOffset + start + (w >> 1));
     }
+  };
+}
+
+/** White and black: converted to video-range I420 they become exactly LUMA_ONE and LUMA_ZERO. */
+function bgrxCell(width: number): CellPainter {
+  return (frame, x0, y0, w, h, one) => {
+    for (let row = y0; row < y0 + h; row++) frame.fill(one ? 255 : 0, (row * width + x0) * 4, (row * width + x0 + w) * 4);
   };
 }

@@ -1,9 +1,10 @@
 // The X display the application draws on: a virtual one (Xvfb, on a display number it picks itself with
 // -displayfd, at the session's resolution), or an existing one (STREAMING_DISPLAY). The app talks to it
 // through its own protocol connection (the `x11` package, pure JavaScript): to see that the application
-// has mapped a window, and to inject input with the XTEST extension.
+// has mapped a window, to inject input with the XTEST extension, and to capture the screen (DAMAGE,
+// XFIXES, MIT-SHM; x11-capture.ts).
 import type { ChildProcess } from 'node:child_process';
-import x11, { type XClient, type XDisplay, type XTest } from 'x11';
+import x11, { type XClient, type XDamage, type XDisplay, type XFixes, type XShm, type XTest } from 'x11';
 import { exited, spawnChild, stopChild } from './children.ts';
 import { LineTail } from './line-tail.ts';
 
@@ -43,19 +44,36 @@ export async function startXvfb(xvfbPath: string, width: number, height: number)
   }
 }
 
-/** One protocol connection to the display, with XTEST. */
+type Extensions = { xtest: XTest; damage: XDamage; fixes: XFixes; shm: XShm | undefined };
+
+/**
+ * The screen is captured as is and handed to the encoder as `bgr0`: 24-bit colour in 32-bit pixels,
+ * least significant byte first (Xvfb's, and any x86 Xorg's, format). Anything else is refused up front.
+ */
+function checkPixelFormat(display: XDisplay): void {
+  const depth = display.screen[0].root_depth;
+  if (depth !== 24 || display.format[24]?.bits_per_pixel !== 32 || display.image_byte_order !== 0) {
+    throw new Error(`unsupported pixel format (depth ${depth}, ${display.format[depth]?.bits_per_pixel} bits per pixel): the display must be 24-bit colour in 32-bit pixels`);
+  }
+}
+
+/** One protocol connection to the display, with the extensions the app uses. */
 export class XConnection {
   readonly client: XClient;
   readonly xtest: XTest;
+  readonly damage: XDamage;
+  readonly fixes: XFixes;
+  /** MIT-SHM, when the server has it (local displays); capture falls back to core GetImage without it. */
+  readonly shm: XShm | undefined;
   readonly root: number;
   readonly width: number;
   readonly height: number;
   readonly minKeycode: number;
   readonly maxKeycode: number;
 
-  private constructor(display: XDisplay, xtest: XTest) {
+  private constructor(display: XDisplay, extensions: Extensions) {
     this.client = display.client;
-    this.xtest = xtest;
+    ({ xtest: this.xtest, damage: this.damage, fixes: this.fixes, shm: this.shm } = extensions);
     const screen = display.screen[0];
     this.root = screen.root;
     this.width = screen.pixel_width;
@@ -74,10 +92,15 @@ export class XConnection {
     });
     try {
       const connected = await Promise.race([opened, timeout]);
-      const xtest = await new Promise<XTest>((resolve, reject) => {
-        connected.client.require('xtest', (error, ext) => (error ? reject(new Error('the display has no XTEST extension')) : resolve(ext)));
-      });
-      return new XConnection(connected, xtest);
+      checkPixelFormat(connected);
+      const { client } = connected;
+      const extension = <T>(load: (callback: (error: Error | null, ext: T) => void) => void, name: string): Promise<T> =>
+        new Promise((resolve, reject) => load((error, ext) => (error ? reject(new Error(`the display has no ${name} extension`)) : resolve(ext))));
+      const xtest = await extension<XTest>((cb) => client.require('xtest', cb), 'XTEST');
+      const damage = await extension<XDamage>((cb) => client.require('damage', cb), 'DAMAGE');
+      const fixes = await extension<XFixes>((cb) => client.require('fixes', cb), 'XFIXES');
+      const shm = await extension<XShm>((cb) => client.require('shm', cb), 'MIT-SHM').catch(() => undefined);
+      return new XConnection(connected, { xtest, damage, fixes, shm });
     } catch (error) {
       throw new Error(`cannot open X display ${display}: ${(error as Error).message}`);
     } finally {

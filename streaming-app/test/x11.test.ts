@@ -120,6 +120,12 @@ describe('x11 source', { skip }, () => {
     const typed = await until('the typed text on screen', textArea, (dark) => dark > blank + 200);
     t.diagnostic(`dark pixels: ${blank} blank, ${typed} after typing`);
 
+    // The pointer's cursor is drawn into the picture (an I-beam over the xterm's white background).
+    const cursorBox = (): Promise<number> => darkPixels(page, 240, 110, 24, 24);
+    assert.equal(await cursorBox(), 0, 'nothing drawn there yet');
+    await page.evaluate(`svcStream.sendPointer(${250 / WIDTH}, ${120 / HEIGHT})`);
+    await until('the cursor where the pointer is', cursorBox, (dark) => dark > 5);
+
     // A double-click on "streaming" selects it: xterm shows it in reverse video.
     await page.evaluate(`(() => {
       svcStream.sendPointer(${60 / WIDTH}, ${52 / HEIGHT});
@@ -143,7 +149,7 @@ describe('x11 source', { skip }, () => {
     assert.deepEqual(alive(helpers), [], 'no helper process outlives the container');
   });
 
-  test('an application crash closes the connection with 4502 and a reason; nothing is left behind', async (t) => {
+  test('a still screen answers a PLI with a keyframe; an application crash closes the connection with 4502; nothing is left behind', async (t) => {
     // The shell is the application: told to (SIGUSR1), it exits 3 while the xterm it started is still up.
     const app = await startApp({ ...X11_ENV, STREAMING_APP_COMMAND: "trap 'exit 3' USR1; xterm -geometry 20x4+0+40 & while :; do sleep 0.1; done" });
     t.after(() => app.stop());
@@ -151,6 +157,10 @@ describe('x11 source', { skip }, () => {
     t.after(() => viewer.close());
     await viewer.hello();
     await viewer.waitForFrames(1);
+    // Nothing changes on screen, so no frame is grabbed unless the fresh encoder process asks for one.
+    const keyframes = viewer.keyframes;
+    await viewer.sendPli();
+    await until('a keyframe after the PLI', async () => viewer.keyframes, (n) => n > keyframes);
     const helpers = descendants(app.pid);
     const appPid = Number(app.logs.find((l) => l.msg === 'application window mapped')?.appPid);
     process.kill(appPid, 'SIGUSR1');
