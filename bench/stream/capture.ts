@@ -67,13 +67,13 @@ function damageCapture(name: string, useShm: boolean): Method {
     name,
     async start(display, onFrame) {
       const x = await XConnection.open(display);
-      const frameBytes = W * H * 4;
+      const frameBytes = W * H * 1.5;
       const free: Buffer[] = [Buffer.alloc(frameBytes), Buffer.alloc(frameBytes)];
       const sink: FrameSink = {
         frameBytes, wanted: true, inputSeq: 0,
         acquire: () => free.pop(),
         deliver(buffer) {
-          onFrame(buffer[(PROBE.y * W + PROBE.x) * 4] > 128);
+          onFrame(buffer[PROBE.y * W + PROBE.x] > 128); // luma
           free.push(buffer);
           return true;
         },
@@ -163,6 +163,7 @@ async function measure(method: Method, display: string, xvfbPid: number, painter
 const xvfb = await startXvfb('Xvfb', W, H);
 const painterDisplay = await call<XDisplay>((cb) => x11.createClient({ display: xvfb.display }, cb));
 const painter = painterDisplay.client;
+painter.on('error', () => { /* Xvfb stopping at the end */ });
 const root = painterDisplay.screen[0].root;
 const gc = painter.AllocID();
 painter.CreateGC(gc, root, { foreground: 0 });

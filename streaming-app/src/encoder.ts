@@ -1,6 +1,5 @@
-// Video encoder: an ffmpeg subprocess fed raw frames on stdin (I420, or BGRX straight from an X display),
-// returning framed access units on stdout. The choice of encoder is probed once at start with a one-frame
-// trial encode.
+// Video encoder: an ffmpeg subprocess fed raw I420 frames on stdin, returning framed access units on
+// stdout. The choice of encoder is probed once at start with a one-frame trial encode.
 //
 // Keyframes on demand: an ffmpeg process cannot be told to emit an IDR frame mid-stream, but the first
 // frame any new process encodes is one. So a spare process is kept warm (spawned, libraries loaded,
@@ -13,16 +12,9 @@ import type { Logger } from './logger.ts';
 
 export type EncoderName = 'h264_nvenc' | 'libx264' | 'libvpx';
 export type VideoCodec = 'H264' | 'VP8';
-/** What the source hands the encoder: planar I420, or 32-bit B,G,R,unused pixels (an X11 screen as is). */
-export type PixelFormat = 'yuv420p' | 'bgr0';
-
-export function frameBytes(format: PixelFormat, width: number, height: number): number {
-  return format === 'bgr0' ? width * height * 4 : (width * height * 3) / 2;
-}
 
 export type EncoderSettings = {
   encoder: EncoderName;
-  inputFormat: PixelFormat;
   width: number;
   height: number;
   fps: number;
@@ -52,24 +44,21 @@ export function ffmpegArgs(s: EncoderSettings, frames?: number): string[] {
   const bufferKbits = Math.max(Math.round((kbps / s.fps) * 4), 50);
   const input = [
     '-hide_banner', '-loglevel', 'error', '-nostdin',
-    '-f', 'rawvideo', '-pix_fmt', s.inputFormat, '-s', `${s.width}x${s.height}`, '-framerate', String(s.fps),
+    '-f', 'rawvideo', '-pix_fmt', 'yuv420p', '-s', `${s.width}x${s.height}`, '-framerate', String(s.fps),
     '-i', 'pipe:0',
   ];
-  // libx264 and libvpx are given 4:2:0 (ffmpeg converts BGRX with SIMD code); NVENC takes BGRX itself
-  // and converts on the GPU.
-  const toI420 = ['-pix_fmt', 'yuv420p'];
   const rate = ['-b:v', `${kbps}k`, '-maxrate', `${kbps}k`, '-bufsize', `${bufferKbits}k`, '-g', String(s.keyframeIntervalFrames)];
   let codec: string[];
   switch (s.encoder) {
     case 'libx264':
-      codec = [...toI420, '-c:v', 'libx264', '-preset', 'ultrafast', '-tune', 'zerolatency', '-profile:v', 'baseline', '-bf', '0', ...rate];
+      codec = ['-c:v', 'libx264', '-preset', 'ultrafast', '-tune', 'zerolatency', '-profile:v', 'baseline', '-bf', '0', ...rate];
       break;
     case 'h264_nvenc':
       codec = ['-c:v', 'h264_nvenc', '-preset', 'p1', '-tune', 'ull', '-zerolatency', '1', '-delay', '0', '-rc', 'cbr',
         '-profile:v', 'baseline', '-bf', '0', ...rate];
       break;
     case 'libvpx':
-      codec = [...toI420, '-c:v', 'libvpx', '-deadline', 'realtime', '-cpu-used', '8', '-lag-in-frames', '0', '-auto-alt-ref', '0',
+      codec = ['-c:v', 'libvpx', '-deadline', 'realtime', '-cpu-used', '8', '-lag-in-frames', '0', '-auto-alt-ref', '0',
         '-error-resilient', '1', ...rate];
       break;
   }
@@ -103,7 +92,7 @@ export function probeEncoder(settings: EncoderSettings, timeoutMs = 10_000): Pro
       else resolve({ ok: false, reason: (stderr.trim().split('\n').pop() || `exit ${code ?? signal}`).slice(0, 300) });
     });
     // A mid-grey frame: any encoder that can open its device encodes it.
-    child.stdin?.end(Buffer.alloc(frameBytes(settings.inputFormat, settings.width, settings.height), 128));
+    child.stdin?.end(Buffer.alloc((settings.width * settings.height * 3) / 2, 128));
   });
 }
 

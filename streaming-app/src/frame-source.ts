@@ -1,13 +1,13 @@
 // Where frames come from, behind one small interface: the built-in scene (scene-source), an X11
 // application captured once per session (x11-source), or raw frames an off-screen renderer writes to a
-// socket (pipe-source). Every source delivers frames (in the encoder's input format: I420, or BGRX for
-// x11) into FrameFeed, which owns the buffer pool, numbers the frames, stamps the barcode, and hands them
-// to the one encoder path, so the warm-spare keyframe trick works the same for all of them.
+// socket (pipe-source). Every source delivers I420 frames into FrameFeed, which owns the buffer pool,
+// numbers the frames, stamps the barcode, and hands them to the one encoder path, so the warm-spare
+// keyframe trick works the same for all of them.
 import { barcodeLayout, encodeBarcode, LUMA_ONE, LUMA_ZERO } from '../client/barcode.ts';
 import type { InputMessage } from '../client/protocol.ts';
 import type { Application } from './app.ts';
 import type { SourceKind } from './config.ts';
-import { frameBytes, type PixelFormat, type VideoEncoder } from './encoder.ts';
+import type { VideoEncoder } from './encoder.ts';
 
 export interface FrameSource {
   readonly kind: SourceKind;
@@ -29,6 +29,8 @@ export interface FrameSource {
 export type SourceEvents = {
   /** The source cannot go on (display lost, capture failed): the session ends with an error. */
   onFailure(reason: string): void;
+  /** Text was copied in the application (x11): it goes to the browser's clipboard. */
+  onClipboard(text: string): void;
 };
 
 const POOL_SIZE = 3;
@@ -63,9 +65,8 @@ export class FrameFeed {
    */
   constructor(encoder: VideoEncoder, width: number, height: number, barcode: boolean, skipUnchanged = false) {
     this.#encoder = encoder;
-    const format = encoder.settings.inputFormat;
-    this.frameBytes = frameBytes(format, width, height);
-    this.#stamp = barcode ? barcodeStamper(format, width, height) : undefined;
+    this.frameBytes = (width * height * 3) / 2;
+    this.#stamp = barcode ? barcodeStamper(width, height) : undefined;
     this.#previous = skipUnchanged ? Buffer.allocUnsafeSlow(this.frameBytes) : undefined;
     for (let i = 0; i < POOL_SIZE; i++) this.#free.push(Buffer.allocUnsafeSlow(this.frameBytes));
   }
@@ -142,38 +143,24 @@ export class FrameFeed {
   }
 }
 
-type Stamper = (frame: Buffer, frameNumber: number, inputSeq: number) => void;
-
-/** Writes the frame barcode (see client/barcode.ts) into the top strip of a frame. */
-export function barcodeStamper(format: PixelFormat, width: number, height: number): Stamper {
+/** Writes the frame barcode (see client/barcode.ts) into the top strip of an I420 frame. */
+export function barcodeStamper(width: number, height: number): (frame: Buffer, frameNumber: number, inputSeq: number) => void {
   const { cellWidth, cellHeight } = barcodeLayout(width);
   const bits = new Uint8Array(64);
-  const cell = format === 'bgr0' ? bgrxCell(width) : i420Cell(width, height);
-  return (frame, frameNumber, inputSeq) => {
-    encodeBarcode(frameNumber, inputSeq, bits);
-    for (let i = 0; i < 64; i++) cell(frame, (i % 32) * cellWidth, Math.floor(i / 32) * cellHeight, cellWidth, cellHeight, bits[i] === 1);
-  };
-}
-
-type CellPainter = (frame: Buffer, x0: number, y0: number, w: number, h: number, one: boolean) => void;
-
-function i420Cell(width: number, height: number): CellPainter {
   const uOffset = width * height;
   const vOffset = uOffset + (width / 2) * (height / 2);
-  return (frame, x0, y0, w, h, one) => {
-    const luma = one ? LUMA_ONE : LUMA_ZERO;
-    for (let row = y0; row < y0 + h; row++) frame.fill(luma, row * width + x0, row * width + x0 + w);
-    for (let row = y0 >> 1; row < (y0 + h) >> 1; row++) {
-      const start = row * (width / 2) + (x0 >> 1);
-      frame.fill(128, uOffset + start, uOffset + start + (w >> 1));
-      frame.fill(128, vOffset + start, vOffset + start + (w >> 1));
+  return (frame, frameNumber, inputSeq) => {
+    encodeBarcode(frameNumber, inputSeq, bits);
+    for (let i = 0; i < 64; i++) {
+      const x0 = (i % 32) * cellWidth;
+      const y0 = Math.floor(i / 32) * cellHeight;
+      const luma = bits[i] ? LUMA_ONE : LUMA_ZERO;
+      for (let row = y0; row < y0 + cellHeight; row++) frame.fill(luma, row * width + x0, row * width + x0 + cellWidth);
+      for (let row = y0 >> 1; row < (y0 + cellHeight) >> 1; row++) {
+        const start = row * (width / 2) + (x0 >> 1);
+        frame.fill(128, uOffset + start, uOffset + start + (cellWidth >> 1));
+        frame.fill(128, vOffset + start, vOffset + start + (cellWidth >> 1));
+      }
     }
-  };
-}
-
-/** White and black: converted to video-range I420 they become exactly LUMA_ONE and LUMA_ZERO. */
-function bgrxCell(width: number): CellPainter {
-  return (frame, x0, y0, w, h, one) => {
-    for (let row = y0; row < y0 + h; row++) frame.fill(one ? 255 : 0, (row * width + x0) * 4, (row * width + x0 + w) * 4);
   };
 }

@@ -61,8 +61,6 @@ async function main(): Promise<void> {
 
   await RTCDtlsTransport.SetupCertificate();
   const settings = await chooseEncoder(config.encoder, {
-    // The x11 source hands over the screen as it is (BGRX); the encoder converts.
-    inputFormat: config.source.kind === 'x11' ? 'bgr0' : 'yuv420p',
     width: config.width, height: config.height, fps: config.fps, bitrateKbps: config.bitrateKbps,
     keyframeIntervalFrames: config.fps * config.keyframeIntervalSeconds, ffmpegPath: config.ffmpegPath,
   }, log).catch((error: unknown) => {
@@ -92,6 +90,7 @@ async function main(): Promise<void> {
       log.error({ reason }, 'frame source failed');
       session?.end(reason, true);
     },
+    onClipboard: (text) => session?.sendClipboard(text),
   }).catch((error: unknown) => {
     encoder?.stop();
     return failStartup((error as Error).message);

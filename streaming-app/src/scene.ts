@@ -57,7 +57,7 @@ export class Scene {
     this.#vOffset = this.#uOffset + (width / 2) * (height / 2);
     this.frameBytes = this.#vOffset + (width / 2) * (height / 2);
     this.#barcodeHeight = barcodeLayout(width).height;
-    this.#stampBarcode = barcode ? barcodeStamper('yuv420p', width, height) : undefined;
+    this.#stampBarcode = barcode ? barcodeStamper(width, height) : undefined;
     this.#markerSize = Math.max(8, 2 * Math.round(height / 24));
     this.#sweeperSize = Math.max(8, 2 * Math.round(height / 20));
   }

@@ -156,6 +156,7 @@ export class XConnection {
   }
 
   close(): void {
+    this.client.on('error', () => { /* a reset while closing (the server went first) is no failure */ });
     try { this.client.terminate(); } catch { /* already closed */ }
   }
 }

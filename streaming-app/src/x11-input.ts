@@ -105,6 +105,8 @@ export class X11Input {
       case 'text':
         for (const char of event.text) this.#type(char);
         return true;
+      case 'clipboard':
+        return false; // not input: the x11 source puts it on the display's clipboard (x11-clipboard.ts)
     }
   }
 

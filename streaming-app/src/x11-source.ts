@@ -3,7 +3,8 @@
 // mapped a window. Each session captures the screen in this process whenever it changes
 // (x11-capture.ts) and hands the frames, as BGRX, to the same encoder path as the scene, so the encoder
 // processes stay swappable (a PLI still switches to a warm spare that starts with a keyframe). Input is
-// injected with XTEST (x11-input.ts) on the same X connection.
+// injected with XTEST (x11-input.ts) on the same X connection; clipboard text goes both ways by the X
+// selection protocol (x11-clipboard.ts).
 import type { InputMessage } from '../client/protocol.ts';
 import { Application } from './app.ts';
 import type { Config } from './config.ts';
@@ -11,6 +12,7 @@ import type { VideoEncoder } from './encoder.ts';
 import { FrameFeed, type FrameSource, type SourceEvents } from './frame-source.ts';
 import type { Logger } from './logger.ts';
 import { ScreenCapture } from './x11-capture.ts';
+import { X11Clipboard } from './x11-clipboard.ts';
 import { startXvfb, XConnection, type VirtualDisplay } from './x11-display.ts';
 import { X11Input } from './x11-input.ts';
 
@@ -22,16 +24,18 @@ export class X11Source implements FrameSource {
   readonly #x: XConnection;
   readonly #input: X11Input;
   readonly #capture: ScreenCapture;
+  readonly #clipboard: X11Clipboard;
   readonly #server: VirtualDisplay | undefined;
   #closed = false;
 
   private constructor(options: {
-    feed: FrameFeed; capture: ScreenCapture; events: SourceEvents; encoder: VideoEncoder;
+    feed: FrameFeed; capture: ScreenCapture; clipboard: X11Clipboard; events: SourceEvents; encoder: VideoEncoder;
     x: XConnection; input: X11Input; server: VirtualDisplay | undefined; app: Application; display: string;
   }) {
     const { events, encoder } = options;
     this.feed = options.feed;
     this.#capture = options.capture;
+    this.#clipboard = options.clipboard;
     this.#x = options.x;
     this.#input = options.input;
     this.#server = options.server;
@@ -66,7 +70,8 @@ export class X11Source implements FrameSource {
         width, height, fps: config.fps, inputSeq: () => input.lastSeq, onFailure: (reason) => events.onFailure(reason),
       });
       log.info({ method: capture.method }, capture.method === 'shm' ? 'screen capture: MIT-SHM' : 'screen capture: core GetImage (no MIT-SHM on this display: slower)');
-      return new X11Source({ feed, capture, events, encoder, x, input, server, app, display });
+      const clipboard = await X11Clipboard.create(x, log, (text) => events.onClipboard(text));
+      return new X11Source({ feed, capture, clipboard, events, encoder, x, input, server, app, display });
     } catch (error) {
       x?.close();
       await app?.stop();
@@ -92,6 +97,10 @@ export class X11Source implements FrameSource {
   }
 
   input(event: InputMessage): boolean {
+    if (event.type === 'clipboard') {
+      this.#clipboard.set(event.text);
+      return true;
+    }
     if (!this.#input.apply(event)) return false;
     // The cursor is drawn into the frame: a pointer that moved changes the picture without any damage.
     if (event.type === 'pointer' || event.type === 'move') this.#capture.request();
@@ -103,6 +112,7 @@ export class X11Source implements FrameSource {
     this.#closed = true;
     this.stop();
     this.#capture.close();
+    this.#clipboard.close();
     this.#x.close();
     await this.app.stop();
     await this.#server?.stop();

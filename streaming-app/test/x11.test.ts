@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { CloseCode } from '../client/protocol.ts';
+import { bgrxToI420 } from '../src/x11-capture.ts';
 import { startXvfb, XConnection } from '../src/x11-display.ts';
 import { X11Input } from '../src/x11-input.ts';
 import {
@@ -22,8 +23,11 @@ if (skip) console.log(`# skipping the x11 source tests: ${skip}`);
 
 const WIDTH = 640;
 const HEIGHT = 360;
-/** An xterm below the barcode strip, echoing what is typed (cat, no shell); Ctrl+D at a line start ends it. */
-const XTERM_CAT = 'exec xterm -geometry 40x6+0+40 -fa Monospace -fs 14 -bg white -fg black -e cat';
+/**
+ * An xterm below the barcode strip, echoing what is typed (cat, no shell); Ctrl+D at a line start ends it.
+ * Its selection goes to CLIPBOARD (selectToClipboard), as a copy would in most applications.
+ */
+const XTERM_CAT = "exec xterm -geometry 40x6+0+40 -fa Monospace -fs 14 -bg white -fg black -xrm 'XTerm*selectToClipboard: true' -e cat";
 const X11_ENV = { STREAMING_SOURCE: 'x11', STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_FRAME_BARCODE: 'true', STREAMING_AUDIO: 'false' };
 
 type Snapshot = { framesDecodedFromBarcode: number; ended?: string };
@@ -57,6 +61,22 @@ function darkPixels(page: Page, x: number, y: number, w: number, h: number): Pro
 function clientUrl(app: AppProcess): string {
   return `http://127.0.0.1:${app.streamingPort}/client/?overlay=0&signal=${encodeURIComponent(app.signalingUrl())}`;
 }
+
+test('the capture converts BGRX to video-range BT.601 I420, only inside the rectangle it is given', () => {
+  const [width, height] = [4, 2];
+  const screen = Buffer.alloc(width * height * 4);
+  const pixels = [[255, 255, 255], [255, 255, 255], [0, 0, 255], [0, 0, 255]]; // BGR: white, white, red, red
+  pixels.forEach(([b, g, r], x) => [x, x + width].forEach((i) => screen.set([b, g, r, 0], i * 4)));
+  const picture = Buffer.alloc(width * height * 1.5, 7);
+  bgrxToI420(screen, picture, width, height, { x: 0, y: 0, width: 2, height: 2 });
+  assert.deepEqual([...picture.subarray(0, 2), picture[width], picture[width + 1]], [235, 235, 235, 235], 'white luma');
+  assert.deepEqual([picture[8], picture[10]], [128, 128], 'white chroma');
+  bgrxToI420(screen, picture, width, height, { x: 2, y: 0, width: 2, height: 2 });
+  assert.deepEqual([picture[2], picture[9], picture[11]], [82, 90, 240], 'red: Y, U, V');
+  const untouched = Buffer.alloc(width * height * 1.5, 7);
+  bgrxToI420(screen, untouched, width, height, { x: 2, y: 0, width: 2, height: 2 });
+  assert.deepEqual([...untouched.subarray(0, 2), untouched[8], untouched[10]], [7, 7, 7, 7], 'outside the rectangle nothing changes');
+});
 
 test('XTEST input: absolute and relative pointer, buttons and modifiers, all released at the end', { skip }, async (t) => {
   const server = await startXvfb('Xvfb', WIDTH, HEIGHT);
@@ -93,7 +113,7 @@ describe('x11 source', { skip }, () => {
     await rm(profile, { recursive: true, force: true });
   });
 
-  test('an xterm streams to Chromium; keys, text and a double-click change the picture; Ctrl+D ends app and session', async (t) => {
+  test('an xterm streams to Chromium; keys, text, the cursor and a double-click change the picture; clipboard both ways; Ctrl+D ends app and session', async (t) => {
     const app = await startApp({ ...X11_ENV, STREAMING_APP_COMMAND: XTERM_CAT });
     t.after(() => app.stop());
     const helpers = descendants(app.pid);
@@ -133,6 +153,17 @@ describe('x11 source', { skip }, () => {
     })()`);
     const selected = await until('the selection highlight', textArea, (dark) => dark > typed + 800);
     t.diagnostic(`dark pixels after the double-click: ${selected}`);
+
+    // Clipboard both ways: the word xterm copied reaches the browser; the browser's text, put on the
+    // display's clipboard, is pasted by a middle-click at the end of the typed line.
+    await until('the copied word in the browser', () => page.evaluate('svcStream.input.clipboardText'), (text) => text === 'streaming');
+    const rightOfText = (): Promise<number> => darkPixels(page, 230, 44, 190, 20); // the xterm is about 440 pixels wide
+    assert.equal(await rightOfText(), 0, 'nothing typed there yet');
+    await page.evaluate(`(() => {
+      svcStream.input.sendClipboard('pasted from the browser');
+      for (const down of [true, false]) svcStream.sendButton(1, down);
+    })()`);
+    await until('the pasted text', rightOfText, (dark) => dark > 100);
 
     // Enter, then Ctrl+D: cat reads end of input and exits 0, xterm with it.
     await page.evaluate(`(() => {

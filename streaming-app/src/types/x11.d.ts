@@ -18,9 +18,11 @@ declare module 'x11' {
     ReportLevel: { RawRectangles: number; DeltaRectangles: number; BoundingBox: number; NonEmpty: number };
     Create(damage: number, drawable: number, reportLevel: number): void;
     Destroy(damage: number): void;
-    /** With repair and parts 0 (None): the whole damage region is repaired (emptied). */
+    /** With repair 0 (None): the whole damage region is repaired (emptied), copied to region `parts` first unless 0. */
     Subtract(damage: number, repair: number, parts: number): void;
   }
+
+  export type Rect = { x: number; y: number; width: number; height: number };
 
   export type CursorImage = { x: number; y: number; width: number; height: number; xhot: number; yhot: number; cursorSerial: number; cursorImage: Buffer };
 
@@ -28,6 +30,9 @@ declare module 'x11' {
     CursorNotifyMask: { DisplayCursor: number };
     SelectionEventMask: { SetSelectionOwner: number; SelectionWindowDestroy: number; SelectionClientClose: number };
     SelectCursorInput(window: number, eventMask: number): void;
+    CreateRegion(region: number, rectangles: Rect[]): void;
+    DestroyRegion(region: number): void;
+    FetchRegion(region: number, callback: Callback<{ extents: Rect; rectangles: Rect[] }>): void;
     SelectSelectionInput(window: number, selection: number, eventMask: number): void;
     GetCursorImage(callback: Callback<CursorImage>): void;
   }
@@ -59,6 +64,19 @@ declare module 'x11' {
     ChangeKeyboardMapping(first: number, keysymsPerKeycode: number, keysyms: number[]): void;
     GetInputFocus(callback: Callback<unknown>): void;
     QueryPointer(window: number, callback: Callback<{ rootX: number; rootY: number; keyMask: number }>): void;
+    /** class 2: InputOnly (depth and visual 0). */
+    CreateWindow(id: number, parent: number, x: number, y: number, width: number, height: number, borderWidth: number,
+      depth: number, windowClass: number, visual: number, values: Record<string, never>): void;
+    InternAtom(onlyIfExists: boolean, name: string, callback: Callback<number>): void;
+    SetSelectionOwner(owner: number, selection: number, time: number): void;
+    ConvertSelection(requestor: number, selection: number, target: number, property: number, time: number): void;
+    /** mode 0: replace; format 8, 16 or 32 bits per element. */
+    ChangeProperty(mode: number, window: number, property: number, type: number, format: number, data: Buffer | number[]): void;
+    GetProperty(remove: number, window: number, property: number, type: number, longOffset: number, longLength: number,
+      callback: Callback<{ type: number; format: number; bytesAfter: number; data: Buffer }>): void;
+    DeleteProperty(window: number, property: number): void;
+    /** `event` is packed from its fields and `name`. */
+    SendEvent(destination: number, propagate: boolean, eventMask: number, event: XEvent): void;
     CreateGC(gc: number, drawable: number, values: { foreground?: number }): void;
     ChangeGC(gc: number, values: { foreground?: number }): void;
     PolyFillRectangle(drawable: number, gc: number, rectangles: number[]): void;
