@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { agentEnvSettings, agentSettingsSchema, portRangeSchema } from './compute/settings.ts';
 import { autoscalerEnvSettings, autoscalerSettingsSchema } from './autoscaler/settings.ts';
 import { tasksEnvSettings, tasksSettingsSchema } from './control/tasks/settings.ts';
+import { streamingEnvSettings, streamingSettingsSchema } from './streaming/settings.ts';
 import { metricsEnvSettings, metricsSettingsSchema } from './http/metrics.ts';
 
 const port = z.coerce.number().int().min(0).max(65535);
@@ -75,12 +76,8 @@ export const configSchema = z.object({
     /** How long an uncollected result of a 202'd request is kept. */
     resultRetentionSeconds: z.coerce.number().int().min(1).default(3600),
   }).prefault({}),
-  streaming: z.object({
-    /** How long a dropped session waits for its browser to reconnect (spec: at most 300 s). */
-    resumeWindowSeconds: z.coerce.number().int().min(1).max(300).default(60),
-    /** How long a new session waits for a free instance before 503. */
-    waitForInstanceSeconds: z.coerce.number().int().min(0).max(600).default(10),
-  }).prefault({}),
+  /** Streaming sessions: the session broker and its line (streaming/settings.ts). */
+  streaming: streamingSettingsSchema.prefault({}),
   turn: z.object({
     /** auto: coturn when installed, else node-turn (STUN only); external: a TURN server you run; none: no STUN/TURN. */
     server: z.enum(['auto', 'coturn', 'node-turn', 'external', 'none']).default('auto'),
@@ -150,7 +147,7 @@ export const envSettings: Record<string, string> = {
   SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
   SVC_IN_PROCESS_AGENT: 'compute.inProcessAgent',
   ...Object.fromEntries(Object.entries(agentEnvSettings).map(([name, setting]) => [name, `compute.agent.${setting}`])),
-  SVC_STREAMING_RESUME_WINDOW_SECONDS: 'streaming.resumeWindowSeconds',
+  ...Object.fromEntries(Object.entries(streamingEnvSettings).map(([name, setting]) => [name, `streaming.${setting}`])),
   SVC_TURN_SERVER: 'turn.server',
   SVC_TURN_PUBLIC_IP: 'turn.publicIp',
   SVC_TURN_LISTEN_IP: 'turn.listenIp',

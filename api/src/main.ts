@@ -40,8 +40,9 @@ import { createInProcessQueue } from './invocation/queue.ts';
 import { createInvocationsRepo } from './invocation/repo.ts';
 import { invocationRoutes } from './invocation/routes.ts';
 import { createInvocationService } from './invocation/service.ts';
-import { createStreamingBroker } from './invocation/streaming.ts';
-import { startTurn } from './turn/server.ts';
+import { createStreamingBroker } from './streaming/broker.ts';
+import { signInHandler } from './streaming/sign-in.ts';
+import { startTurn, type TurnService } from './turn/server.ts';
 import { createApp } from './http/app.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
@@ -59,6 +60,8 @@ export interface Platform {
   samples: DeployedSample[];
   /** With samples: the streaming sample and a key the demo proxy invokes it with. */
   streamingDemo?: StreamingDemo;
+  /** The STUN/TURN server streaming sessions are given. */
+  turn: TurnService['kind'];
   close(): Promise<void>;
 }
 
@@ -141,11 +144,12 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
     const turn = await startTurn({ ...config.turn, secret: config.turn.secret ?? await ensureTurnSecret(settings, box, startedAt) }, log);
     closers.push(() => turn.close());
-    const streaming = createStreamingBroker({
-      verifier, functionsRepo, instances, turn, log, now,
-      resumeWindowMs: config.streaming.resumeWindowSeconds * 1000, waitForInstanceMs: config.streaming.waitForInstanceSeconds * 1000,
-    });
+    const streaming = createStreamingBroker({ verifier, functionsRepo, instances, turn, log, now, settings: config.streaming });
     instances.onReady((versionId, ready) => streaming.ready(versionId, ready));
+    instances.keepSessions(streaming.inSession);
+    metrics.watchLoad(() => streaming.load());
+    // STREAMING functions scale on sessions: spare instances follow each start and end at once.
+    streaming.onChange(() => autoscaler.nudge());
 
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
@@ -170,11 +174,8 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit, metrics };
     const gateway = createGateway({
       address: config.gateway.address,
-      api: (() => {
-        const app = createApp({ ...appOptions, routes: apiRoutes, host: 'api' });
-        // The reference's streaming sign-in (SVC-ABSORB: true) reserves sessions on any path.
-        return (req, res) => (req.headers['svc-absorb'] === 'true' ? void streaming.signIn(req, res) : app(req, res));
-      })(),
+      // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host.
+      api: createApp({ ...appOptions, routes: apiRoutes, host: 'api', handlers: [signInHandler(streaming)] }),
       keys: createApp({ ...appOptions, routes: keyServiceRoutes, host: 'keys' }),
       apiUpgrade: (req, socket, head) => {
         if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return void agentHub.upgrade(req, socket, head);
@@ -211,6 +212,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       url: `${scheme}://localhost:${port}`,
       samples,
       streamingDemo,
+      turn: turn.kind,
       port,
       hosts: gateway.hosts,
       bootstrapSecret: bootstrap.secret,

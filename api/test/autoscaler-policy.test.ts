@@ -4,12 +4,12 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { GpuSpecification } from '../src/control/deployments/schema.ts';
-import { decide, platformPolicy, policyFor, spread, type Inputs, type Policy, type Sample } from '../src/autoscaler/policy.ts';
+import { decide, decideStreaming, platformPolicy, policyFor, spread, type Inputs, type Policy, type Sample } from '../src/autoscaler/policy.ts';
 
 const STEP = 1000;
 const NOW = 1_000_000;
 const policy = (up: Partial<Policy['up']> = {}, down: Partial<Policy['down']> = {}): Policy => ({
-  source: 'CUSTOM', up: { factor: 2, threshold: 50, ...up }, down: { factor: 0.5, threshold: 25, ...down },
+  source: 'CUSTOM', up: { factor: 2, threshold: 50, ...up }, down: { factor: 0.5, threshold: 25, ...down }, spare: 0,
 });
 /** `demands` one per second, the last one now. */
 const samples = (demands: number[], instances = 0): Sample[] =>
@@ -115,5 +115,20 @@ describe('scaling policy', () => {
     assert.deepEqual(Object.fromEntries(spread(1, specs)), { early: 0, late: 1 });
     assert.deepEqual(Object.fromEntries(spread(3, specs)), { early: 2, late: 1 });
     assert.deepEqual(Object.fromEntries(spread(5, specs)), { early: 2, late: 3 });
+  });
+
+  test('STREAMING functions scale on sessions: one instance per session or person waiting, plus spare, within the bounds', () => {
+    const streaming = (spare: number, demand: number, over: Partial<Inputs> = {}) =>
+      decideStreaming({ ...policy(), spare }, { min: 1, max: 4, current: 2, samples: samples([demand]), ...over });
+    assert.deepEqual([streaming(1, 2).desired, streaming(1, 2).reason], [3, 'scale-up']);
+    assert.match(streaming(1, 2).detail, /2 in a session or waiting \+ 1 spare = 3/);
+    assert.deepEqual([streaming(1, 6).desired, streaming(1, 6).reason], [4, 'scale-up'], 'bounded by maxInstances');
+    assert.match(streaming(1, 6).detail, /bounded to 4 by maxInstances 4/);
+    assert.deepEqual([streaming(1, 0).desired, streaming(1, 0).reason], [1, 'scale-down'], 'nobody: just the spare');
+    assert.deepEqual([streaming(0, 0, { min: 0 }).desired, streaming(2, 0, { min: 0, current: 2 }).reason], [0, 'hold']);
+    assert.equal(decideStreaming({ ...policy(), spare: 1 }, { min: 1, max: 4, current: 1, samples: [] }).desired, 1, 'no samples: the spare alone');
+    const summed = policyFor([spec('a', { autoscalingConfiguration: { spare: 1 } }), spec('b', { autoscalingConfiguration: { spare: 2 } })], platformPolicy());
+    assert.equal(summed.spare, 3, 'each specification keeps its spare');
+    assert.equal(policyFor([spec('a')], platformPolicy({ spare: 1 })).spare, 1, 'the platform default');
   });
 });

@@ -1,7 +1,7 @@
 // Deployments, registry credentials, clusters and cluster groups (wire-reference 3, 4, 6; spec 4.3).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { echoBody, localSpec } from './helpers/fixtures.ts';
+import { echoBody, localSpec, streamingBody } from './helpers/fixtures.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 
 describe('deployments', () => {
@@ -59,6 +59,8 @@ describe('deployments', () => {
         { deploymentSpecifications: [localSpec({ autoscalingConfiguration: { scaleDownDetails: { factor: 1.5, threshold: 50 } } })] }],
       ['deploymentSpecifications.0.autoscalingConfiguration.scaleUpDetails.stickiness.size',
         { deploymentSpecifications: [localSpec({ autoscalingConfiguration: { scaleUpDetails: { factor: 2, threshold: 50, stickiness: { size: 'PT2H', threshold: 'PT1M' } } } })] }],
+      ['deploymentSpecifications.0.autoscalingConfiguration.spare', { deploymentSpecifications: [localSpec({ maxInstances: 2, autoscalingConfiguration: { spare: 3 } })] }],
+      ['deploymentSpecifications.0.autoscalingConfiguration.spare', { deploymentSpecifications: [localSpec({ autoscalingConfiguration: { spare: 1 } })] }],
     ];
     for (const [field, body] of cases) {
       const response = await svc.api('POST', path, { bearer: token, body });
@@ -96,6 +98,25 @@ describe('deployments', () => {
     assert.equal(inverted.status, 400);
     assert.equal(inverted.body.errors[0].field, 'minInstances');
     assert.equal((await svc.api('PATCH', `/v2/svc/deployments/${deployment.deploymentId}/gpu-specifications/00000000-0000-4000-8000-000000000000`, { bearer: token, body: { minInstances: 1 } })).status, 404);
+    const spare = await svc.api('PATCH', patchPath, { bearer: token, body: { autoscalingConfiguration: { spare: 1 } } });
+    assert.equal(spare.status, 400, 'spare instances are for STREAMING functions');
+    assert.match(spare.body.detail, /only STREAMING functions keep spare instances/);
+  });
+
+  test('spare: a STREAMING deployment keeps that many ready instances beyond its sessions, at most maxInstances', async () => {
+    const created = await svc.api('POST', '/v2/svc/functions', { bearer: token, body: streamingBody({ name: `dep-stream-${names++}` }) });
+    const fn = created.body.function;
+    const path = `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`;
+    const deployed = await svc.api('POST', path, { bearer: token, body: { deploymentSpecifications: [localSpec({ minInstances: 0, maxInstances: 2, autoscalingConfiguration: { spare: 1 } })] } });
+    assert.equal(deployed.status, 200, deployed.text);
+    const spec = deployed.body.deployment.deploymentSpecifications[0];
+    assert.deepEqual(spec.autoscalingConfiguration, { spare: 1 });
+    const patchPath = `/v2/svc/deployments/${deployed.body.deployment.deploymentId}/gpu-specifications/${spec.gpuSpecificationId}`;
+    const tooMany = await svc.api('PATCH', patchPath, { bearer: token, body: { autoscalingConfiguration: { spare: 3 } } });
+    assert.equal(tooMany.status, 400);
+    assert.equal(tooMany.body.errors[0].field, 'autoscalingConfiguration.spare');
+    assert.equal((await svc.api('PATCH', patchPath, { bearer: token, body: { autoscalingConfiguration: { spare: 2 } } })).status, 200);
+    await svc.api('DELETE', path, { bearer: token });
   });
 
   test('deleting the deployment (graceful or not) makes the version INACTIVE', async () => {

@@ -1,7 +1,7 @@
 // Streaming sessions through the gateway (spec 4.6, 4.7; wire-reference 9), against the real reference
 // streaming container run by the in-process agent: refusals before the upgrade, the session cookie,
-// one session per instance, resume after an abrupt drop, unknown sessions, TURN credentials pushed to
-// the container, and a fresh instance after the container exits.
+// resume after an abrupt drop, the reference's sign-in as its portal sends it, the line when every
+// instance is busy, and instances that go back to the line at once (a silent socket, an untaken grant).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
@@ -9,8 +9,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { WebSocket } from 'ws';
 import { streamingBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
-import { request } from './helpers/http.ts';
+import { request, type TestResponse } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
+import { boundMs } from './helpers/wait.ts';
 
 const hasFfmpeg = (() => {
   try {
@@ -30,10 +31,10 @@ interface Opened {
   next(type: string): Promise<any>;
 }
 
-function open(svc: TestPlatform, headers: Record<string, string>, protocols?: string[]): Promise<Opened> {
+function open(svc: TestPlatform, headers: Record<string, string>, protocols?: string[], query = 'app=test'): Promise<Opened> {
   const url = new URL(svc.url);
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`ws://127.0.0.1:${url.port}/sign_in?app=test`, protocols, { headers: { host: `api.localhost:${url.port}`, ...headers } });
+    const ws = new WebSocket(`ws://127.0.0.1:${url.port}/sign_in?${query}`, protocols, { headers: { host: `api.localhost:${url.port}`, ...headers } });
     const messages: any[] = [];
     const waiters: { type: string; resolve: (message: any) => void }[] = [];
     ws.on('message', (data) => {
@@ -55,11 +56,13 @@ function open(svc: TestPlatform, headers: Record<string, string>, protocols?: st
     ws.once('unexpected-response', (_req, response) => {
       let body = '';
       response.on('data', (chunk: Buffer) => { body += chunk; });
-      response.on('end', () => reject(Object.assign(new Error(`refused ${response.statusCode}`), { status: response.statusCode, headers: response.headers, body: body ? JSON.parse(body) : undefined })));
+      response.on('end', () => reject(Object.assign(new Error(`refused ${response.statusCode}: ${body}`), { status: response.statusCode, headers: response.headers, body: body ? JSON.parse(body) : undefined })));
     });
     ws.once('error', reject);
   });
 }
+
+const closed = (ws: WebSocket) => new Promise<number>((resolve) => ws.once('close', resolve));
 
 describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !process.env.CI ? 'ffmpeg missing' : false }, () => {
   let svc: TestPlatform;
@@ -67,9 +70,23 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
   let key: string;
   let fn: Deployed;
   const headers = () => ({ authorization: `Bearer ${key}`, 'svc-function-id': fn.id });
+  const signIn = (method: string, given: Record<string, string>) =>
+    request(svc.url, method, '/sign_in?app=test', { host: 'api.localhost', headers: { 'x-svc-absorb': 'true', ...given } });
+  const instanceNow = async () => (await svc.api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`, { bearer: key })).body.function.activeInstances[0]?.instanceId;
+  /** Asks again with svc-reqid until granted; each answer is a 202 with the place in line until then. */
+  async function waitInLine(first: TestResponse, boundMs: number): Promise<TestResponse> {
+    const deadline = Date.now() + boundMs;
+    let answer = first;
+    while (answer.status === 202) {
+      assert.ok(Date.now() < deadline, `still waiting in line: ${answer.text}`);
+      assert.equal(answer.body.status, 'WAITING');
+      answer = await signIn('POST', { ...headers(), 'svc-reqid': answer.body.sessionId });
+    }
+    return answer;
+  }
 
   before(async () => {
-    svc = await startTestPlatform({ config: { streaming: { resumeWindowSeconds: 30, waitForInstanceSeconds: 1 } } });
+    svc = await startTestPlatform({ config: { streaming: { resumeWindowSeconds: 30, answerWithinSeconds: 1, grantSeconds: 2 } } });
     token = await svc.token();
     key = await svc.apiKey(token, ['invoke_function', 'list_functions']);
     fn = await deploy(svc, token, streamingBody({
@@ -98,18 +115,19 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
     assert.match(unknown.headers['set-cookie'][0], /^svc-request-id=; Path=\/; Max-Age=0/, 'an unknown session clears the cookie');
   });
 
-  test('a session: cookie and svc-reqid on the 101, one session per instance, resume after a drop, a fresh instance after bye', async () => {
+  test('a session: cookie and svc-reqid on the 101, a place in line for the next, resume after a drop, a fresh instance after bye', async () => {
     const first = await open(svc, headers());
     assert.match(String(first.cookie), /^svc-request-id=[0-9a-f-]{36}; Path=\/; HttpOnly/);
     assert.equal(first.cookie?.split(';')[0].split('=')[1], first.reqId);
     first.ws.send(JSON.stringify({ type: 'hello', protocol: 1 }));
     const config = await first.next('config');
     assert.equal(config.resumed, false);
-    const instanceBefore = (await svc.api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`, { bearer: key })).body.function.activeInstances[0].instanceId;
+    const instanceBefore = await instanceNow();
 
     const second = await open(svc, headers()).then(() => undefined, (error) => error);
-    assert.equal(second?.status, 503, 'the only instance is in a session');
-    assert.equal(second.headers['retry-after'], '5');
+    assert.equal(second?.status, 503, 'the only instance is in a session: a place in line, not a wall');
+    assert.equal(second.headers['retry-after'], '1');
+    assert.match(second.body.detail, /#1 in line/);
 
     first.ws.terminate();
     await sleep(200);
@@ -122,32 +140,91 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
 
     resumed.ws.send(JSON.stringify({ type: 'bye' }));
     await resumed.next('bye');
-    const fresh = await waitFor(svc, key, fn, (record) => running(record) && record.activeInstances.some((instance: any) => instance.instanceId !== instanceBefore && instance.instanceStatus === 'RUNNING'), 60_000);
-    assert.ok(fresh.activeInstances.every((instance: any) => instance.instanceId !== instanceBefore), 'the container exited and was replaced');
+    await waitFor(svc, key, fn, (record) => running(record) && record.activeInstances.every((instance: any) => instance.instanceId !== instanceBefore), 60_000);
     const gone = await open(svc, { ...headers(), cookie: first.cookie!.split(';')[0] }).then(() => undefined, (error) => error);
     assert.equal(gone?.status, 404, 'the ended session cannot be resumed');
   });
 
-  test('the reference sign-in: POST with SVC-ABSORB reserves a session and its cookie, the WebSocket takes it, DELETE ends it', async () => {
-    // Sign-in lives on any path outside the REST API (and /v3/openapi): plain requests.
-    const signIn = (method: string, given: Record<string, string>) => request(svc.url, method, '/sign_in?app=test', { host: 'api.localhost', headers: { 'svc-absorb': 'true', ...given } });
-    const reserved = await signIn('POST', { ...headers(), cookie: 'svc-request-id=stale-and-replaced' });
+  test('the reference portal\'s sign-in: POST with X-SVC-ABSORB reserves, the WebSocket with the cookie takes it, DELETE answers 200 and ends it', async () => {
+    // As the reference portal sends them (renamed): Authorization, Function-ID, Function-Version-ID, X-SVC-ABSORB.
+    const portal = { Authorization: `Bearer ${key}`, 'Function-ID': fn.id, 'Function-Version-ID': fn.versionId };
+    const reserved = await signIn('POST', { ...portal, cookie: 'svc-request-id=stale-and-replaced' });
     assert.equal(reserved.status, 200);
     const cookie = String(reserved.headers['set-cookie']).split(';')[0];
-    assert.equal(cookie, `svc-request-id=${reserved.body.sessionId}`);
-    assert.equal(reserved.headers['svc-reqid'], reserved.body.sessionId);
-    const session = await open(svc, { authorization: `Bearer ${key}`, cookie });
-    assert.equal(session.reqId, reserved.body.sessionId);
+    assert.match(cookie, /^svc-request-id=[0-9a-f-]{36}$/, 'what the portal reads: the svc-request-id cookie');
+    assert.equal(reserved.headers['svc-reqid'], cookie.split('=')[1]);
+    const session = await open(svc, { ...portal, cookie });
+    assert.equal(session.reqId, cookie.split('=')[1]);
     session.ws.send(JSON.stringify({ type: 'hello', protocol: 1 }));
     assert.equal((await session.next('config')).resumed, false, 'the first connection of a reservation is a new session');
-    const instanceBefore = (await svc.api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`, { bearer: key })).body.function.activeInstances[0].instanceId;
-    const ended = await signIn('DELETE', { authorization: `Bearer ${key}`, cookie });
-    assert.equal(ended.status, 204);
-    assert.match(String(ended.headers['set-cookie']), /Max-Age=0/);
-    await new Promise((resolve) => session.ws.once('close', resolve));
+    const instanceBefore = await instanceNow();
+    const ended = await request(svc.url, 'DELETE', '/sign_in', { host: 'api.localhost', headers: { ...portal, cookie, 'X-SVC-ABSORB': 'true' } });
+    assert.equal(ended.status, 200, 'the portal closes its socket only on 200');
+    assert.match(String(ended.headers['set-cookie']), /^svc-request-id=; Path=\/; Max-Age=0/);
+    await closed(session.ws);
+    const again = await request(svc.url, 'DELETE', '/sign_in', { host: 'api.localhost', headers: { ...portal, cookie, 'X-SVC-ABSORB': 'true' } });
+    assert.equal(again.status, 404, 'an ended session is gone');
     const refused = await signIn('POST', { 'svc-function-id': fn.id });
     assert.equal(refused.status, 401);
     await waitFor(svc, key, fn, (record) => running(record) && record.activeInstances.length === 1 && record.activeInstances[0].instanceId !== instanceBefore, 60_000);
+    // The spelling this platform answered before: SVC-ABSORB without the X-.
+    const older = await request(svc.url, 'POST', '/sign_in', { host: 'api.localhost', headers: { ...portal, 'svc-absorb': 'true' } });
+    assert.equal(older.status, 200);
+    const left = await request(svc.url, 'DELETE', '/sign_in', { host: 'api.localhost', headers: { ...portal, 'svc-absorb': 'true', 'svc-reqid': older.body.sessionId } });
+    assert.equal(left.status, 200);
+  });
+
+  test('a line, not a wall: when the instance is busy, sign-ins wait in order with their place, and the first in line gets the next instance', async () => {
+    const holder = await signIn('POST', headers());
+    assert.equal(holder.status, 200);
+    const live = await open(svc, headers(), undefined, `svc-reqid=${holder.body.sessionId}`);
+    live.ws.send(JSON.stringify({ type: 'hello', protocol: 1 }));
+    await live.next('config');
+
+    const b = await signIn('POST', headers());
+    const c = await signIn('POST', headers());
+    assert.equal(b.status, 202);
+    assert.deepEqual([b.body.status, b.body.position, c.body.position], ['WAITING', 1, 2]);
+    assert.equal(b.headers['svc-reqid'], b.body.sessionId);
+    assert.equal(b.headers['set-cookie'], undefined, 'no cookie until an instance is granted: tabs of one browser share cookies');
+    const stillB = await signIn('POST', { ...headers(), 'svc-reqid': b.body.sessionId });
+    assert.equal(stillB.body.position, 1, 'asking again keeps the place');
+    const busy = await signIn('POST', { ...headers(), 'svc-reqid': holder.body.sessionId });
+    assert.equal(busy.status, 409, 'a connected session is not a place in line');
+
+    assert.equal((await signIn('DELETE', { ...headers(), 'svc-reqid': holder.body.sessionId })).status, 200);
+    await closed(live.ws);
+    const granted = await waitInLine(stillB, 30_000);
+    assert.equal(granted.status, 200);
+    assert.equal(granted.body.sessionId, b.body.sessionId, 'the first in line is served first');
+    const session = await open(svc, headers(), undefined, `svc-reqid=${b.body.sessionId}`);
+    session.ws.send(JSON.stringify({ type: 'hello', protocol: 1 }));
+    await session.next('config');
+    const cNow = await signIn('POST', { ...headers(), 'svc-reqid': c.body.sessionId });
+    assert.equal(cNow.body.position, 1);
+    assert.equal((await signIn('DELETE', { ...headers(), 'svc-reqid': c.body.sessionId })).status, 200, 'leaving the line');
+    session.ws.send(JSON.stringify({ type: 'bye' }));
+    await session.next('bye');
+  });
+
+  test('a WebSocket that never says hello, and a grant nobody takes, give the same instance to the next in line at once', async () => {
+    const silent = await waitInLine(await signIn('POST', headers()), 30_000);
+    assert.equal(silent.status, 200);
+    const instance = await instanceNow();
+    const socket = await open(svc, headers(), undefined, `svc-reqid=${silent.body.sessionId}`);
+    const next = await signIn('POST', headers());
+    assert.equal(next.status, 202);
+    // The container closes a connection that says nothing within 3 s; the broker finds it ready again.
+    assert.equal(await closed(socket.ws), 4400);
+    const granted = await waitInLine(next, boundMs(5000));
+    assert.equal(granted.body.sessionId, next.body.sessionId);
+    assert.equal(await instanceNow(), instance, 'not replaced: its container never started a session');
+
+    // This grant is never taken (grantSeconds 2): the instance goes to the next in line.
+    const third = await waitInLine(await signIn('POST', headers()), boundMs(5000));
+    assert.equal(third.status, 200);
+    assert.equal(await instanceNow(), instance);
+    await signIn('DELETE', { ...headers(), 'svc-reqid': third.body.sessionId });
   });
 
   test('browsers may carry the key and function in Sec-WebSocket-Protocol; the function item is chosen, the key never echoed', async () => {

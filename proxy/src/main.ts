@@ -28,6 +28,11 @@ if (config.upstream.url.protocol === 'http:') {
 if (config.listen.tls === 'self-signed') {
   logger.warn('PROXY_SSL_INSECURE=true: serving TLS with a self-signed certificate; clients must accept an untrusted certificate (development only)');
 }
+// Timeouts designed with the platform's: it holds a sign-in up to streaming.answerWithinSeconds (3 s) while
+// every instance is busy, so a shorter wait here would show people in line a 504 (docs/proxy.md).
+if (config.timeouts.serverMs < 4000) {
+  logger.warn(`PROXY_TIMEOUT_SERVER_MS=${config.timeouts.serverMs} leaves no room for the platform, which holds the sign-ins of people waiting in line up to 3 s: they would get 504s; keep it at 4000 or more`);
+}
 
 let proxy;
 try {

@@ -6,6 +6,15 @@ import { CloseCode, FINAL_CLOSE_CODES, INPUT_CHANNEL_LABEL, PROTOCOL_VERSION } f
 
 type ConfigMessage = Extract<ServerMessage, { type: 'config' }>;
 
+/** Closes by which the app itself ended the session (as opposed to a failure on the way). */
+const APP_ENDED_CODES: readonly number[] = [CloseCode.normal, CloseCode.goingAway, CloseCode.applicationExited];
+
+/** Why a session did not start or is over, so the page can say what to do about it. */
+export type EndCause = 'left' | 'app-ended' | 'sign-in' | 'forbidden' | 'not-found' | 'busy' | 'unreachable' | 'lost';
+
+/** Where a person waiting for an instance stands (the platform's 202 answer to a sign-in). */
+export type PlaceInLine = { position: number; estimatedWaitSeconds?: number };
+
 export type StreamClientOptions = {
   signalUrl: string;
   /** iceTransportPolicy "relay": only TURN-relayed paths (for restrictive networks and for testing). */
@@ -17,15 +26,26 @@ export type StreamClientOptions = {
   onConfig?(config: ConfigMessage): void;
   onAppStats?(stats: AppStatsMessage): void;
   onInputChannel?(channel: RTCDataChannel | undefined): void;
-  /** A new WebSocket is about to be opened (setup-time measurements start here). */
+  /** A new WebSocket is about to be opened, after any wait in line (setup-time measurements start here). */
   onConnecting?(resuming: boolean): void;
-  onEnded?(reason: string): void;
+  /** Every instance is busy: this session waits in line and starts by itself. */
+  onWaiting?(place: PlaceInLine): void;
+  onEnded?(reason: string, cause: EndCause): void;
 };
 
-const RESUME_STORAGE_PREFIX = 'svc-stream-resume:';
 const DEFAULT_KEEPALIVE_MS = 2000;
 const MISSED_KEEPALIVES = 3;
-const NEW_SESSION_ATTEMPTS = 5;
+const NEW_SESSION_ATTEMPTS = 3;
+/** Sign-in requests that fail at the network level before the platform counts as unreachable. */
+const SIGN_IN_ATTEMPTS = 4;
+/** The platform holds each sign-in up to a few seconds; answers faster than this are spaced out. */
+const MIN_POLL_GAP_MS = 250;
+const PLATFORM_PROBLEM = 'urn:svc:problem-details:';
+const SESSION_ID = 'svc-reqid';
+
+const causeOfStatus = (status: number): EndCause =>
+  status === 401 ? 'sign-in' : status === 403 ? 'forbidden' : status === 404 ? 'not-found' : status === 429 || status === 503 ? 'busy' : 'unreachable';
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export class StreamClient {
   readonly #options: StreamClientOptions;
@@ -40,6 +60,10 @@ export class StreamClient {
   #droppedAt = 0;
   #attempt = 0;
   #ended = false;
+  /** The platform's id of this session (svc-reqid); none when the app is reached directly. */
+  #sessionId: string | undefined;
+  readonly #signInUrl: string;
+  readonly #polls = new AbortController();
   /** Round trip of the last signaling ping, ms. */
   signalingRttMs: number | undefined;
   /** performance.now() of the setup milestones of the latest connection, to see where setup time goes. */
@@ -47,8 +71,9 @@ export class StreamClient {
 
   constructor(options: StreamClientOptions) {
     this.#options = options;
-    // A reload within the resume window picks the session up again (with a new peer connection).
-    this.#resumeToken = sessionStorage.getItem(RESUME_STORAGE_PREFIX + options.signalUrl) ?? undefined;
+    const url = new URL(options.signalUrl);
+    url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
+    this.#signInUrl = url.toString();
   }
 
   get peerConnection(): RTCPeerConnection | undefined {
@@ -59,33 +84,86 @@ export class StreamClient {
     return this.#config;
   }
 
+  /** The platform's id of this session (svc-reqid), once it signed in; undefined when the app is reached directly. */
+  get sessionId(): string | undefined {
+    return this.#sessionId;
+  }
+
   connect(): void {
     if (this.#ended) return;
     const resuming = this.#resumeToken !== undefined;
-    this.#options.onConnecting?.(resuming);
     this.#options.onStatus(resuming ? 'reconnecting…' : 'connecting…');
     for (const key of Object.keys(this.timeline)) delete this.timeline[key];
     this.timeline.connect = performance.now();
     if (resuming) this.#open(true);
-    else void this.#reserve().then(() => this.#open(false));
+    else void this.#signIn().then((granted) => { if (granted) this.#open(false); });
   }
 
   /**
-   * Behind the platform, a new session is reserved first with a plain request (the reference's sign-in:
-   * POST with SVC-ABSORB), whose cookie the WebSocket then carries; it also replaces a stale session cookie,
-   * which a browser would keep if only a refused WebSocket handshake tried to clear it. A container
-   * reached directly has no such endpoint, and the answer is ignored.
+   * Behind the platform a session starts with the reference's sign-in (POST with X-SVC-ABSORB): 200 once
+   * an instance is granted, 202 with the place in line until then (asked again at once: the platform holds
+   * each answer a few seconds). Refusals end the session with their cause. A container reached directly
+   * has no sign-in (its 404 is not the platform's problem type): then the WebSocket goes straight to it.
    */
-  async #reserve(): Promise<void> {
-    const url = new URL(this.#options.signalUrl);
-    url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
-    await fetch(url, { method: 'POST', headers: { 'svc-absorb': 'true' }, credentials: 'include' }).catch(() => undefined);
-    this.timeline.reserved = performance.now();
+  async #signIn(): Promise<boolean> {
+    for (let failures = 0; !this.#ended;) {
+      const sentAt = performance.now();
+      let response: Response;
+      try {
+        const headers: Record<string, string> = { 'x-svc-absorb': 'true', ...(this.#sessionId ? { [SESSION_ID]: this.#sessionId } : {}) };
+        response = await fetch(this.#signInUrl, { method: 'POST', headers, credentials: 'include', signal: this.#polls.signal });
+      } catch {
+        if (this.#ended) return false;
+        if (++failures >= SIGN_IN_ATTEMPTS) {
+          this.#finish(`no answer to ${SIGN_IN_ATTEMPTS} sign-in attempts (network error)`, 'unreachable');
+          return false;
+        }
+        await pause(500 * 2 ** failures);
+        continue;
+      }
+      failures = 0;
+      const body = await response.json().catch(() => undefined) as { sessionId?: string; position?: number; estimatedWaitSeconds?: number; type?: string; detail?: string } | undefined;
+      if (this.#ended) return false;
+      if (response.status === 200 || response.status === 202) this.#sessionId = body?.sessionId;
+      if (response.status === 200) {
+        this.timeline.reserved = performance.now();
+        return true;
+      }
+      if (response.status === 202) {
+        this.#options.onWaiting?.({ position: body?.position ?? 0, estimatedWaitSeconds: body?.estimatedWaitSeconds });
+        this.#options.onStatus(`waiting for an instance: #${body?.position} in line`);
+        await pause(MIN_POLL_GAP_MS - (performance.now() - sentAt));
+        continue;
+      }
+      if (!body?.type?.startsWith(PLATFORM_PROBLEM)) {
+        this.#sessionId = undefined;
+        return true;
+      }
+      if (response.status === 404 && this.#sessionId) {
+        // The place in line lapsed (e.g. the computer slept): join the line again.
+        this.#sessionId = undefined;
+        continue;
+      }
+      this.#finish(body.detail ?? `the platform refused the session (${response.status})`, causeOfStatus(response.status));
+      return false;
+    }
+    return false;
+  }
+
+  /** Ends the platform's session even when the page is going away: a keepalive request outlives the page. */
+  #signOut(): void {
+    if (!this.#sessionId) return;
+    void fetch(this.#signInUrl, {
+      method: 'DELETE', keepalive: true, credentials: 'include', headers: { 'x-svc-absorb': 'true', [SESSION_ID]: this.#sessionId },
+    }).catch(() => undefined);
   }
 
   #open(resuming: boolean): void {
     if (this.#ended) return;
-    const ws = new WebSocket(this.#options.signalUrl);
+    this.#options.onConnecting?.(resuming);
+    const url = new URL(this.#options.signalUrl);
+    if (this.#sessionId) url.searchParams.set(SESSION_ID, this.#sessionId);
+    const ws = new WebSocket(url);
     this.#ws = ws;
     ws.onopen = () => {
       this.#lastHeard = performance.now();
@@ -110,10 +188,15 @@ export class StreamClient {
     };
   }
 
-  /** Ends the session on purpose: the app stops at once instead of waiting for a resume. */
+  /**
+   * Ends the session on purpose, wherever it is (in line, starting, streaming): the app stops at once
+   * instead of waiting for a resume, and the platform gives its instance to the next person.
+   */
   bye(reason = 'user left'): void {
+    if (this.#ended) return;
     this.#send({ type: 'bye', reason });
-    this.#finish(`you ended the session (${reason})`);
+    this.#signOut();
+    this.#finish(`you ended the session (${reason})`, 'left');
   }
 
   /** Drops the WebSocket without a bye, as a network failure would (for testing resume). */
@@ -147,7 +230,6 @@ export class StreamClient {
         this.timeline.config = performance.now();
         this.#config = message;
         this.#resumeToken = message.resumeToken;
-        sessionStorage.setItem(RESUME_STORAGE_PREFIX + this.#options.signalUrl, message.resumeToken);
         this.#attempt = 0;
         this.#startKeepalive();
         this.#options.onConfig?.(message);
@@ -164,7 +246,7 @@ export class StreamClient {
         this.signalingRttMs = performance.now() - message.t;
         return;
       case 'bye':
-        this.#finish(`session ended by the app: ${message.reason}`);
+        this.#finish(`the app ended the session: ${message.reason}`, 'app-ended');
         return;
       case 'error':
         this.#options.onStatus(`app error: ${message.message}`);
@@ -244,22 +326,18 @@ export class StreamClient {
     this.#ws = undefined;
     if (this.#ended) return;
     if (code === CloseCode.badResumeToken && hadToken) {
-      // The stored token belongs to a session that is gone: start a new one instead.
-      this.#forgetToken();
-      this.#pc?.close();
-      this.#pc = undefined;
-      this.connect();
+      this.#finish('the session is over and could not be resumed', 'lost');
       return;
     }
     if (FINAL_CLOSE_CODES.includes(code) || code === CloseCode.goingAway) {
-      this.#finish(`signaling closed: ${reason || code}`);
+      this.#finish(`the app closed the connection: ${reason || code}`, APP_ENDED_CODES.includes(code) ? 'app-ended' : 'lost');
       return;
     }
     if (this.#resumeToken === undefined) {
-      // A new session may be refused for a moment (every instance busy, a stale session cookie that the
-      // refusal just cleared): try a few times before giving up.
+      // The socket failed before the session started (a refused upgrade looks the same to a page):
+      // sign in again, which keeps this session's grant or place, a few times before giving up.
       if (this.#attempt >= NEW_SESSION_ATTEMPTS) {
-        this.#finish(`could not reach the app (${code}${reason ? `: ${reason}` : ''})`);
+        this.#finish(`could not connect to the app (${code}${reason ? `: ${reason}` : ''})`, 'unreachable');
         return;
       }
       const delay = 250 * 2 ** this.#attempt++;
@@ -271,24 +349,33 @@ export class StreamClient {
     if (this.#droppedAt === 0 || this.#attempt === 0) this.#droppedAt = performance.now();
     const windowMs = this.#config?.resumeWindowMs ?? 60_000;
     if (performance.now() - this.#droppedAt > windowMs) {
-      this.#finish('could not resume the session in time');
+      this.#finish('the connection to the app was lost and could not be resumed in time', 'lost');
       return;
     }
     const delay = Math.min(2000, 100 * 2 ** this.#attempt);
     this.#attempt++;
     this.#options.onStatus(`signaling lost (${code}); reconnecting in ${delay} ms`);
-    this.#reconnectTimer = setTimeout(() => this.connect(), delay);
+    this.#reconnectTimer = setTimeout(() => void this.#resumeIfThere(), delay);
   }
 
-  #forgetToken(): void {
-    this.#resumeToken = undefined;
-    sessionStorage.removeItem(RESUME_STORAGE_PREFIX + this.#options.signalUrl);
+  /** After a failed reconnect, the platform says whether the session still exists (409: yes, connected or waiting to be). */
+  async #resumeIfThere(): Promise<void> {
+    if (this.#attempt > 1 && this.#sessionId) {
+      const headers = { 'x-svc-absorb': 'true', [SESSION_ID]: this.#sessionId };
+      const answer = await fetch(this.#signInUrl, { method: 'POST', headers, credentials: 'include', signal: this.#polls.signal }).catch(() => undefined);
+      if (answer?.status === 404) {
+        this.#finish('the session ended while the connection was down', 'lost');
+        return;
+      }
+    }
+    this.connect();
   }
 
-  #finish(reason: string): void {
+  #finish(reason: string, cause: EndCause): void {
     if (this.#ended) return;
     this.#ended = true;
-    this.#forgetToken();
+    this.#resumeToken = undefined;
+    this.#polls.abort();
     if (this.#pingTimer) clearInterval(this.#pingTimer);
     if (this.#reconnectTimer) clearTimeout(this.#reconnectTimer);
     const ws = this.#ws;
@@ -297,6 +384,6 @@ export class StreamClient {
     if (ws) setTimeout(() => ws.close(1000), 50);
     this.#pc?.close();
     this.#options.onStatus(reason);
-    this.#options.onEnded?.(reason);
+    this.#options.onEnded?.(reason, cause);
   }
 }

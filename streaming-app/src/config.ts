@@ -4,6 +4,7 @@
 import { networkInterfaces } from 'node:os';
 import { isIPv4 } from 'node:net';
 import { z } from 'zod';
+import { defaultFfmpeg } from './ffmpeg-binary.ts';
 import { which } from './which.ts';
 
 const port = z.coerce.number().int().min(1).max(65535);
@@ -70,7 +71,7 @@ const envSchema = z.object({
   STREAMING_AUDIO: autoFlag.prefault('auto'),
   /** The frame barcode (frame number, input sequence) in the top strip: auto = only for the scene. */
   STREAMING_FRAME_BARCODE: autoFlag.prefault('auto'),
-  FFMPEG_PATH: z.string().min(1).default('ffmpeg'),
+  FFMPEG_PATH: z.string().min(1).default(defaultFfmpeg),
   XVFB_PATH: z.string().min(1).default('Xvfb'),
   PULSEAUDIO_PATH: z.string().min(1).default('pulseaudio'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),

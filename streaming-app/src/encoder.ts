@@ -21,6 +21,8 @@ export type EncoderSettings = {
   bitrateKbps: number;
   keyframeIntervalFrames: number;
   ffmpegPath: string;
+  /** ffmpeg before 5.1 (the npm-shipped 2018 build among them) knows -vsync, not -fps_mode. */
+  legacyFrameSync?: boolean;
 };
 
 export type EncodedFrame = {
@@ -65,7 +67,8 @@ export function ffmpegArgs(s: EncoderSettings, frames?: number): string[] {
   const limit = frames === undefined ? [] : ['-frames:v', String(frames)];
   const output = codecOf(s.encoder) === 'H264' ? ['-f', 'flv'] : ['-f', 'ivf'];
   // passthrough: one output frame per input frame, never duplicated or dropped by ffmpeg's frame-rate logic.
-  return [...input, ...codec, ...limit, '-fps_mode', 'passthrough', '-flush_packets', '1', ...output, 'pipe:1'];
+  const frameSync = s.legacyFrameSync ? ['-vsync', 'passthrough'] : ['-fps_mode', 'passthrough'];
+  return [...input, ...codec, ...limit, ...frameSync, '-flush_packets', '1', ...output, 'pipe:1'];
 }
 
 /** One-frame trial encode: resolves with the time it took, or with the reason it failed. */
@@ -105,8 +108,9 @@ export async function chooseEncoder(
   const candidates: EncoderName[] = wanted === 'auto' ? ['h264_nvenc', 'libx264', 'libvpx'] : [wanted];
   const failures: string[] = [];
   for (const encoder of candidates) {
-    const settings = { ...base, encoder };
-    const result = await probeEncoder(settings);
+    let settings: EncoderSettings = { ...base, encoder };
+    let result = await probeEncoder(settings);
+    if (!result.ok && /Option not found|fps_mode/.test(result.reason)) result = await probeEncoder(settings = { ...settings, legacyFrameSync: true });
     if (result.ok) {
       log.info({ encoder, codec: codecOf(encoder), width: base.width, height: base.height, fps: base.fps,
         bitrateKbps: base.bitrateKbps, keyframeIntervalFrames: base.keyframeIntervalFrames, probeMs: Math.round(result.ms) },

@@ -15,8 +15,8 @@ import type { Logger } from './logger.ts';
 import { parseClientMessage } from './protocol.ts';
 import type { SignalingChannel, StreamingSession } from './session.ts';
 
-/** A connection must say hello this soon after opening. */
-const HELLO_TIMEOUT_MS = 10_000;
+/** A connection must say hello this soon after opening: a silent one holds the container from the next person. */
+const HELLO_TIMEOUT_MS = 3000;
 /** Silence for this many keepalive intervals means the connection is dead (proxies drop idle ones). */
 const MISSED_KEEPALIVES = 3;
 const MAX_MESSAGE_BYTES = 128 * 1024;

@@ -40,7 +40,7 @@ async function waitForSnapshot(page: Page, what: string, predicate: (s: Snapshot
 }
 
 function clientUrl(app: AppProcess, query = ''): string {
-  return `http://127.0.0.1:${app.streamingPort}/client/?signal=${encodeURIComponent(app.signalingUrl())}${query}`;
+  return `http://127.0.0.1:${app.streamingPort}/client/?autostart=1&signal=${encodeURIComponent(app.signalingUrl())}${query}`;
 }
 
 describe('browser client in Chromium', { skip: missingTools([FFMPEG, CHROMIUM]) }, () => {

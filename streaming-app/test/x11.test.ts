@@ -59,7 +59,7 @@ function darkPixels(page: Page, x: number, y: number, w: number, h: number): Pro
 }
 
 function clientUrl(app: AppProcess): string {
-  return `http://127.0.0.1:${app.streamingPort}/client/?overlay=0&signal=${encodeURIComponent(app.signalingUrl())}`;
+  return `http://127.0.0.1:${app.streamingPort}/client/?autostart=1&signal=${encodeURIComponent(app.signalingUrl())}`;
 }
 
 test('the capture converts BGRX to video-range BT.601 I420, only inside the rectangle it is given', () => {

@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from '../logger.ts';
 import type { AutoscalerMetrics } from './metrics.ts';
 import type { DeployedVersion, DesiredEntry, ScalingPlatform } from './platform.ts';
-import { decide, platformPolicy, policyFor, reasons, spread, type Policy } from './policy.ts';
+import { decide, decideStreaming, platformPolicy, policyFor, reasons, spread, type Policy } from './policy.ts';
 import type { AutoscalerRepo, FunctionStateRow } from './repo.ts';
 import type { AutoscalerSettings } from './settings.ts';
 import type { MetricsSource } from './source.ts';
@@ -51,6 +51,7 @@ export function createAutoscaler(options: AutoscalerOptions) {
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> = Promise.resolve();
   let busy = false;
+  let nudged = false;
 
   const leading = () => now() < leaderUntil;
 
@@ -112,7 +113,7 @@ export function createAutoscaler(options: AutoscalerOptions) {
     const gauges: [Record<string, string>, number, number, number | null, number][] = [];
     for (const fn of active) {
       const version = deployed.get(fn.version_id);
-      const status = !version ? 'INACTIVE' : version.functionType === 'STREAMING' ? 'STREAMING' : version.status;
+      const status = !version ? 'INACTIVE' : version.status;
       if (!version || !DEPLOYABLE.has(status)) {
         if (fn.skipped_status !== status) await skip(fn.version_id, status, version);
         continue;
@@ -130,11 +131,14 @@ export function createAutoscaler(options: AutoscalerOptions) {
       // count from the latest it could be, so a version never goes to zero early.
       const lastInvocationAt = Math.max(load?.lastInvocationAt ?? Number.NEGATIVE_INFINITY,
         storedInvocation === undefined ? Number.NEGATIVE_INFINITY : storedInvocation + (load?.lastInvocationAt === undefined ? idleWriteMs : 0));
-      const outcome = decide(policies.get(fn.version_id)!, {
-        now: readAt, current, concurrency, samples: load?.samples ?? [], idleMs, stepMs,
-        min: specs.reduce((sum, spec) => sum + spec.minInstances, 0), max: specs.reduce((sum, spec) => sum + spec.maxInstances, 0),
-        lastInvocationAt: Number.isFinite(lastInvocationAt) ? lastInvocationAt : undefined,
-      });
+      const min = specs.reduce((sum, spec) => sum + spec.minInstances, 0);
+      const max = specs.reduce((sum, spec) => sum + spec.maxInstances, 0);
+      const outcome = version.functionType === 'STREAMING'
+        ? decideStreaming(policies.get(fn.version_id)!, { min, max, current, samples: load?.samples ?? [] })
+        : decide(policies.get(fn.version_id)!, {
+          now: readAt, current, concurrency, samples: load?.samples ?? [], idleMs, stepMs, min, max,
+          lastInvocationAt: Number.isFinite(lastInvocationAt) ? lastInvocationAt : undefined,
+        });
       if (outcome.desired !== current || [...held].some(([specId, count]) => stored.get(specId) !== count && stored.has(specId))) {
         for (const [gpuSpecId, desired] of spread(outcome.desired, specs)) {
           if (stored.get(gpuSpecId) !== desired) entries.push({ gpuSpecId, versionId: fn.version_id, desired });
@@ -185,9 +189,7 @@ export function createAutoscaler(options: AutoscalerOptions) {
   }
 
   async function skip(versionId: string, status: string, version: DeployedVersion | undefined) {
-    const detail = status === 'STREAMING'
-      ? 'STREAMING functions scale with their sessions, not by this autoscaler'
-      : `function status ${status}${version ? '' : ' (not deployed)'} is not deployable; not retried until the status changes`;
+    const detail = `function status ${status}${version ? '' : ' (not deployed)'} is not deployable; not retried until the status changes`;
     metrics.rejected.inc({ reason: 'not_deployable' });
     log.info({ versionId, status }, 'skipping a function version that is not deployable');
     await repo.markSkipped(versionId, status, detail, iso(now()));
@@ -213,12 +215,16 @@ export function createAutoscaler(options: AutoscalerOptions) {
     }
   }
 
-  /** One tick now, or none if one is running. */
+  /** One tick now, or none if one is running (the timer's next one follows). */
   function runOnce(): Promise<void> {
     if (busy) return running;
     busy = true;
     running = tick().finally(() => {
       busy = false;
+      if (nudged) {
+        nudged = false;
+        void runOnce();
+      }
     });
     return running;
   }
@@ -227,6 +233,12 @@ export function createAutoscaler(options: AutoscalerOptions) {
     replicaId,
     leading,
     runOnce,
+
+    /** A tick now, or right after the one running: streaming sessions changed, spare instances should follow. */
+    nudge() {
+      if (busy) nudged = true;
+      else void runOnce();
+    },
 
     start() {
       metrics.lockHeld.set(0);

@@ -69,6 +69,11 @@ export function createAutoscalerPlane(options: AutoscalerPlaneOptions) {
 
     routes: autoscalerRoutes(createScalingStatus(repo, platform, options.metrics, settings.platformPolicy)),
 
+    /** A scaling round now (sessions started or ended: spare instances should follow at once), where the loops run. */
+    nudge() {
+      autoscaler?.nudge();
+    },
+
     /** Called after desired counts were written (main.ts: prompt placement). */
     onApplied(listener: () => void) {
       appliedListeners.push(listener);

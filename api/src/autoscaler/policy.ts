@@ -30,12 +30,15 @@ export interface Policy {
   source: 'PLATFORM' | 'CUSTOM';
   up: ScalingDetails;
   down: ScalingDetails;
+  /** STREAMING functions: ready instances kept beyond the busy ones. */
+  spare: number;
 }
 
 /** The platform policy (PLATFORM_CONFIGURATION) unless settings override it; see the autoscaler README. */
 export const PLATFORM_DEFAULTS: Omit<Policy, 'source'> = {
   up: { factor: 2, threshold: 75 },
   down: { factor: 0.5, threshold: 25, stickiness: { sizeMs: 300_000, thresholdMs: 180_000 } },
+  spare: 0,
 };
 
 function details(given: NonNullable<AutoscalingConfiguration['scaleUpDetails']> | undefined, fallback: ScalingDetails): ScalingDetails {
@@ -54,6 +57,7 @@ export function platformPolicy(override?: AutoscalingConfiguration): Policy {
     source: 'PLATFORM',
     up: details(override?.scaleUpDetails, PLATFORM_DEFAULTS.up),
     down: details(override?.scaleDownDetails, PLATFORM_DEFAULTS.down),
+    spare: override?.spare ?? PLATFORM_DEFAULTS.spare,
   };
 }
 
@@ -69,6 +73,9 @@ export function orderSpecs(specs: GpuSpecification[]): GpuSpecification[] {
  * The decision is per version (as the reference's), so its specifications should agree.
  */
 export function policyFor(specs: GpuSpecification[], platform: Policy): Policy {
+  // Spare instances are per specification: a version keeps the sum of what its specifications ask for.
+  const spares = specs.map((spec) => spec.autoscalingConfiguration?.spare).filter((spare) => spare !== undefined);
+  const spare = spares.length ? spares.reduce((sum, count) => sum + count, 0) : platform.spare;
   for (const spec of orderSpecs(specs)) {
     const custom = spec.autoscalingConfigurationPolicy === 'CUSTOM_CONFIGURATION'
       || (spec.autoscalingConfigurationPolicy === undefined && spec.autoscalingConfiguration !== undefined);
@@ -77,10 +84,11 @@ export function policyFor(specs: GpuSpecification[], platform: Policy): Policy {
         source: 'CUSTOM',
         up: details(spec.autoscalingConfiguration.scaleUpDetails, platform.up),
         down: details(spec.autoscalingConfiguration.scaleDownDetails, platform.down),
+        spare,
       };
     }
   }
-  return platform;
+  return { ...platform, spare };
 }
 
 /** Spreads a version's total over its specifications: each its minimum, the rest in order up to each maximum. */
@@ -205,4 +213,18 @@ export function decide(policy: Policy, inputs: Inputs): Outcome {
 
   const where = utilization < policy.down.threshold ? `below ${policy.down.threshold}%, at minInstances ${min}` : `within ${policy.down.threshold}–${policy.up.threshold}%`;
   return { desired: clamp(current), reason: 'hold', detail: `utilization ${percent(utilization)} ${where}`, utilization };
+}
+
+/**
+ * STREAMING functions scale on sessions, not utilization: every session and every person waiting holds
+ * an instance (one session per container), and `spare` ready instances wait for the next arrivals.
+ */
+export function decideStreaming(policy: Policy, inputs: Pick<Inputs, 'min' | 'max' | 'current' | 'samples'>): Outcome {
+  const { min, max, current } = inputs;
+  const demand = inputs.samples.at(-1)?.demand ?? 0;
+  const wanted = demand + policy.spare;
+  const desired = Math.min(max, Math.max(min, wanted));
+  const why = `${demand} in a session or waiting + ${policy.spare} spare = ${wanted}${desired === wanted ? '' : `; bounded to ${desired} by ${desired === max ? `maxInstances ${max}` : `minInstances ${min}`}`}`;
+  const reason: Reason = desired > current ? 'scale-up' : desired < current ? 'scale-down' : 'hold';
+  return { desired, reason, detail: why, utilization: current > 0 ? (100 * demand) / current : null };
 }

@@ -1,7 +1,8 @@
 // `npm start` deploys the repository's sample functions (samples/functions.json) into the default
 // account on the local cluster, once: a function that already exists by name is left as it is. For the
 // streaming sample it also mints the key the demo proxy invokes it with.
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Principal } from '../http/auth.ts';
 import type { DeploymentsService } from './deployments/service.ts';
@@ -11,6 +12,22 @@ import type { FunctionsService } from './functions/service.ts';
 import type { KeyService } from './keys/service.ts';
 
 export const SAMPLES_FILE = fileURLToPath(new URL('../../../samples/functions.json', import.meta.url));
+
+/** The first file called `name` on PATH. */
+export function onPath(name: string): string | undefined {
+  return (process.env.PATH ?? '').split(delimiter).filter(Boolean).map((dir) => join(dir, name)).find((file) => existsSync(file));
+}
+
+/**
+ * What the streaming sample shows on this machine: an xterm on a virtual display when Xvfb and xterm are
+ * installed, else the container's test scene (its command would fail without them, and fail fast).
+ */
+export function demoSource(): { source: 'x11' | 'scene'; why: string } {
+  const xvfb = onPath('Xvfb');
+  if (!xvfb) return { source: 'scene', why: 'no Xvfb (Debian package xvfb): the demo streams its test scene' };
+  if (!onPath('xterm')) return { source: 'scene', why: `Xvfb found (${xvfb}) but no xterm (Debian package xterm): the demo streams its test scene` };
+  return { source: 'x11', why: `Xvfb found (${xvfb}): the demo streams an xterm on a virtual display` };
+}
 
 export interface DeployedSample {
   name: string;
@@ -36,6 +53,10 @@ export async function deploySamples(options: {
 }): Promise<{ samples: DeployedSample[]; streamingDemo?: StreamingDemo }> {
   const principal: Principal = { credentialId: 'samples', kind: 'token', ncaId: options.ncaId, ownerId: 'svc-samples', scopes: new Set() };
   const bodies = (JSON.parse(readFileSync(SAMPLES_FILE, 'utf8')) as unknown[]).map((body) => createFunctionSchema.parse(body));
+  const { source } = demoSource();
+  for (const variable of bodies.flatMap((body) => body.containerEnvironment ?? [])) {
+    if (variable.key === 'STREAMING_SOURCE') variable.value = source;
+  }
   const existing = new Map((await options.functionsRepo.listVersions(options.ncaId, 10_000)).map((row) => [row.name, row]));
   const deployed: DeployedSample[] = [];
   for (const body of bodies) {

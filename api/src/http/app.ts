@@ -1,7 +1,7 @@
 // An Express app for one host: request ids, access log, JSON bodies, the declared routes, and the
 // single place where errors become problem+json.
 import { randomUUID } from 'node:crypto';
-import express, { type NextFunction, type Request, type Response } from 'express';
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { Logger } from '../logger.ts';
 import type { CredentialVerifier } from './auth.ts';
 import { Problem, PROBLEM_CONTENT_TYPE } from './problem.ts';
@@ -17,6 +17,8 @@ export interface AppOptions {
   /** Request metrics (http/metrics.ts), labelled with `host` and the declared route template. */
   metrics?: { observeHttp(host: string, method: string, route: string, status: number, seconds: number): void };
   host?: string;
+  /** Plain Express handlers tried before the declared routes (the streaming sign-in, which lives on any path). */
+  handlers?: RequestHandler[];
 }
 
 export function createApp(options: AppOptions) {
@@ -46,6 +48,7 @@ export function createApp(options: AppOptions) {
     next();
   });
 
+  for (const handler of options.handlers ?? []) app.use(handler);
   const json = express.json({ limit: options.bodyLimit, type: () => true });
   for (const route of options.routes) {
     const path = expressPath(route.path);

@@ -68,7 +68,7 @@ export async function startTestPlatform(options: TestPlatformOptions = {}): Prom
     },
     // Tests that need STUN/TURN start their own on free ports.
     turn: { server: 'none' },
-    streaming: { waitForInstanceSeconds: 2 },
+    streaming: { answerWithinSeconds: 1 },
   }, options.config ?? {}, overrides));
   let platform = await startPlatform(configFor(), { logDestination: logDestination as never, now });
   const bootstrapSecret = platform.bootstrapSecret!;

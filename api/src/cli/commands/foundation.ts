@@ -14,6 +14,7 @@ import { call, CliError } from '../client.ts';
 import { fields, parseDuration, table } from '../format.ts';
 import type { Command, CommandContext } from '../main.ts';
 import { saveState } from '../state.ts';
+import { streamingComponents } from '../streaming-components.ts';
 
 const serve: Command = {
   summary: 'Run the whole platform (gateway, API, key service, local agent) on this machine',
@@ -23,7 +24,9 @@ const serve: Command = {
     const config = loadConfig(env);
     const platform = await startPlatform(config, { samples: values.samples === true });
     const port = platform.port;
-    const proxy = platform.streamingDemo && startDemoProxy(platform.streamingDemo, platform.url, `${platform.hosts.api}:${port}`, env);
+    const components = streamingComponents(platform.turn);
+    // A demo that cannot encode is not offered: its URL would only show an error.
+    const proxy = platform.streamingDemo && components.canStream ? startDemoProxy(platform.streamingDemo, platform.url, `${platform.hosts.api}:${port}`, env) : undefined;
     const lines = [
       'svc is running',
       `  API            ${platform.url}   (Host ${platform.hosts.api})`,
@@ -37,8 +40,10 @@ const serve: Command = {
         lines.push(`    ${sample.name.padEnd(8)} POST ${platform.url}/v2/svc/pexec/functions/${sample.functionId}`);
       }
     }
-    if (proxy) {
-      lines.push('', `  Streaming demo: open ${proxy.url}  (self-signed certificate: accept it; no user login in this demo)`);
+    if (platform.streamingDemo) {
+      lines.push('', proxy
+        ? `  Streaming demo: open ${proxy.url}  (self-signed certificate: accept it; no user login in this demo)`
+        : '  Streaming demo: not started, no video encoder (see below)', ...components.lines);
     }
     if (platform.bootstrapSecret) {
       lines.push('', `  Bootstrap secret (shown once; it mints management tokens): ${platform.bootstrapSecret}`,

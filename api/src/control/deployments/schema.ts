@@ -25,6 +25,8 @@ const scalingDetails = (direction: 'up' | 'down') => z.object({
 export const autoscalingConfigurationSchema = z.object({
   scaleUpDetails: scalingDetails('up').optional(),
   scaleDownDetails: scalingDetails('down').optional(),
+  /** STREAMING functions: ready instances kept beyond those in a session or wanted by people waiting (within min/max). */
+  spare: z.number().int().min(0, 'must be 0 or more').max(1000).optional(),
 });
 
 export const autoscalingPolicies = ['CUSTOM_CONFIGURATION', 'PLATFORM_CONFIGURATION'] as const;
@@ -34,9 +36,13 @@ const bounds = {
   maxInstances: z.number().int().min(1, 'must be greater than 0'),
 };
 
-function minWithinMax(spec: { minInstances?: number; maxInstances?: number }, context: z.RefinementCtx) {
+function minWithinMax(spec: { minInstances?: number; maxInstances?: number; autoscalingConfiguration?: { spare?: number } }, context: z.RefinementCtx) {
   if (spec.minInstances !== undefined && spec.maxInstances !== undefined && spec.minInstances > spec.maxInstances) {
     context.addIssue({ code: 'custom', path: ['maxInstances'], message: 'must be at least minInstances' });
+  }
+  const spare = spec.autoscalingConfiguration?.spare;
+  if (spare !== undefined && spec.maxInstances !== undefined && spare > spec.maxInstances) {
+    context.addIssue({ code: 'custom', path: ['autoscalingConfiguration', 'spare'], message: 'must be at most maxInstances' });
   }
 }
 

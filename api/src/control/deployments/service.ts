@@ -55,6 +55,15 @@ export function createDeploymentsService(
     if (errors.length) throw invalid(errors);
   }
 
+  /** `spare` keeps instances ready for people arriving: it means nothing to a function invoked per request. */
+  function assertSpareFits(functionType: string, specs: { autoscalingConfiguration?: { spare?: number } }[], field: (index: number) => string) {
+    if (functionType === 'STREAMING') return;
+    const errors = specs.flatMap((spec, index) => (spec.autoscalingConfiguration?.spare === undefined ? [] : [{
+      field: field(index), message: 'only STREAMING functions keep spare instances; the utilization policy scales this function',
+    }]));
+    if (errors.length) throw invalid(errors);
+  }
+
   async function requireByVersion(principal: Principal, functionId: string, versionId: string) {
     await functions.requireVersion(principal.ncaId, functionId, versionId);
     const row = await repo.findByVersion(principal.ncaId, versionId);
@@ -81,7 +90,8 @@ export function createDeploymentsService(
     },
 
     async create(principal: Principal, functionId: string, versionId: string, body: CreateDeployment): Promise<Deployment> {
-      await functions.requireVersion(principal.ncaId, functionId, versionId);
+      const version = await functions.requireVersion(principal.ncaId, functionId, versionId);
+      assertSpareFits(version.function_type, body.deploymentSpecifications, (index) => `deploymentSpecifications.${index}.autoscalingConfiguration.spare`);
       await assertOffered(principal.ncaId, body.deploymentSpecifications);
       const at = now().toISOString();
       const specs: GpuSpecification[] = body.deploymentSpecifications.map((spec) => ({ ...spec, gpuSpecificationId: randomUUID() }));
@@ -135,6 +145,14 @@ export function createDeploymentsService(
       const merged = { ...spec, ...body };
       if (merged.minInstances > merged.maxInstances) {
         throw invalid([{ field: body.maxInstances !== undefined ? 'maxInstances' : 'minInstances', message: `minInstances ${merged.minInstances} exceeds maxInstances ${merged.maxInstances}` }]);
+      }
+      const spare = merged.autoscalingConfiguration?.spare;
+      if (spare !== undefined && spare > merged.maxInstances) {
+        throw invalid([{ field: 'autoscalingConfiguration.spare', message: `spare ${spare} exceeds maxInstances ${merged.maxInstances}` }]);
+      }
+      if (body.autoscalingConfiguration) {
+        const version = await functions.requireVersion(principal.ncaId, row.function_id, row.version_id);
+        assertSpareFits(version.function_type, [body], () => 'autoscalingConfiguration.spare');
       }
       Object.assign(spec, body);
       await saveSpecs(row, specs);

@@ -91,6 +91,8 @@ export function createInstancesService(options: InstancesOptions) {
   const lastSent = new Map<string, string>();
   /** GPUs running tasks hold (the task scheduler's count, once wired). */
   let tasksOn: (clusterId: string, gpu: string) => number = () => 0;
+  /** Instances holding a streaming session (the session broker's), stopped last when scaling down. */
+  let inSession: (instanceId: string) => boolean = () => false;
   let timer: NodeJS.Timeout | undefined;
 
   function readyOf(versionId: string, specs: Map<string, GpuSpecification>, clusterRows: Map<string, ClusterRow>): ReadyInstance[] {
@@ -191,10 +193,10 @@ export function createInstancesService(options: InstancesOptions) {
           rows.set(row.instance_id, row);
           await repo.insert(row);
         }
-        // Scale down: the youngest not-yet-ready instances go first.
+        // Scale down: the youngest not-yet-ready instances go first, instances in a session last.
         const excess = mine.length - target;
         if (excess > 0) {
-          const rank = (row: InstanceRow) => (row.state === 'RUNNING' ? 1 : 0);
+          const rank = (row: InstanceRow) => (row.state !== 'RUNNING' ? 0 : inSession(row.instance_id) ? 2 : 1);
           const victims = mine.sort((a, b) => rank(a) - rank(b) || b.created_at.localeCompare(a.created_at)).slice(0, excess);
           for (const victim of victims) {
             victim.desired = 0;
@@ -325,6 +327,11 @@ export function createInstancesService(options: InstancesOptions) {
     /** Functions and tasks share GPUs: placement leaves room for what tasks hold. */
     countTasks(count: (clusterId: string, gpu: string) => number) {
       tasksOn = count;
+    },
+
+    /** Scaling down spares instances in a streaming session while idle ones can go. */
+    keepSessions(holding: (instanceId: string) => boolean) {
+      inSession = holding;
     },
 
     async start() {
