@@ -12,6 +12,7 @@ const XVFB_START_TIMEOUT_MS = 15_000;
 const CONNECT_TIMEOUT_MS = 5_000;
 const WINDOW_POLL_MS = 50;
 const MAP_STATE_VIEWABLE = 2;
+const REVERT_TO_POINTER_ROOT = 1;
 
 export type VirtualDisplay = { display: string; child: ChildProcess; stop(): Promise<void> };
 
@@ -116,25 +117,38 @@ export class XConnection {
     this.client.on('error', (error) => tell(`X display error: ${error?.message ?? 'unknown'}`));
   }
 
-  /** Resolves once some top-level window is mapped; `failed()` is checked between polls (e.g. the app exited). */
-  async waitForWindow(timeoutMs: number, failed: () => string | undefined): Promise<void> {
+  /**
+   * Resolves with the topmost mapped top-level window once there is one; `failed()` is checked between
+   * polls (e.g. the app exited).
+   */
+  async waitForWindow(timeoutMs: number, failed: () => string | undefined): Promise<number> {
     const deadline = performance.now() + timeoutMs;
     for (;;) {
       const reason = failed();
       if (reason) throw new Error(reason);
-      if (await this.#hasViewableWindow()) return;
+      const window = await this.#topViewableWindow();
+      if (window !== undefined) return window;
       if (performance.now() > deadline) throw new Error(`the application showed no window within ${Math.round(timeoutMs / 1000)} s`);
       await new Promise((resolve) => setTimeout(resolve, WINDOW_POLL_MS));
     }
   }
 
-  async #hasViewableWindow(): Promise<boolean> {
+  async #topViewableWindow(): Promise<number | undefined> {
     const tree = await this.#call<{ children: number[] }>((cb) => this.client.QueryTree(this.root, cb));
-    for (const window of tree.children) {
+    for (const window of tree.children.toReversed()) { // stacking order: the last child is on top
       const attributes = await this.#call<{ mapState: number }>((cb) => this.client.GetWindowAttributes(window, cb)).catch(() => undefined);
-      if (attributes?.mapState === MAP_STATE_VIEWABLE) return true;
+      if (attributes?.mapState === MAP_STATE_VIEWABLE) return window;
     }
-    return false;
+    return undefined;
+  }
+
+  /**
+   * Keyboard focus to `window`, back to "wherever the pointer is" once it is gone. Without a window
+   * manager the focus otherwise follows the pointer, and keys typed with the pointer off the app's window
+   * would reach nobody.
+   */
+  focus(window: number): void {
+    this.client.SetInputFocus(window, REVERT_TO_POINTER_ROOT);
   }
 
   keyboardMapping(): Promise<number[][]> {

@@ -63,8 +63,9 @@ export class X11Source implements FrameSource {
         ...appEnv, DISPLAY: display, STREAMING_VIDEO_WIDTH: String(width), STREAMING_VIDEO_HEIGHT: String(height), STREAMING_VIDEO_FPS: String(config.fps),
       }, log);
       const startedAt = performance.now();
-      await x.waitForWindow(config.appStartTimeoutMs, () => (started.exit ? `the application ${started.describeExit(' before showing a window')}` : undefined));
+      const window = await x.waitForWindow(config.appStartTimeoutMs, () => (started.exit ? `the application ${started.describeExit(' before showing a window')}` : undefined));
       log.info({ appPid: app.pid, ms: Math.round(performance.now() - startedAt) }, 'application window mapped');
+      if (server) x.focus(window); // our own display has no window manager to give the app the keyboard
       const feed = new FrameFeed(encoder, width, height, config.barcode, true);
       const capture = await ScreenCapture.create(x, feed, {
         width, height, fps: config.fps, inputSeq: () => input.lastSeq, onFailure: (reason) => events.onFailure(reason),

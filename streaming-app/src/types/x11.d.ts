@@ -63,6 +63,8 @@ declare module 'x11' {
     GetKeyboardMapping(first: number, count: number, callback: Callback<number[][]>): void;
     ChangeKeyboardMapping(first: number, keysymsPerKeycode: number, keysyms: number[]): void;
     GetInputFocus(callback: Callback<unknown>): void;
+    /** revertTo: 0 None, 1 PointerRoot, 2 Parent. */
+    SetInputFocus(window: number, revertTo: number): void;
     QueryPointer(window: number, callback: Callback<{ rootX: number; rootY: number; keyMask: number }>): void;
     /** class 2: InputOnly (depth and visual 0). */
     CreateWindow(id: number, parent: number, x: number, y: number, width: number, height: number, borderWidth: number,
