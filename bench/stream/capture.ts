@@ -6,10 +6,11 @@
 //
 //   flock /tmp/svc-bench.lock node bench/stream/capture.ts [--rounds 3] [--changes 40] [--fps 60]
 //
-// A change: a second X client fills a 100x100 square white or black (alternately, 60-120 ms apart);
-// the clock starts just before the fill request is written. A frame "shows" it when the square's centre
-// pixel has the new colour. CPU: capture process (ffmpeg, or this process for ours) + Xvfb, as % of one
-// core, while changing and while the screen is still (2 s).
+// A change: a second X client fills a 100x100 square (a typed word, say), or the whole screen (a game's
+// frame), white or black alternately, 60-120 ms apart; the clock starts just before the fill request is
+// written. A frame "shows" it when the square's centre pixel has the new colour. CPU: capture process
+// (ffmpeg, or this process for ours) + Xvfb, as % of one core, while changing and while the screen is
+// still (2 s).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -25,8 +26,9 @@ const ROUNDS = Number(args.rounds);
 const CHANGES = Number(args.changes);
 const FPS = Number(args.fps);
 const [W, H] = [1280, 720];
-const SQUARE = { x: 600, y: 300, size: 100 };
-const PROBE = { x: SQUARE.x + 50, y: SQUARE.y + 50 };
+const PROBE = { x: 670, y: 320 }; // inside the square, clear of the cursor at the centre
+const AREAS = { 'a 100x100 square': [600, 300, 100, 100], 'the whole screen': [0, 0, W, H] };
+type Area = keyof typeof AREAS;
 
 /** A capture under test: started on the display, it calls `onFrame` with each complete frame. */
 type Method = {
@@ -118,7 +120,7 @@ const call = <T>(request: (callback: (error: Error | null, value: T) => void) =>
 
 type Result = { latencies: number[]; missed: number; frames: number; busyCpu: number; stillCpu: number };
 
-async function measure(method: Method, display: string, xvfbPid: number, painter: XClient, root: number, gc: number): Promise<Result> {
+async function measure(method: Method, area: Area, display: string, xvfbPid: number, painter: XClient, root: number, gc: number): Promise<Result> {
   let want: { white: boolean; at: number; seen: () => void } | undefined;
   let frames = 0;
   const latencies: number[] = [];
@@ -132,7 +134,7 @@ async function measure(method: Method, display: string, xvfbPid: number, painter
   });
   const fill = (white: boolean): void => {
     painter.ChangeGC(gc, { foreground: white ? 0xffffff : 0 });
-    painter.PolyFillRectangle(root, gc, [SQUARE.x, SQUARE.y, SQUARE.size, SQUARE.size]);
+    painter.PolyFillRectangle(root, gc, AREAS[area]);
   };
   try {
     fill(false);
@@ -167,13 +169,17 @@ painter.on('error', () => { /* Xvfb stopping at the end */ });
 const root = painterDisplay.screen[0].root;
 const gc = painter.AllocID();
 painter.CreateGC(gc, root, { foreground: 0 });
-const results = new Map<string, Result[]>(METHODS.map((m) => [m.name, []]));
+const keyOf = (area: Area, method: Method): string => `${area}\t${method.name}`;
+const results = new Map<string, Result[]>();
 try {
   for (let round = 0; round < ROUNDS; round++) {
-    for (const method of METHODS) {
-      results.get(method.name)?.push(await measure(method, xvfb.display, xvfb.child.pid ?? 0, painter, root, gc));
-      process.stderr.write(`round ${round + 1}: ${method.name} done\n`);
+    for (const area of Object.keys(AREAS) as Area[]) {
+      for (const method of METHODS) {
+        const result = await measure(method, area, xvfb.display, xvfb.child.pid ?? 0, painter, root, gc);
+        results.set(keyOf(area, method), [...(results.get(keyOf(area, method)) ?? []), result]);
+      }
     }
+    process.stderr.write(`round ${round + 1} of ${ROUNDS} done\n`);
   }
 } finally {
   painter.terminate();
@@ -181,12 +187,14 @@ try {
 }
 
 const sorted = (values: number[]): number[] => [...values].sort((a, b) => a - b);
-const rows = METHODS.map((method) => {
-  const runs = results.get(method.name) ?? [];
-  const all = runs.flatMap((r) => r.latencies);
-  return [method.name, String(all.length), percentile(sorted(all), 50), percentile(sorted(all), 95), String(runs.reduce((n, r) => n + r.missed, 0)),
-    median(runs.map((r) => r.busyCpu)), median(runs.map((r) => r.stillCpu))];
-});
-printTable(`Screen change -> frame complete in the app, ms (${W}x${H}, ${FPS} fps, ${ROUNDS} rounds of ${CHANGES} changes)`,
-  ['capture', 'samples', 'p50', 'p95', 'missed', 'cpu % changing', 'cpu % still'], rows);
+for (const area of Object.keys(AREAS) as Area[]) {
+  const rows = METHODS.map((method) => {
+    const runs = results.get(keyOf(area, method)) ?? [];
+    const all = runs.flatMap((r) => r.latencies);
+    return [method.name, String(all.length), percentile(sorted(all), 50), percentile(sorted(all), 95), String(runs.reduce((n, r) => n + r.missed, 0)),
+      median(runs.map((r) => r.busyCpu)), median(runs.map((r) => r.stillCpu))];
+  });
+  printTable(`Screen change (${area}) -> frame complete in the app as I420, ms (${W}x${H}, ${FPS} fps, ${ROUNDS} rounds of ${CHANGES} changes)`,
+    ['capture', 'samples', 'p50', 'p95', 'missed', 'cpu % changing', 'cpu % still'], rows);
+}
 console.log('\ncpu: the capture process (ffmpeg, or this process for the in-process capture) + Xvfb, % of one core, median of rounds.');

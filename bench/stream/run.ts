@@ -1,7 +1,8 @@
 // Streaming benchmark: session setup and input-to-photon latency of the reference streaming app, measured
 // in headless Chromium with the real browser client, at 1280x720, 60 fps, software encoder (libx264), for
 // two frame sources side by side in one run: the built-in test scene and an X11 application (xterm on
-// Xvfb, captured by x11grab, input injected with XTEST).
+// Xvfb, captured on change with DAMAGE and MIT-SHM, input injected with XTEST). bench/stream/capture.ts
+// takes the capture alone apart, side by side with ffmpeg x11grab.
 //
 //   flock /tmp/svc-bench.lock node bench/stream/run.ts [--runs 3] [--sessions 30] [--x11-sessions 10] [--inputs 40]
 //     [--people 5] [--arrival-runs 1] [--only latency|people]

@@ -52,9 +52,6 @@ export class ScreenCapture {
   #again = false;
   #closed = false;
   #lastGrabMs = -Infinity;
-  grabs = 0;
-  /** Pixels converted to I420, all grabs together (a full screen is width × height). */
-  pixelsConverted = 0;
 
   private constructor(x: XConnection, sink: FrameSink, options: CaptureOptions, segment: { id: number; fd: number } | undefined) {
     this.#x = x;
@@ -157,9 +154,9 @@ export class ScreenCapture {
       }
       this.#update(changed, readRows);
       this.#picture.copy(buffer);
-      this.grabs++;
       this.#sink.inputSeq = inputSeq;
       const taken = this.#sink.deliver(buffer, startedMs);
+      if (this.#damage === undefined) return; // stopped meanwhile
       clearTimeout(this.#heartbeat);
       this.#heartbeat = setTimeout(() => this.request(), HEARTBEAT_MS);
       if (!taken || this.#again) {
@@ -193,10 +190,7 @@ export class ScreenCapture {
     readRows(Math.min(...dirty.map((r) => r.y)), Math.max(...dirty.map((r) => r.y + r.height)));
     if (this.#cursor) drawCursor(this.#screen, width, height, this.#cursor);
     this.#cursorRect = cursorRect;
-    for (const rect of dirty) {
-      bgrxToI420(this.#screen, this.#picture, width, height, rect);
-      this.pixelsConverted += rect.width * rect.height;
-    }
+    for (const rect of dirty) bgrxToI420(this.#screen, this.#picture, width, height, rect);
   }
 }
 

@@ -1,7 +1,7 @@
 // An X11 application as the frame source. At start-up the display comes up (Xvfb at the session's size,
 // or STREAMING_DISPLAY) and the application starts on it; the container is ready only once the app has
 // mapped a window. Each session captures the screen in this process whenever it changes
-// (x11-capture.ts) and hands the frames, as BGRX, to the same encoder path as the scene, so the encoder
+// (x11-capture.ts) and hands the frames, as I420, to the same encoder path as the scene, so the encoder
 // processes stay swappable (a PLI still switches to a warm spare that starts with a keyframe). Input is
 // injected with XTEST (x11-input.ts) on the same X connection; clipboard text goes both ways by the X
 // selection protocol (x11-clipboard.ts).

@@ -8,13 +8,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { chromium, type BrowserContext } from 'playwright-core';
 import { CloseCode } from '../client/protocol.ts';
 import { bgrxToI420 } from '../src/x11-capture.ts';
 import { startXvfb, XConnection } from '../src/x11-display.ts';
 import { X11Input } from '../src/x11-input.ts';
 import {
-  alive, CHROMIUM, CHROMIUM_ARGS, descendants, FFMPEG, freeTcpPort, missingTools, PULSEAUDIO, runToExit, startApp, WeriftViewer, XTERM, XVFB,
+  alive, CHROMIUM, CHROMIUM_ARGS, darkPixels, descendants, END_OF_INPUT, FFMPEG, freeTcpPort, missingTools, PULSEAUDIO, runToExit, startApp, WeriftViewer, XTERM, XVFB,
   type AppProcess,
 } from './helpers.ts';
 
@@ -40,22 +40,6 @@ async function until<T>(what: string, read: () => Promise<T>, done: (value: T) =
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; last: ${JSON.stringify(value)}`);
     await new Promise((r) => setTimeout(r, 100));
   }
-}
-
-/** Dark pixels in a rectangle of the video as shown (text is black on the xterm's white). */
-function darkPixels(page: Page, x: number, y: number, w: number, h: number): Promise<number> {
-  return page.evaluate(`(() => {
-    const video = document.querySelector('video');
-    const canvas = document.createElement('canvas');
-    canvas.width = video.videoWidth;
-    canvas.height = video.videoHeight;
-    const ctx = canvas.getContext('2d');
-    ctx.drawImage(video, 0, 0);
-    const data = ctx.getImageData(${x}, ${y}, ${w}, ${h}).data;
-    let dark = 0;
-    for (let i = 0; i < data.length; i += 4) if (data[i] + data[i + 1] + data[i + 2] < 200) dark++;
-    return dark;
-  })()`) as Promise<number>;
 }
 
 function clientUrl(app: AppProcess): string {
@@ -166,14 +150,7 @@ describe('x11 source', { skip }, () => {
     await until('the pasted text', rightOfText, (dark) => dark > 100);
 
     // Enter, then Ctrl+D: cat reads end of input and exits 0, xterm with it.
-    await page.evaluate(`(() => {
-      svcStream.sendKeyCode('Enter', 'Enter', true, 0);
-      svcStream.sendKeyCode('Enter', 'Enter', false, 0);
-      svcStream.sendKeyCode('ControlLeft', 'Control', true, 2);
-      svcStream.sendKeyCode('KeyD', 'd', true, 2);
-      svcStream.sendKeyCode('KeyD', 'd', false, 2);
-      svcStream.sendKeyCode('ControlLeft', 'Control', false, 0);
-    })()`);
+    await page.evaluate(END_OF_INPUT);
     const ended = await until('the session to end', snapshot, (s) => s.ended !== undefined);
     assert.match(String(ended.ended), /the application exited with code 0/);
     assert.deepEqual(await app.exited, { code: 0, signal: null });
