@@ -75,6 +75,11 @@ export const configSchema = z.object({
     maxQueueDepth: z.coerce.number().int().min(1).default(10_000),
     /** How long an uncollected result of a 202'd request is kept. */
     resultRetentionSeconds: z.coerce.number().int().min(1).default(3600),
+    /**
+     * NATS JetStream shared by several API replicas on one PostgreSQL (docs/architecture.md); without it
+     * the queue lives in this process (one replica).
+     */
+    natsUrl: z.string().regex(/^nats:\/\/[^\s/:]+(:\d{1,5})?\/?$/, 'must be nats://host[:port]').optional(),
   }).prefault({}),
   /** Streaming sessions: the session broker and its line (streaming/settings.ts). */
   streaming: streamingSettingsSchema.prefault({}),
@@ -99,6 +104,8 @@ export const configSchema = z.object({
   /** GET /metrics (Prometheus text format). */
   metrics: metricsSettingsSchema.prefault({}),
   compute: z.object({
+    /** Runs placement and takes agent links; with several API replicas exactly one does (the others: false). */
+    placement: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
     /** `svc serve` runs a worker agent for the local cluster in its own process, linked over loopback. */
     inProcessAgent: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
     agent: agentSettingsSchema.prefault({}),
@@ -145,6 +152,8 @@ export const envSettings: Record<string, string> = {
   SVC_SECRETS_PREVIOUS_KEYS: 'secrets.previousKeys',
   SVC_ADMIN_SIGNING_KEY_FILE: 'admin.signingKeyFile',
   SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
+  SVC_PLACEMENT: 'compute.placement',
+  SVC_NATS_URL: 'invocation.natsUrl',
   SVC_IN_PROCESS_AGENT: 'compute.inProcessAgent',
   ...Object.fromEntries(Object.entries(agentEnvSettings).map(([name, setting]) => [name, `compute.agent.${setting}`])),
   ...Object.fromEntries(Object.entries(streamingEnvSettings).map(([name, setting]) => [name, `streaming.${setting}`])),

@@ -36,14 +36,21 @@ import { createAgentHub } from './control/agents/hub.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
 import { createInstancesService } from './control/instances/service.ts';
 import { createGateway } from './gateway/gateway.ts';
-import { createInProcessQueue } from './invocation/queue.ts';
+import { Dispatcher } from './invocation/dispatcher.ts';
+import { JetStreamQueue } from './invocation/jetstream-queue.ts';
+import { LocalQueue } from './invocation/local-queue.ts';
 import { createInvocationsRepo } from './invocation/repo.ts';
+import { createVersionResolver } from './invocation/resolver.ts';
+import { DurableResults } from './invocation/results.ts';
 import { invocationRoutes } from './invocation/routes.ts';
-import { createInvocationService } from './invocation/service.ts';
+import { InvocationService } from './invocation/service.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
+import { isSignIn } from './streaming/request.ts';
 import { signInHandler } from './streaming/sign-in.ts';
 import { startTurn, type TurnService } from './turn/server.ts';
 import { createApp } from './http/app.ts';
+import { Problem } from './http/problem.ts';
+import { rejectUpgrade } from './http/upgrade.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
@@ -121,16 +128,24 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
 
     const instances = createInstancesService({
       repo: createInstancesRepo(store.db), deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
-      desired: autoscaler.desiredCounts,
+      desired: autoscaler.desiredCounts, places: config.compute.placement,
     });
     autoscaler.onApplied(() => void instances.reconcile());
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
+    deployments.useHealthInfo(instances.healthInfo);
     deployments.onChange(() => void instances.reconcile());
-    const invocation = createInvocationService({
-      queue: createInProcessQueue(), repo: createInvocationsRepo(store.db), functionsRepo, deployments: deploymentsRepo, instances, log, now,
-      maxQueueDepth: config.invocation.maxQueueDepth, maxResultBytes: config.invocation.maxResultBytes,
-      resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
+    const resolver = createVersionResolver(functionsRepo);
+    const { natsUrl, maxQueueDepth } = config.invocation;
+    const queue = natsUrl
+      ? await JetStreamQueue.connect({ url: natsUrl, maxDepth: maxQueueDepth, log, adopt: (requestId) => invocation.adopt(requestId) })
+      : new LocalQueue({ maxDepth: maxQueueDepth });
+    const invocation = new InvocationService({
+      queue,
+      dispatcher: new Dispatcher({ maxResultBytes: config.invocation.maxResultBytes }),
+      results: new DurableResults({ repo: createInvocationsRepo(store.db), log, now }),
+      resolver, demand: instances, log, now,
+      maxResultBytes: config.invocation.maxResultBytes, resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
     });
     closers.push(() => invocation.close());
     metrics.watchLoad(() => invocation.load());
@@ -153,10 +168,13 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
 
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
-      ...invocationRoutes(invocation, functionsRepo, {
-        defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
-        maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
-      }, metrics.observeInvocation),
+      ...invocationRoutes(invocation, resolver, {
+        limits: {
+          defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
+          maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
+        },
+        log, observe: metrics.observeInvocation,
+      }),
       ...healthRoutes(health),
       metricsRoute(metrics, config.metrics),
       whoamiRoute(),
@@ -175,10 +193,13 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const gateway = createGateway({
       address: config.gateway.address,
       // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host.
-      api: createApp({ ...appOptions, routes: apiRoutes, host: 'api', handlers: [signInHandler(streaming)] }),
+      api: createApp({ ...appOptions, routes: apiRoutes, host: 'api', handlers: [signInHandler(streaming)], handled: isSignIn }),
       keys: createApp({ ...appOptions, routes: keyServiceRoutes, host: 'keys' }),
       apiUpgrade: (req, socket, head) => {
-        if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return void agentHub.upgrade(req, socket, head);
+        if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) {
+          if (!config.compute.placement) return rejectUpgrade(req, socket, new Problem('service-unavailable', 'This API replica does not run placement; link agents to the one that does'));
+          return void agentHub.upgrade(req, socket, head);
+        }
         void streaming.upgrade(req, socket, head);
       },
       tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
@@ -193,7 +214,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
     // The local cluster's agent links to this gateway over loopback, exactly as a remote agent would.
-    const worker = localCluster && config.compute.inProcessAgent ? await startWorker({
+    const worker = localCluster && config.compute.inProcessAgent && config.compute.placement ? await startWorker({
       settings: config.compute.agent, dataDir: config.store.dataDir, declaredGpus: config.compute.localCluster.gpus, log,
       link: {
         server: `${scheme}://127.0.0.1:${port}`, credential: localCluster.agentCredential, apiHost: `${gateway.hosts.api}:${port}`,

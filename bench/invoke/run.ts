@@ -1,23 +1,31 @@
 // bench/invoke: POST /v2/svc/pexec through the gateway, next to the same echo instance called directly,
 // through nginx (Debian) proxy_pass with upstream keep-alive, and through the barest Node.js proxy (an
 // http server forwarding with undici: the ceiling of any Node implementation on this machine), at
-// concurrency 1, 32 and 256. Targets: added p50 ≤ 1 ms at c=1; ≥ 0.7× nginx req/s at c=32.
+// concurrency 1, 32 and 256. With PostgreSQL and NATS JetStream reachable, a last row per level: two API
+// replicas on them behind a round-robin client.
+// Targets: c=32 ≥ 0.85× the bare Node.js proxy (≥ 0.8× nginx); added p50 at c=1 ≤ 0.15 ms; c=256 ≥ 0.8× the bare proxy.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
+import { createDatabase, postgresAvailable, type TestDatabase } from '../../api/test/helpers/databases.ts';
 import { request } from '../../api/test/helpers/http.ts';
-import { servePlatform } from '../../api/test/helpers/served.ts';
+import { forgetVersion, NATS_URL, natsAvailable } from '../../api/test/helpers/nats.ts';
+import { servePlatform, type ServedPlatform } from '../../api/test/helpers/served.ts';
+import { freePort } from '../../api/test/helpers/wait.ts';
 import { load, type LoadTarget } from '../lib/load.ts';
 import { printTable } from '../lib/report.ts';
-import { freePort } from '../../api/test/helpers/wait.ts';
 
 const NGINX = '/usr/sbin/nginx';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
-const LEVELS = [1, 32, 256];
+const LEVELS = (process.env.BENCH_LEVELS ?? '1,32,256').split(',').map(Number);
+/** BENCH_PROFILE=<dir>: svc serve writes a V8 CPU profile there when it stops (node --cpu-prof). */
+const PROFILE = process.env.BENCH_PROFILE;
 const BODY = JSON.stringify({ message: 'hello', n: 42 });
+const JSON_TYPE = { 'content-type': 'application/json' };
 
 async function startNginx(upstreamPort: number): Promise<{ port: number; process: ChildProcess }> {
   if (!existsSync(NGINX)) throw new Error('bench/invoke needs nginx: apt-get install nginx-light');
@@ -65,61 +73,116 @@ async function startBareNodeProxy(upstreamPort: number): Promise<{ port: number;
   return { port, process: child };
 }
 
-const platform = await servePlatform({ SVC_LOG_LEVEL: 'warn' });
-let nginx: ChildProcess | undefined;
-let bareNode: ChildProcess | undefined;
-try {
-  const { token, apiKey } = await platform.credentials(['invoke_function', 'list_functions']);
-  const api = (method: string, url: string, options: Record<string, unknown>) => request(platform.url, method, url, { host: 'api.localhost', ...options });
+/**
+ * CPU time (user + system, µs) the processes have used so far, from /proc: per-request CPU is steadier than
+ * throughput on a shared, noisy machine. Clock ticks are 10 ms (USER_HZ 100).
+ */
+function cpuMicros(pids: number[]): number {
+  let ticks = 0;
+  for (const pid of pids) {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return ticks * 10_000;
+}
+
+/** Registers and deploys the echo sample through `url`; its pexec target and version id. */
+async function deployEcho(url: string, credentials: { token: string; apiKey: string }): Promise<{ target: LoadTarget; versionId: string }> {
+  const api = (method: string, route: string, body?: unknown) => request(url, method, route, { host: 'api.localhost', bearer: credentials.token, body });
   const fn = (await api('POST', '/v2/svc/functions', {
-    bearer: token,
-    body: { name: 'bench-echo', containerImage: 'local/echo:1', inferenceUrl: '/echo', inferencePort: 8000, health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT5S', expectedStatusCode: 200 } },
+    name: 'bench-echo', containerImage: 'local/echo:1', inferenceUrl: '/echo', inferencePort: 8000,
+    health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT5S', expectedStatusCode: 200 },
   })).body.function;
   await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
-    bearer: token, body: { deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1, maxRequestConcurrency: 1024 }] },
+    deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1, maxRequestConcurrency: 1024 }],
   });
-  while ((await api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`, { bearer: token })).body.function.status !== 'ACTIVE') await sleep(100);
+  while ((await api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`)).body.function.status !== 'ACTIVE') await sleep(100);
+  const target = {
+    origin: url.replace('localhost', '127.0.0.1'), path: `/v2/svc/pexec/functions/${fn.id}`, body: BODY,
+    headers: { ...JSON_TYPE, host: 'api.localhost', authorization: `Bearer ${credentials.apiKey}` },
+  };
+  return { target, versionId: fn.versionId };
+}
+
+/** Two `svc serve` replicas on one PostgreSQL and NATS; undefined (with a line saying why) when either is missing. */
+async function startReplicas(): Promise<{ replicas: ServedPlatform[]; database: TestDatabase; target: LoadTarget; versionId: string } | undefined> {
+  if (!(await postgresAvailable()) || !(await natsAvailable())) {
+    console.log('bench/invoke: the two-replica row needs PostgreSQL on 127.0.0.1:5432 and NATS JetStream on 127.0.0.1:4222; skipped');
+    return undefined;
+  }
+  const database = await createDatabase('postgres');
+  const shared = { SVC_DATABASE_URL: database.databaseUrl, SVC_NATS_URL: NATS_URL, SVC_SECRETS_KEY: randomBytes(32).toString('base64'), SVC_LOG_LEVEL: 'warn' };
+  const first = await servePlatform(shared);
+  const second = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
+  const { target, versionId } = await deployEcho(first.url, await first.credentials(['invoke_function', 'list_functions']));
+  const both = { ...target, origin: [target.origin as string, second.url.replace('localhost', '127.0.0.1')] };
+  // The second replica learns the instance from the first over NATS.
+  while ((await load({ ...both, origin: both.origin[1] }, 1, 0.2)).errors > 0) await sleep(200);
+  return { replicas: [first, second], database, target: both, versionId };
+}
+
+const platform = await servePlatform({
+  SVC_LOG_LEVEL: 'warn',
+  ...(PROFILE ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${path.resolve(PROFILE)}` } : {}),
+});
+let nginx: ChildProcess | undefined;
+let bareNode: ChildProcess | undefined;
+let replicated: Awaited<ReturnType<typeof startReplicas>>;
+try {
+  const { target: ours, versionId } = await deployEcho(platform.url, await platform.credentials(['invoke_function', 'list_functions']));
   // The instance's own address is internal; read it where the control plane keeps it.
   const store = new Database(path.join(platform.dataDir, 'svc.db'), { readonly: true });
-  const row = store.prepare('select endpoint from instances where version_id = ? and desired = 1').get(fn.versionId) as { endpoint: string };
+  const row = store.prepare('select endpoint from instances where version_id = ? and desired = 1').get(versionId) as { endpoint: string };
   store.close();
   const echoPort = (JSON.parse(row.endpoint) as { ports: { inference: number } }).ports.inference;
   const started = await startNginx(echoPort);
   nginx = started.process;
   const bare = await startBareNodeProxy(echoPort);
   bareNode = bare.process;
+  replicated = await startReplicas();
 
-  const json = { 'content-type': 'application/json' };
+  /** The proxy processes whose CPU per request is measured. */
+  const processes: Record<string, number[]> = {
+    'bare Node.js proxy': [bare.process.pid!],
+    'svc pexec (gateway)': [platform.process.pid!],
+    'svc pexec, 2 replicas on NATS': replicated?.replicas.map((replica) => replica.process.pid!) ?? [],
+  };
   const targets: Record<string, LoadTarget> = {
-    'direct to the instance': { origin: `http://127.0.0.1:${echoPort}`, path: '/echo', headers: json, body: BODY },
-    'nginx proxy_pass': { origin: `http://127.0.0.1:${started.port}`, path: '/', headers: json, body: BODY },
-    'bare Node.js proxy': { origin: `http://127.0.0.1:${bare.port}`, path: '/echo', headers: json, body: BODY },
-    'svc pexec (gateway)': {
-      origin: `http://127.0.0.1:${platform.port}`, path: `/v2/svc/pexec/functions/${fn.id}`, body: BODY,
-      headers: { ...json, host: 'api.localhost', authorization: `Bearer ${apiKey}` },
-    },
+    'direct to the instance': { origin: `http://127.0.0.1:${echoPort}`, path: '/echo', headers: JSON_TYPE, body: BODY },
+    'nginx proxy_pass': { origin: `http://127.0.0.1:${started.port}`, path: '/', headers: JSON_TYPE, body: BODY },
+    'bare Node.js proxy': { origin: `http://127.0.0.1:${bare.port}`, path: '/echo', headers: JSON_TYPE, body: BODY },
+    'svc pexec (gateway)': ours,
+    ...(replicated ? { 'svc pexec, 2 replicas on NATS': replicated.target } : {}),
   };
   for (const target of Object.values(targets)) await load(target, 8, 1);
   const rows: (string | number)[][] = [];
   const summary: string[] = [];
   for (const concurrency of LEVELS) {
-    const results = Object.fromEntries(await (async () => {
-      const out: [string, Awaited<ReturnType<typeof load>>][] = [];
-      for (const [name, target] of Object.entries(targets)) out.push([name, await load(target, concurrency, SECONDS)]);
-      return out;
-    })());
-    const ours = results['svc pexec (gateway)'];
-    for (const [name, result] of Object.entries(results)) {
-      rows.push([`c=${concurrency}  ${name}`, result.requestsPerSecond, result.p50, result.p99, result.requestsPerSecond / results['nginx proxy_pass'].requestsPerSecond, result.errors]);
+    const results: Record<string, Awaited<ReturnType<typeof load>> & { cpu?: number }> = {};
+    for (const [name, target] of Object.entries(targets)) {
+      const pids = processes[name] ?? [];
+      const before = cpuMicros(pids);
+      results[name] = await load(target, concurrency, SECONDS);
+      if (pids.length) results[name].cpu = (cpuMicros(pids) - before) / (results[name].requestsPerSecond * SECONDS);
     }
-    summary.push(`c=${concurrency}: added p50 ${(ours.p50 - results['direct to the instance'].p50).toFixed(2)} ms over direct; ${(ours.requestsPerSecond / results['nginx proxy_pass'].requestsPerSecond).toFixed(2)}× nginx req/s; bare Node.js proxy ${(results['bare Node.js proxy'].requestsPerSecond / results['nginx proxy_pass'].requestsPerSecond).toFixed(2)}× nginx`);
+    const [svc, nginxRow, bareRow, direct] = [results['svc pexec (gateway)'], results['nginx proxy_pass'], results['bare Node.js proxy'], results['direct to the instance']];
+    for (const [name, result] of Object.entries(results)) {
+      rows.push([`c=${concurrency}  ${name}`, result.requestsPerSecond, result.p50, result.p99, result.requestsPerSecond / nginxRow.requestsPerSecond,
+        result.requestsPerSecond / bareRow.requestsPerSecond, result.cpu === undefined ? '' : Math.round(result.cpu), result.errors]);
+    }
+    summary.push(`c=${concurrency}: svc ${(svc.requestsPerSecond / bareRow.requestsPerSecond).toFixed(2)}× the bare Node.js proxy, `
+      + `${(svc.requestsPerSecond / nginxRow.requestsPerSecond).toFixed(2)}× nginx; added p50 ${(svc.p50 - direct.p50).toFixed(3)} ms over direct; `
+      + `CPU per request ${Math.round(svc.cpu!)} µs vs ${Math.round(bareRow.cpu!)} µs (bare)`);
   }
   printTable(`bench/invoke: ${SECONDS} s per row, echo sample, closed-loop clients (node ${process.version})`,
-    ['concurrency  path', 'req/s', 'p50 ms', 'p99 ms', '× nginx', 'errors'], rows);
+    ['concurrency  path', 'req/s', 'p50 ms', 'p99 ms', '× nginx', '× bare', 'CPU µs/req', 'errors'], rows);
   console.log(summary.join('\n'));
-  console.log('targets: added p50 ≤ 1 ms at c=1; ≥ 0.7× nginx req/s at c=32');
+  console.log('targets: c=32 ≥ 0.85× the bare Node.js proxy (≥ 0.8× nginx); added p50 at c=1 ≤ 0.15 ms; c=256 ≥ 0.8× the bare proxy');
 } finally {
   nginx?.kill('SIGTERM');
   bareNode?.kill('SIGTERM');
+  for (const replica of replicated?.replicas.reverse() ?? []) await replica.stop();
+  await replicated?.database.drop();
+  if (replicated) await forgetVersion(replicated.versionId);
   await platform.stop();
 }

@@ -8,6 +8,7 @@
 // A failing metrics source or deployment path stops the round: no decision is taken on partial inputs.
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
+import { takesRequests } from '../invocation/resolver.ts';
 import type { Logger } from '../logger.ts';
 import type { AutoscalerMetrics } from './metrics.ts';
 import type { DeployedVersion, DesiredEntry, ScalingPlatform } from './platform.ts';
@@ -18,8 +19,6 @@ import type { MetricsSource } from './source.ts';
 
 export const DISCOVERY_LOCK = 'discovery';
 const CLOCK_WRITES_PER_ROUND = 200;
-/** Statuses in which a version takes requests (as the invocation plane's); others are skipped. */
-const DEPLOYABLE = new Set(['ACTIVE', 'DEPLOYING', 'DEGRADING']);
 
 export interface AutoscalerOptions {
   repo: AutoscalerRepo;
@@ -114,7 +113,7 @@ export function createAutoscaler(options: AutoscalerOptions) {
     for (const fn of active) {
       const version = deployed.get(fn.version_id);
       const status = !version ? 'INACTIVE' : version.status;
-      if (!version || !DEPLOYABLE.has(status)) {
+      if (!version || !takesRequests(status)) {
         if (fn.skipped_status !== status) await skip(fn.version_id, status, version);
         continue;
       }

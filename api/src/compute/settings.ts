@@ -32,6 +32,8 @@ export const agentSettingsSchema = z.object({
   dockerPublishAddress: z.string().default('127.0.0.1'),
   /** Docker runtime: give containers all GPUs (NVIDIA container toolkit). */
   dockerGpus: flag.default(false),
+  /** Docker runtime: pull an instance's image `missing` from the engine, `always`, or `never`. */
+  dockerPull: z.enum(['always', 'missing', 'never']).default('missing'),
   /** SIGTERM-to-kill grace when stopping an instance. */
   stopGraceMs: z.coerce.number().int().min(0).default(10_000),
   /** Restart back-off: initial delay, doubling to the maximum; reset after this long RUNNING. */
@@ -60,7 +62,9 @@ export const agentEnvSettings: Record<string, keyof AgentSettings> = {
   SVC_AGENT_UDP_PORT_RANGE: 'udpPortRange',
   SVC_AGENT_UDP_PORTS_PER_INSTANCE: 'udpPortsPerInstance',
   SVC_AGENT_DOCKER_SOCKET: 'dockerSocket',
+  SVC_AGENT_DOCKER_PUBLISH_ADDRESS: 'dockerPublishAddress',
   SVC_AGENT_DOCKER_GPUS: 'dockerGpus',
+  SVC_AGENT_DOCKER_PULL: 'dockerPull',
   SVC_AGENT_SERVER: 'server',
   SVC_AGENT_CREDENTIAL: 'credential',
   SVC_AGENT_API_HOST: 'apiHost',

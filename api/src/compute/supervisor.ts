@@ -46,6 +46,8 @@ type Outcome =
 type Ended = Exclude<Outcome, { kind: 'healthy' }>;
 
 const TERMINAL = new Set(['FAILED', 'EXITED', 'STOPPED']);
+/** How long a failed liveness check waits for an exit already under way before it counts. */
+const EXITING_GRACE_MS = 3000;
 
 export class InstanceSupervisor {
   readonly spec: InstanceSpec;
@@ -157,8 +159,13 @@ export class InstanceSupervisor {
       this.#set({ state: 'RUNNING', endpoint: instance.endpoint });
       return await Promise.race([
         exited,
-        watchUntilUnhealthy(livenessTarget(spec, instance.endpoint), settings.probe, watch.signal).then((detail): Ended =>
-          detail === undefined ? { kind: 'stopping' } : { kind: 'unhealthy', detail }),
+        watchUntilUnhealthy(livenessTarget(spec, instance.endpoint), settings.probe, watch.signal).then(async (detail): Promise<Ended> => {
+          if (detail === undefined) return { kind: 'stopping' };
+          // A program on its way out (a streaming container after its session) closes its ports before
+          // it exits, and an engine reports the exit a moment later: let that exit win the race.
+          if (!await pause(EXITING_GRACE_MS, watch.signal)) return { kind: 'stopping' };
+          return { kind: 'unhealthy', detail };
+        }),
       ]);
     } finally {
       watch.abort();

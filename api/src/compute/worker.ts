@@ -1,6 +1,7 @@
 // Composition of a worker: settings → GPUs → runtime → agent and task runner → link. What `svc agent` runs, and what
 // `svc serve` runs in-process (linking to itself over loopback, or, without `link`, handing the bare
 // agent to the caller).
+import { createHash } from 'node:crypto';
 import path from 'node:path';
 import type { Logger } from '../logger.ts';
 import { startAgent, type Agent } from './agent.ts';
@@ -80,9 +81,18 @@ export function createRuntime(settings: AgentSettings, stateDir: string, log: Lo
   };
   if (settings.runtime === 'docker') {
     return createDockerRuntime({
-      ...common, socketPath: settings.dockerSocket ?? dockerSocketPath(),
-      publishAddress: settings.dockerPublishAddress, gpus: settings.dockerGpus,
+      ...common, socketPath: settings.dockerSocket ?? dockerSocketPath(), agentName: agentNameOf(stateDir),
+      publishAddress: settings.dockerPublishAddress, gpus: settings.dockerGpus, pull: settings.dockerPull,
     });
   }
   return createProcessRuntime({ ...common, catalogFile: path.resolve(settings.imageCatalog), stateDir });
+}
+
+/**
+ * What marks this agent's containers (label svc.agent): its state dir, which is what an agent keeps across
+ * restarts on its host. Agents sharing one engine (several platforms, a platform and `svc agent`s) then
+ * never remove each other's containers at start-up.
+ */
+export function agentNameOf(stateDir: string): string {
+  return `svc-agent-${createHash('sha256').update(stateDir).digest('hex').slice(0, 12)}`;
 }

@@ -1,10 +1,13 @@
 // An Express app for one host: request ids, access log, JSON bodies, the declared routes, and the
 // single place where errors become problem+json.
 import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { Logger } from '../logger.ts';
 import type { CredentialVerifier } from './auth.ts';
-import { Problem, PROBLEM_CONTENT_TYPE } from './problem.ts';
+import { leanRouter } from './lean.ts';
+import { Problem } from './problem.ts';
+import { asProblem, writeProblem } from './problem-response.ts';
 import { expressPath, handlerFor, type Route } from './route.ts';
 
 export interface AppOptions {
@@ -19,9 +22,20 @@ export interface AppOptions {
   host?: string;
   /** Plain Express handlers tried before the declared routes (the streaming sign-in, which lives on any path). */
   handlers?: RequestHandler[];
+  /** The requests those handlers take: the lean routes leave them to Express. */
+  handled?: (req: IncomingMessage) => boolean;
 }
 
+/** The host's handler: lean routes first (http/lean.ts), then the Express app. */
 export function createApp(options: AppOptions) {
+  const app = createExpressApp(options);
+  const lean = leanRouter(options);
+  if (!lean) return app;
+  const handled = options.handled ?? (() => false);
+  return (req: IncomingMessage, res: ServerResponse) => (!handled(req) && lean(req, res)) || app(req, res);
+}
+
+function createExpressApp(options: AppOptions) {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
@@ -83,26 +97,6 @@ function requireJson(req: Request, _res: Response, next: NextFunction) {
   next();
 }
 
-/** Maps anything thrown to a catalogue problem; unexpected errors are logged and hidden. */
-export function asProblem(error: unknown, log: Logger, requestId: string): Problem {
-  if (error instanceof Problem) return error;
-  const status = (error as { status?: number; type?: string }).status;
-  const type = (error as { type?: string }).type;
-  if (type === 'entity.parse.failed') return new Problem('bad-request', 'Request body is not valid JSON');
-  if (type === 'entity.too.large') return new Problem('payload-too-large', 'Request body is too large');
-  if (type === 'encoding.unsupported' || type === 'charset.unsupported') {
-    return new Problem('unsupported-media-type', 'Request body encoding is not supported');
-  }
-  if (status && status >= 400 && status < 500) return new Problem('bad-request', 'Malformed request');
-  log.error({ reqId: requestId, err: error }, 'unhandled error');
-  return new Problem('internal', 'The server could not complete the request; quote the request id when reporting it');
-}
-
 export function sendProblem(res: Response, problem: Problem, instance: string) {
-  if (res.headersSent) {
-    res.destroy();
-    return;
-  }
-  res.status(problem.status).set(problem.headers).type(PROBLEM_CONTENT_TYPE);
-  res.send(JSON.stringify(problem.toBody(instance.split('?')[0], res.locals.requestId)));
+  writeProblem(res, problem, instance, res.locals.requestId);
 }

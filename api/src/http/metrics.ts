@@ -6,10 +6,11 @@
 // metrics carry account, function and version ids only once a request resolved to a real version, and a
 // status class (2xx, 4xx, 5xx). Nothing here carries a credential, a header or a body.
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import { z } from 'zod';
 import { access } from './auth.ts';
 import { unauthorized } from './problem.ts';
+import { RequestMetrics } from './request-metrics.ts';
 import { route } from './route.ts';
 
 export const metricsSettingsSchema = z.object({
@@ -60,13 +61,14 @@ export function createMetrics() {
   const instanceCounts: (() => Iterable<FunctionInstances>)[] = [];
   let health: (() => Promise<HealthSnapshot>) | undefined;
 
-  const httpLabels = ['host', 'method', 'route', 'status'] as const;
-  const httpRequests = new Counter({ name: 'svc_http_requests_total', help: 'HTTP requests answered, by host, route template and status', labelNames: httpLabels, registers: [registry] });
-  const httpDuration = new Histogram({ name: 'svc_http_request_duration_seconds', help: 'HTTP request duration until the response finished', labelNames: httpLabels, buckets: SECONDS_BUCKETS, registers: [registry] });
-
-  const functionLabels = [...FUNCTION_LABELS, 'status'] as const;
-  const functionRequests = new Counter({ name: 'svc_function_requests_total', help: 'Invocations (pexec) answered, by function version and status class', labelNames: functionLabels, registers: [registry] });
-  const functionDuration = new Histogram({ name: 'svc_function_request_duration_seconds', help: 'Invocation duration until answered (response finished, or 202)', labelNames: functionLabels, buckets: SECONDS_BUCKETS, registers: [registry] });
+  const http = new RequestMetrics(registry, {
+    counter: { name: 'svc_http_requests_total', help: 'HTTP requests answered, by host, route template and status' },
+    histogram: { name: 'svc_http_request_duration_seconds', help: 'HTTP request duration until the response finished' },
+  }, SECONDS_BUCKETS);
+  const invocations = new RequestMetrics(registry, {
+    counter: { name: 'svc_function_requests_total', help: 'Invocations (pexec) answered, by function version and status class' },
+    histogram: { name: 'svc_function_request_duration_seconds', help: 'Invocation duration until answered (response finished, or 202)' },
+  }, SECONDS_BUCKETS);
 
   const each = <T>(providers: (() => Iterable<T>)[], visit: (item: T) => void) => {
     for (const provider of providers) for (const item of provider()) visit(item);
@@ -113,16 +115,13 @@ export function createMetrics() {
 
     /** The gateway's per-request observation (http/app.ts). */
     observeHttp(host: string, method: string, routePath: string, status: number, seconds: number) {
-      const labels = { host, method, route: routePath, status: String(status) };
-      httpRequests.inc(labels);
-      httpDuration.observe(labels, seconds);
+      http.observe(`${host} ${method} ${routePath} ${status}`, () => ({ host, method, route: routePath, status: String(status) }), seconds);
     },
 
     /** One answered invocation of a resolved version (invocation/routes.ts). */
     observeInvocation(ref: FunctionRef, status: number, seconds: number) {
-      const labels = { ...labelsOf(ref), status: statusClass(status) };
-      functionRequests.inc(labels);
-      functionDuration.observe(labels, seconds);
+      const statusLabel = statusClass(status);
+      invocations.observe(`${ref.versionId} ${ref.functionId} ${ref.ncaId} ${statusLabel}`, () => ({ ...labelsOf(ref), status: statusLabel }), seconds);
     },
 
     /** What the load gauges read, straight from the planes (the in-process MetricsSource). */

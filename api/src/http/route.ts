@@ -1,5 +1,6 @@
 // A route is declared once: path, access rule, zod schemas for what comes in and goes out, and a thin
 // handler that calls a service. The same declaration mounts the Express handler and feeds /v3/openapi.
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Request, Response } from 'express';
 import { z } from 'zod';
 import type { Logger } from '../logger.ts';
@@ -50,6 +51,11 @@ export interface RouteSpec<P extends Schema | undefined, Q extends Schema | unde
   headers?: H;
   responses: Record<number, ResponseSpec>;
   /**
+   * Served before Express (http/lean.ts) because it is the hot path: `req` and `res` are Node's own
+   * objects, nothing reads the body or the query for it, and the handler writes `res` itself.
+   */
+  lean?: boolean;
+  /**
    * Returns the reply, or `undefined` after writing `res` itself (streaming endpoints).
    * Services never see req/res; only routes that must stream touch `res`.
    */
@@ -70,23 +76,46 @@ export interface RouteContext {
   log: Logger;
 }
 
+export interface Incoming {
+  req: IncomingMessage;
+  params: unknown;
+  query?: unknown;
+  body?: unknown;
+  requestId: string;
+  /** Told the caller once it is known, for the access log. */
+  identified?: (principal: Principal) => void;
+}
+
+/**
+ * Authorizes, validates and runs a route: the part every way of serving it shares. Lean routes get Node's
+ * own `req`/`res` here (their handlers declare `res: ServerResponse` and use nothing of Express).
+ */
+export async function runRoute(spec: Route, context: RouteContext, incoming: Incoming, res: ServerResponse): Promise<Reply | undefined> {
+  const { req } = incoming;
+  const principal = await authorize(spec.access, req.headers.authorization, context.verifier);
+  incoming.identified?.(principal);
+  const input = {
+    params: validate(spec.params, incoming.params, 'path'),
+    query: validate(spec.query, incoming.query, 'query'),
+    headers: validate(spec.headers, req.headers, 'header'),
+    body: validate(spec.body, incoming.body, 'body'),
+    principal,
+    requestId: incoming.requestId,
+    log: context.log,
+    req,
+  };
+  return spec.handle(input as never, res as Response);
+}
+
 /** Turns a route into the Express handler that authorizes, validates, runs and replies. */
 export function handlerFor(spec: Route, context: RouteContext) {
   return async (req: Request, res: Response) => {
-    const requestId = res.locals.requestId as string;
-    const principal = await authorize(spec.access, req.headers.authorization, context.verifier);
-    res.locals.principal = principal;
-    const input = {
-      params: validate(spec.params, req.params, 'path'),
-      query: validate(spec.query, req.query, 'query'),
-      headers: validate(spec.headers, req.headers, 'header'),
-      body: validate(spec.body, req.body, 'body'),
-      principal,
-      requestId,
-      log: context.log,
-      req,
-    };
-    const reply = await spec.handle(input as never, res);
+    const reply = await runRoute(spec, context, {
+      req, params: req.params, query: req.query, body: req.body, requestId: res.locals.requestId as string,
+      identified: (principal) => {
+        res.locals.principal = principal;
+      },
+    }, res);
     if (!reply) return;
     if (reply.headers) res.set(reply.headers);
     res.status(reply.status ?? 200);

@@ -1,85 +1,126 @@
-// The invocation queue: FIFO per function version. An instance takes at most maxRequestConcurrency
-// requests at once; the rest wait here. In-process now; a NATS JetStream implementation can replace it
-// behind the same interface.
+// The InvocationQueue contract: who waits, in what order, and which instance slot each request gets.
+// Two implementations keep it: LocalQueue (in-process, one API replica: the embedded default) and
+// JetStreamQueue (NATS JetStream, several replicas on one store). Fifo is the data structure under both.
+import type { ReadyInstance } from '../control/instances/service.ts';
+import type { Invocation } from './invocation.ts';
 
-export interface Queued {
-  id: string;
-  versionId: string;
+/** A slot on one instance, held by one request until released. */
+export interface Grant {
+  instance: ReadyInstance;
+  /**
+   * Hands the slot back. `failed`: the connection to the instance failed, so it gets nothing more until
+   * placement announces it again (a dying process must not take the requests queued behind).
+   */
+  release(outcome: 'done' | 'failed'): void;
 }
 
-export interface InvocationQueue<T extends Queued> {
-  /** Adds at the tail; `front` puts a request that could not start back at the head. */
-  enqueue(item: T, options?: { front?: boolean }): void;
-  /** Removes and returns the head of a version's queue. */
-  take(versionId: string): T | undefined;
-  /** Removes a waiting request (its client went away). */
-  remove(id: string): boolean;
-  /** 1-based position among the version's waiting requests, or undefined when not waiting. */
-  position(id: string): { versionId: string; position: number } | undefined;
-  depth(versionId: string): number;
-}
-
-/** Arrays with a moving head: O(1) enqueue and take, O(n) position, which only status calls pay. */
-export function createInProcessQueue<T extends Queued>(): InvocationQueue<T> {
-  const queues = new Map<string, { items: (T | undefined)[]; head: number; size: number }>();
-  const where = new Map<string, string>();
-
-  function queueOf(versionId: string) {
-    let queue = queues.get(versionId);
-    if (!queue) queues.set(versionId, queue = { items: [], head: 0, size: 0 });
-    return queue;
-  }
-
+/** A grant whose `release` acts once, however often it is called. */
+export function grantOnce(instance: ReadyInstance, release: (outcome: 'done' | 'failed') => void): Grant {
+  let released = false;
   return {
-    enqueue(item, options) {
-      const queue = queueOf(item.versionId);
-      if (options?.front && queue.head > 0) queue.items[--queue.head] = item;
-      else if (options?.front) queue.items.unshift(item);
-      else queue.items.push(item);
-      queue.size++;
-      where.set(item.id, item.versionId);
-    },
-    take(versionId) {
-      const queue = queues.get(versionId);
-      while (queue && queue.head < queue.items.length) {
-        const item = queue.items[queue.head];
-        queue.items[queue.head++] = undefined;
-        if (queue.head > 1024 && queue.head * 2 > queue.items.length) {
-          queue.items = queue.items.slice(queue.head);
-          queue.head = 0;
-        }
-        if (item) {
-          queue.size--;
-          where.delete(item.id);
-          return item;
-        }
-      }
-      return undefined;
-    },
-    remove(id) {
-      const versionId = where.get(id);
-      const queue = versionId ? queues.get(versionId) : undefined;
-      if (!queue) return false;
-      const index = queue.items.findIndex((item, i) => i >= queue.head && item?.id === id);
-      if (index === -1) return false;
-      queue.items[index] = undefined;
-      queue.size--;
-      where.delete(id);
-      return true;
-    },
-    position(id) {
-      const versionId = where.get(id);
-      const queue = versionId ? queues.get(versionId) : undefined;
-      if (!versionId || !queue) return undefined;
-      let position = 0;
-      for (let i = queue.head; i < queue.items.length; i++) {
-        if (queue.items[i]) position++;
-        if (queue.items[i]?.id === id) return { versionId, position };
-      }
-      return undefined;
-    },
-    depth(versionId) {
-      return queues.get(versionId)?.size ?? 0;
+    instance,
+    release(outcome) {
+      if (released) return;
+      released = true;
+      release(outcome);
     },
   };
+}
+
+export interface InvocationQueue {
+  /** Adds a request at the tail of its version's queue; a full queue is a 429 Problem. */
+  enqueue(invocation: Invocation): void | Promise<void>;
+  /** Puts a request that never reached its instance back at the head. */
+  requeue(invocation: Invocation): void;
+  /** Takes out a waiting request (its client left); false when it is no longer waiting. */
+  remove(invocation: Invocation): boolean | Promise<boolean>;
+  /** 1-based place among the version's waiting requests; undefined when not waiting (here). */
+  position(invocation: Invocation): number | undefined | Promise<number | undefined>;
+  /** Requests waiting for the version (for 429s, queue details and the load metrics). */
+  depth(versionId: string): number;
+  /** The instances of a version that take requests now (from placement). */
+  ready(versionId: string, instances: ReadyInstance[]): void;
+  /** Every request granted a slot goes to `run`, which must release the grant when it is done. */
+  onGrant(run: (invocation: Invocation, grant: Grant) => void): void;
+  /** Told the instances of a version whenever the set changes (connection pools follow it). */
+  onInstances(seen: (versionId: string, instances: ReadyInstance[]) => void): void;
+  close(): Promise<void>;
+}
+
+/** A queue several API replicas share: each 202'd request is answered by whichever replica is asked. */
+export interface SharedQueue extends InvocationQueue {
+  readonly replicaId: string;
+  /** Whether a replica still answers. */
+  alive(replica: string): Promise<boolean>;
+  /** Tells every replica a stored request has its result. */
+  completed(requestId: string): void;
+  /** Resolves when completed(requestId) is heard, or after `ms`. */
+  whenCompleted(requestId: string, ms: number): Promise<void>;
+}
+
+export function isShared(queue: InvocationQueue): queue is SharedQueue {
+  return 'replicaId' in queue;
+}
+
+/** FIFO with a moving head: O(1) push, shift and unshift; O(n) removal and position, which only leaving clients and status calls pay. */
+export class Fifo<T extends { id: string }> {
+  #items: (T | undefined)[] = [];
+  #head = 0;
+  #size = 0;
+
+  get size(): number {
+    return this.#size;
+  }
+
+  push(item: T) {
+    this.#items.push(item);
+    this.#size++;
+  }
+
+  unshift(item: T) {
+    if (this.#head > 0) this.#items[--this.#head] = item;
+    else this.#items.unshift(item);
+    this.#size++;
+  }
+
+  shift(): T | undefined {
+    while (this.#head < this.#items.length) {
+      const item = this.#items[this.#head];
+      this.#items[this.#head++] = undefined;
+      if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
+        this.#items = this.#items.slice(this.#head);
+        this.#head = 0;
+      }
+      if (item) {
+        this.#size--;
+        return item;
+      }
+    }
+    return undefined;
+  }
+
+  remove(id: string): boolean {
+    const index = this.#indexOf(id);
+    if (index === -1) return false;
+    this.#items[index] = undefined;
+    this.#size--;
+    return true;
+  }
+
+  /** 1-based position, or undefined when not here. */
+  position(id: string): number | undefined {
+    let position = 0;
+    for (let i = this.#head; i < this.#items.length; i++) {
+      const item = this.#items[i];
+      if (!item) continue;
+      position++;
+      if (item.id === id) return position;
+    }
+    return undefined;
+  }
+
+  #indexOf(id: string): number {
+    for (let i = this.#head; i < this.#items.length; i++) if (this.#items[i]?.id === id) return i;
+    return -1;
+  }
 }

@@ -1,20 +1,107 @@
 // Store access for invocations answered 202. Requests answered within their poll window never touch
-// the store; from the 202 on, a request is durable until its result is collected.
+// the store; from the 202 on, a request is durable until its result is collected. The JSON columns are
+// decoded with zod here, so the rest of the plane sees records, never text.
 import type { Kysely, Selectable } from 'kysely';
+import { z } from 'zod';
 import type { Database, InvocationsTable } from '../store/schema.ts';
+import { targetSchema } from './resolver.ts';
+import type { InvocationState, StoredResult } from './invocation.ts';
 
-export type InvocationRow = Selectable<InvocationsTable>;
+/** The request to replay when re-queued (column `request`). */
+const storedRequest = z.object({
+  headers: z.record(z.string(), z.string()),
+  sse: z.boolean(),
+  subject: z.string(),
+  target: targetSchema,
+  /** The API replica holding it (several replicas on NATS): its death is noticed by the others. */
+  replica: z.string().optional(),
+});
+
+/** A result's status and headers (column `result`; the body is `result_body`). */
+const storedResult = z.object({
+  status: z.number().int(),
+  headers: z.record(z.string(), z.union([z.string(), z.array(z.string())])),
+});
+
+const storedState = z.enum(['queued', 'running', 'done']);
+
+export type StoredRequest = z.infer<typeof storedRequest>;
+
+export interface DurableRecord {
+  requestId: string;
+  state: InvocationState;
+  request: StoredRequest;
+  body: Buffer;
+  result?: StoredResult;
+}
+
+type InvocationRow = Selectable<InvocationsTable>;
+
+function decode(row: InvocationRow): DurableRecord {
+  const record: DurableRecord = {
+    requestId: row.request_id,
+    state: storedState.parse(row.state),
+    request: storedRequest.parse(JSON.parse(row.request)),
+    body: Buffer.from(row.body),
+  };
+  if (row.state === 'done' && row.result) record.result = { ...storedResult.parse(JSON.parse(row.result)), body: Buffer.from(row.result_body ?? []) };
+  return record;
+}
 
 export function createInvocationsRepo(db: Kysely<Database>) {
   return {
-    async insert(row: InvocationRow): Promise<void> {
-      await db.insertInto('invocations').values(row).execute();
+    async insert(record: DurableRecord, at: string): Promise<void> {
+      const { target } = record.request;
+      await db.insertInto('invocations').values({
+        request_id: record.requestId, nca_id: target.ncaId, function_id: target.functionId, version_id: target.versionId,
+        state: record.state, request: JSON.stringify(record.request), body: record.body, result: null, result_body: null,
+        created_at: at, updated_at: at,
+      }).execute();
     },
-    listAll(): Promise<InvocationRow[]> {
-      return db.selectFrom('invocations').selectAll().orderBy('created_at').execute();
+    /** Every record, oldest first; rows that do not decode are named in `unreadable`, not thrown. */
+    async listAll(): Promise<{ records: DurableRecord[]; unreadable: string[] }> {
+      const out = { records: [] as DurableRecord[], unreadable: [] as string[] };
+      for (const row of await db.selectFrom('invocations').selectAll().orderBy('created_at').execute()) {
+        try {
+          out.records.push(decode(row));
+        } catch {
+          out.unreadable.push(row.request_id);
+        }
+      }
+      return out;
     },
-    async update(requestId: string, changes: Partial<InvocationRow>): Promise<void> {
-      await db.updateTable('invocations').set(changes).where('request_id', '=', requestId).execute();
+    async find(requestId: string): Promise<DurableRecord | undefined> {
+      const row = await db.selectFrom('invocations').selectAll().where('request_id', '=', requestId).executeTakeFirst();
+      return row && decode(row);
+    },
+    /** Records not finished that name a replica (several replicas share the store). */
+    async listHeld(): Promise<DurableRecord[]> {
+      return (await db.selectFrom('invocations').selectAll().where('state', '!=', 'done').where('request', 'like', '%"replica":%').execute()).map(decode);
+    },
+    /** Hands a queued record of replica `from` to `to`; false when another replica took it first. */
+    async reassign(requestId: string, from: string, to: string): Promise<boolean> {
+      const row = await db.selectFrom('invocations').select('request').where('request_id', '=', requestId).where('state', '=', 'queued').executeTakeFirst();
+      if (!row || storedRequest.parse(JSON.parse(row.request)).replica !== from) return false;
+      const request = JSON.stringify({ ...storedRequest.parse(JSON.parse(row.request)), replica: to });
+      const result = await db.updateTable('invocations').set({ request })
+        .where('request_id', '=', requestId).where('state', '=', 'queued').where('request', '=', row.request).executeTakeFirst();
+      return result.numUpdatedRows === 1n;
+    },
+    /** Queued → running, only if still queued: true for the one caller that may run it (at most once). */
+    async claim(requestId: string, at: string): Promise<boolean> {
+      const result = await db.updateTable('invocations').set({ state: 'running', updated_at: at })
+        .where('request_id', '=', requestId).where('state', '=', 'queued').executeTakeFirst();
+      return result.numUpdatedRows === 1n;
+    },
+    /** Takes a finished result out: true for the one caller that returns it. */
+    async collect(requestId: string): Promise<boolean> {
+      const result = await db.deleteFrom('invocations').where('request_id', '=', requestId).where('state', '=', 'done').executeTakeFirst();
+      return result.numDeletedRows === 1n;
+    },
+    async storeResult(requestId: string, result: StoredResult, at: string): Promise<void> {
+      await db.updateTable('invocations').set({
+        state: 'done', result: JSON.stringify({ status: result.status, headers: result.headers }), result_body: result.body, updated_at: at,
+      }).where('request_id', '=', requestId).execute();
     },
     async delete(requestId: string): Promise<void> {
       await db.deleteFrom('invocations').where('request_id', '=', requestId).execute();

@@ -25,6 +25,7 @@ import type { Logger } from '../logger.ts';
 import type { FunctionsRepo } from '../control/functions/repo.ts';
 import { documentOf } from '../control/functions/service.ts';
 import type { InstancesService, ReadyInstance } from '../control/instances/service.ts';
+import { takesSessions } from '../invocation/resolver.ts';
 import type { TurnService } from '../turn/server.ts';
 import { pushCredentials, readinessOf } from './container.ts';
 import { createLine } from './line.ts';
@@ -82,8 +83,6 @@ export type Admission =
 const ABANDON_MS = 10_000;
 /** A container that could not take a session is asked again after this long. */
 const RETRY_MS = 500;
-/** DEGRADED too: a one-instance function is briefly without a ready instance whenever a session ends. */
-const DEPLOYED = new Set(['ACTIVE', 'DEPLOYING', 'DEGRADING', 'DEGRADED']);
 
 export function createStreamingBroker(options: BrokerOptions) {
   const { log, settings } = options;
@@ -116,7 +115,7 @@ export function createStreamingBroker(options: BrokerOptions) {
       .filter((row) => !versionId || row.version_id === versionId);
     if (rows.length === 0) throw notFound(`Function id '${functionId}'${versionId ? `, version '${versionId}'` : ''}: not found`);
     if (rows.every((row) => row.function_type !== 'STREAMING')) throw new Problem('bad-request', `Function id '${functionId}' is not a STREAMING function; invoke it with pexec`);
-    const deployable = rows.filter((row) => row.function_type === 'STREAMING' && DEPLOYED.has(row.status));
+    const deployable = rows.filter((row) => row.function_type === 'STREAMING' && takesSessions(row.status));
     if (deployable.length === 0 && rows.some((row) => row.status === 'ERROR')) {
       throw new Problem('service-unavailable', `Function id '${functionId}' cannot start instances (status ERROR); try again later`, { headers: { 'retry-after': '30' } });
     }

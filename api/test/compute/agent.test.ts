@@ -131,11 +131,20 @@ describe('agent', () => {
     await reports.waitForState(crash.instanceId, 'STOPPED');
   });
 
+  test('a program that stops listening on its way out is EXITED, not declared unhealthy', async () => {
+    const leaving = instanceSpec('test/exit', { containerEnvironment: [{ key: 'EXIT_AFTER_MS', value: '1500' }, { key: 'CLOSE_BEFORE_EXIT_MS', value: '800' }] });
+    want(leaving);
+    await reports.waitForState(leaving.instanceId, 'EXITED');
+    assert.deepEqual(reports.states(leaving.instanceId), ['STARTING', 'RUNNING', 'EXITED'], 'its failed checks gave way to the exit');
+    unwant(leaving.instanceId);
+  });
+
   test('never healthy within the grace period: restarted with back-off', async () => {
-    const spec = instanceSpec('test/unhealthy', { startupGracePeriodMs: 700 });
+    // Long enough for the fixture to be listening (answering 503) even on a loaded machine.
+    const spec = instanceSpec('test/unhealthy', { startupGracePeriodMs: 3000 });
     want(spec);
     const first = await reports.waitForState(spec.instanceId, 'RESTARTING');
-    assert.match(first.message!, /^not healthy within the start-up grace period of 700 ms \(last check: HTTP 503\)$/);
+    assert.match(first.message!, /^not healthy within the start-up grace period of 3000 ms \(last check: HTTP 503\)$/);
     assert.equal(first.restarts, 1);
     const second = await reports.waitForState(spec.instanceId, 'RESTARTING', 2);
     assert.equal(second.restarts, 2);

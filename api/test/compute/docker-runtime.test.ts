@@ -1,6 +1,7 @@
 // The docker runtime against a stand-in of Docker's daemon on a unix socket (fixtures/docker-engine.ts):
 // the exact Engine API requests (pull auth, env, port bindings, labels, mounts), published ports in the
-// endpoint, demultiplexed logs, exit, stop, removal, cleanup. No real dockerd was involved.
+// endpoint, demultiplexed logs, exit, stop, removal, cleanup. Fast and exact about what is sent; the same
+// runtime against a real engine (podman) is docker-podman.test.ts.
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
@@ -9,7 +10,8 @@ import { prepareInstance } from '../../src/compute/instance-env.ts';
 import type { InstanceSpec } from '../../src/compute/protocol.ts';
 import { UnstartableError, type Runtime } from '../../src/compute/runtime.ts';
 import { dockerSocketPath, FrameDemuxer } from '../../src/compute/runtimes/docker-api.ts';
-import { createDockerRuntime, registryAuthHeader } from '../../src/compute/runtimes/docker.ts';
+import { createDockerRuntime } from '../../src/compute/runtimes/docker.ts';
+import { registryAuthHeader } from '../../src/compute/runtimes/docker-image.ts';
 import { DockerEngineStandIn } from './fixtures/docker-engine.ts';
 import { captureLog, eventually, freeUdpRange, instanceSpec, streamingSpec, tempDir } from './helpers.ts';
 
@@ -32,7 +34,7 @@ describe('docker runtime', () => {
     engine = new DockerEngineStandIn(path.join(state.dir, 'docker.sock'));
     await engine.listen();
     udpPool = await freeUdpRange(4);
-    runtime = createDockerRuntime({ socketPath: engine.socketPath, agentName: 'agent-a', udpPortRange: udpPool, udpPortsPerInstance: 4, log });
+    runtime = createDockerRuntime({ socketPath: engine.socketPath, agentName: 'agent-a', udpPortRange: udpPool, udpPortsPerInstance: 4, pull: 'always', log });
   });
 
   after(async () => {
@@ -167,6 +169,8 @@ describe('docker runtime', () => {
     assert.equal(dockerSocketPath({ DOCKER_HOST: 'unix:///run/user/1000/docker.sock' }), '/run/user/1000/docker.sock');
     assert.throws(() => dockerSocketPath({ DOCKER_HOST: 'tcp://10.0.0.1:2375' }), /only unix/);
     const header = registryAuthHeader({ hostname: 'ghcr.io', secret: Buffer.from('me:pa:ss').toString('base64') });
+    assert.match(header, /^[A-Za-z0-9_-]+=*$/, 'URL-safe base64');
+    assert.equal(header.length % 4, 0, 'with its padding, as engines decode it');
     assert.deepEqual(JSON.parse(Buffer.from(header, 'base64url').toString()), { username: 'me', password: 'pa:ss', serveraddress: 'ghcr.io' });
   });
 });

@@ -67,8 +67,10 @@ describe('compute units', () => {
     assert.deepEqual(await probe({ ...target, path: '/ok', expectedStatusCode: 204 }), { healthy: false, detail: 'HTTP 200' });
     assert.deepEqual(await probe({ ...target, path: '/hang' }), { healthy: false, detail: 'timed out after 300 ms' });
     assert.deepEqual(await probe({ ...target, check: 'tcp' }), { healthy: true, detail: 'TCP connect' });
+    // close() first: a connection accepted after closeAllConnections() would keep close() waiting forever.
+    const closed = new Promise((resolve) => server.close(resolve));
     server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
+    await closed;
     assert.deepEqual(await probe(target), { healthy: false, detail: 'ECONNREFUSED' });
     assert.deepEqual(await probe({ ...target, check: 'tcp' }), { healthy: false, detail: 'ECONNREFUSED' });
   });

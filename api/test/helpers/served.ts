@@ -24,7 +24,16 @@ export interface ServedPlatform {
   stop(): Promise<void>;
 }
 
-export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<ServedPlatform> {
+export interface ServeOptions {
+  /** argv prefix the platform runs under, e.g. `ip netns exec <ns>` (it must exec the command). */
+  wrap?: string[];
+  /** The address the test reaches the platform at (default localhost). */
+  address?: string;
+  /** Another API replica on an existing installation's store (it prints no bootstrap secret). */
+  replica?: boolean;
+}
+
+export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeOptions = {}): Promise<ServedPlatform> {
   const dataDir = env.SVC_DATA_DIR ?? mkdtempSync(path.join(os.tmpdir(), 'svc-served-'));
   // Output goes to a file, as a container runtime would take it; a pipe read by this (busy) process
   // would make the platform wait on the load generator.
@@ -38,7 +47,8 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<Served
         return 0;
       }
     })();
-    const child = spawn(process.execPath, [svcBin, 'serve'], {
+    const [command, ...args] = [...options.wrap ?? [], process.execPath, svcBin, 'serve'];
+    const child = spawn(command, args, {
       env: { ...process.env, SVC_HOST: '127.0.0.1', ...env, SVC_PORT: String(port), SVC_DATA_DIR: dataDir },
       stdio: ['ignore', openSync(outputFile, 'a'), 'inherit'],
     });
@@ -50,13 +60,13 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<Served
       if (exited) throw new Error(`svc serve exited: ${readFileSync(outputFile, 'utf8').slice(offset)}`);
       await sleep(50);
       const output = readFileSync(outputFile, 'utf8').slice(offset);
-      const url = /API\s+(http:\/\/localhost:\d+)/.exec(output)?.[1];
-      if (url) return { child, url, secret: /Bootstrap secret[^:]*: (svcboot-\S+)/.exec(output)?.[1] };
+      const listening = /API\s+http:\/\/localhost:(\d+)/.exec(output)?.[1];
+      if (listening) return { child, url: `http://${options.address ?? 'localhost'}:${listening}`, secret: /Bootstrap secret[^:]*: (svcboot-\S+)/.exec(output)?.[1] };
     }
   }
 
   const first = await start(Number(env.SVC_PORT ?? 0));
-  if (!first.secret) throw new Error('svc serve printed no bootstrap secret: is the data directory new?');
+  if (!first.secret && !options.replica) throw new Error('svc serve printed no bootstrap secret: is the data directory new?');
   let child = first.child;
   const port = Number(new URL(first.url).port);
   const stopped = (process: ChildProcess) => new Promise((resolve) => (process.exitCode !== null || process.signalCode ? resolve(undefined) : process.once('exit', resolve)));
@@ -65,7 +75,7 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}): Promise<Served
     url: first.url,
     dataDir,
     port,
-    bootstrapSecret: first.secret,
+    bootstrapSecret: first.secret ?? '',
     get process() {
       return child;
     },

@@ -62,7 +62,8 @@ export class DockerApi {
       const req = http.request({
         socketPath: this.socketPath, method, path: `/${DOCKER_API_VERSION}${path}${query}`, headers, agent: false,
       }, resolve);
-      req.on('error', reject);
+      req.on('error', (error: NodeJS.ErrnoException) => reject(new Error(
+        `container engine at unix://${this.socketPath} is not answering: ${error.code ?? error.message}`, { cause: error })));
       req.end(body);
     });
   }

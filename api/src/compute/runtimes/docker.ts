@@ -1,9 +1,10 @@
 // The docker runtime: each instance is a container, driven through the Docker Engine API on its unix
-// socket (docker-api.ts). Tested only against a protocol-level stand-in of the engine, never against a
-// real dockerd yet.
+// socket (docker-api.ts). Tested against podman's Docker-compatible API (docs/containers.md) and against a
+// protocol-level stand-in of the engine for the exact requests.
 //
-// start: pull (X-Registry-Auth from the account's registry credential), create, start, inspect, then
-// follow the logs and wait for the exit; the container is removed once it has ended.
+// start: make the image present (docker-image.ts: pull policy, X-Registry-Auth from the account's registry
+// credential), create, start, inspect, then follow the logs and wait for the exit; the container is
+// removed once it has ended.
 // Ports: inside the container the function's own ports (inferencePort, health.port; for STREAMING the
 // control port = health.port) with the port contract in its environment (port-contract.ts); each is
 // published on an ephemeral host port of publishAddress, which the endpoint reports. The STREAMING UDP
@@ -22,7 +23,7 @@ import type { InstanceSpec, PortMap } from '../protocol.ts';
 import { UnstartableError, type ExitStatus, type Runtime, type RuntimeContext, type RuntimeInstance } from '../runtime.ts';
 import { splitArgs } from './args.ts';
 import { DockerApi, DockerError, FrameDemuxer } from './docker-api.ts';
-import { parseImageReference } from './image-reference.ts';
+import { ensureImage, type PullPolicy } from './docker-image.ts';
 import { LogTail } from './log-tail.ts';
 import { portEnvironment, portMap, portNeeds } from './port-contract.ts';
 import { UdpPortPool } from './ports.ts';
@@ -39,6 +40,8 @@ export interface DockerRuntimeOptions {
   udpPortsPerInstance?: number;
   /** Give every container all GPUs (DeviceRequests, NVIDIA container toolkit). */
   gpus?: boolean;
+  /** When to pull an instance's image (docker-image.ts); default `missing`. */
+  pull?: PullPolicy;
   log: Logger;
 }
 
@@ -64,7 +67,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
     } catch (error) {
       throw new UnstartableError((error as Error).message);
     }
-    await pull(spec);
+    await ensureImage(api, spec, options.pull ?? 'missing');
 
     // A task serves nothing: no ports are exposed or published, and no port contract is in its environment.
     const serves = spec.workload !== 'task';
@@ -131,40 +134,6 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
     }
   }
 
-  async function pull(spec: InstanceSpec): Promise<void> {
-    const reference = parseImageReference(spec.containerImage!);
-    const headers: Record<string, string> = {};
-    if (spec.registryAuth) headers['x-registry-auth'] = registryAuthHeader(spec.registryAuth);
-    let failure: string | undefined;
-    try {
-      const response = await api.stream('POST', '/images/create', {
-        query: { fromImage: reference.name, tag: reference.digest ?? reference.tag ?? 'latest' }, headers,
-      });
-      // Progress lines; a failure during the pull arrives as {"error": "..."} in a 200 stream.
-      let buffered = '';
-      response.setEncoding('utf8');
-      for await (const chunk of response) buffered += chunk;
-      for (const line of buffered.split('\n')) {
-        if (!line.trim()) continue;
-        try {
-          const message = JSON.parse(line) as { error?: string };
-          if (message.error) failure = message.error;
-        } catch {
-          // not a progress line
-        }
-      }
-    } catch (error) {
-      if (error instanceof DockerError && error.status === 404) throw new UnstartableError(`image ${spec.containerImage}: ${error.message}`);
-      throw error;
-    }
-    if (failure) {
-      if (/not found|manifest unknown|does not exist|repository name must be/i.test(failure)) {
-        throw new UnstartableError(`image ${spec.containerImage}: ${failure}`);
-      }
-      throw new Error(`pull of ${spec.containerImage} failed: ${failure}`);
-    }
-  }
-
   function running(containerId: string, endpointPorts: PortMap, context: RuntimeContext, release: () => void): RuntimeInstance {
     const tail = new LogTail();
     followLogs(containerId, tail).catch((error: unknown) => context.log.warn({ err: error }, 'container logs unavailable'));
@@ -224,16 +193,6 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
   }
 
   return { name: 'docker', start, cleanup };
-}
-
-/** X-Registry-Auth: base64url JSON {username, password, serveraddress}; the credential's secret is base64 "user:password". */
-export function registryAuthHeader(auth: { hostname: string; secret: string }): string {
-  const decoded = Buffer.from(auth.secret, 'base64').toString('utf8');
-  const colon = decoded.indexOf(':');
-  const credentials = colon === -1
-    ? { username: decoded, password: '' }
-    : { username: decoded.slice(0, colon), password: decoded.slice(colon + 1) };
-  return Buffer.from(JSON.stringify({ ...credentials, serveraddress: auth.hostname })).toString('base64url');
 }
 
 function range(first: number, last: number): number[] {

@@ -109,6 +109,9 @@ export const storedGpuSpecificationSchema = z.object({
   autoscalingConfigurationPolicy: z.enum(autoscalingPolicies).optional(),
 }).meta({ id: 'GpuSpecification' });
 
+/** Why instances of a deployment are not running (only present when some are failing). */
+export const healthInfoSchema = z.object({ gpu: z.string(), backend: z.string(), instanceType: z.string(), error: z.string() });
+
 export const deploymentSchema = z.object({
   deploymentId: z.string(),
   functionId: z.string(),
@@ -117,7 +120,7 @@ export const deploymentSchema = z.object({
   ncaId: z.string(),
   functionStatus: z.enum(functionStatuses),
   deploymentSpecifications: z.array(storedGpuSpecificationSchema),
-  healthInfo: z.array(z.object({ gpu: z.string(), backend: z.string(), instanceType: z.string(), error: z.string() })).optional(),
+  healthInfo: z.array(healthInfoSchema).optional(),
   createdAt: z.string(),
   lastUpdatedAt: z.string(),
 }).meta({ id: 'Deployment' });
@@ -133,3 +136,4 @@ export type CreateDeployment = z.infer<typeof createDeploymentSchema>;
 export type UpdateDeployment = z.infer<typeof updateDeploymentSchema>;
 export type PatchGpuSpecification = z.infer<typeof patchGpuSpecificationSchema>;
 export type Deployment = z.infer<typeof deploymentSchema>;
+export type HealthInfo = z.infer<typeof healthInfoSchema>;

@@ -10,7 +10,7 @@ import type { ClustersService } from '../clusters/service.ts';
 import type { FunctionRecord } from '../functions/schema.ts';
 import type { FunctionsService } from '../functions/service.ts';
 import type { DeploymentRow, DeploymentsRepo } from './repo.ts';
-import type { CreateDeployment, Deployment, GpuSpecification, PatchGpuSpecification, UpdateDeployment } from './schema.ts';
+import type { CreateDeployment, Deployment, GpuSpecification, HealthInfo, PatchGpuSpecification, UpdateDeployment } from './schema.ts';
 
 /** Told whenever a version's deployment is created, changed or removed. */
 export type DeploymentListener = (versionId: string) => void;
@@ -24,8 +24,11 @@ export function createDeploymentsService(
   const listeners: DeploymentListener[] = [];
   const changed = (versionId: string) => listeners.forEach((listener) => listener(versionId));
 
+  let healthOf: (versionId: string) => Promise<HealthInfo[]> = async () => [];
+
   async function toDeployment(row: DeploymentRow): Promise<Deployment> {
     const version = await functions.requireVersion(row.nca_id, row.function_id, row.version_id);
+    const healthInfo = await healthOf(row.version_id);
     return {
       deploymentId: row.deployment_id,
       functionId: row.function_id,
@@ -34,6 +37,7 @@ export function createDeploymentsService(
       ncaId: row.nca_id,
       functionStatus: version.status as Deployment['functionStatus'],
       deploymentSpecifications: JSON.parse(row.specs) as GpuSpecification[],
+      ...(healthInfo.length ? { healthInfo } : {}),
       createdAt: row.created_at,
       lastUpdatedAt: row.updated_at,
     };
@@ -87,6 +91,11 @@ export function createDeploymentsService(
   return {
     onChange(listener: DeploymentListener) {
       listeners.push(listener);
+    },
+
+    /** Lets the execution plane say why a deployment's instances are failing (healthInfo). */
+    useHealthInfo(source: (versionId: string) => Promise<HealthInfo[]>) {
+      healthOf = source;
     },
 
     async create(principal: Principal, functionId: string, versionId: string, body: CreateDeployment): Promise<Deployment> {

@@ -11,7 +11,7 @@ import type { ClusterRow } from '../clusters/repo.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import type { Gpu } from '../clusters/schema.ts';
 import type { DeploymentRow, DeploymentsRepo } from '../deployments/repo.ts';
-import type { GpuSpecification } from '../deployments/schema.ts';
+import type { GpuSpecification, HealthInfo } from '../deployments/schema.ts';
 import type { FunctionStatus, Instance } from '../functions/schema.ts';
 import { documentOf, type ActiveInstances, type FunctionsService } from '../functions/service.ts';
 import type { FunctionsRepo } from '../functions/repo.ts';
@@ -62,12 +62,17 @@ export interface InstancesOptions {
   desired?: DesiredCounts;
   /** Without `desired` only: a version woken from zero keeps one instance this long after its last request. */
   idleBeforeZeroMs?: number;
+  /** False on API replicas that leave placement to the one replica that runs it (compute.placement). */
+  places?: boolean;
 }
 
 /** Instances that restarted this often without becoming ready count as failing for ERROR status. */
 const CRASH_LOOP_RESTARTS = 3;
 const DEFAULT_GRACE_MS = 600_000;
 const DEFAULT_IDLE_BEFORE_ZERO_MS = 300_000;
+
+/** Agent states whose report message says why the instance is not running. */
+const FAILING = new Set(['FAILED', 'UNHEALTHY', 'RESTARTING']);
 
 const apiStatus: Record<string, Instance['instanceStatus']> = {
   PENDING: 'STARTING', STARTING: 'STARTING', RESTARTING: 'STARTING', RUNNING: 'RUNNING', UNHEALTHY: 'ERRORED',
@@ -152,6 +157,7 @@ export function createInstancesService(options: InstancesOptions) {
   }
 
   async function reconcileOnce() {
+    if (options.places === false) return;
     const deployments = await options.deployments.listAll();
     const deployed = new Map(deployments.map((deployment) => [deployment.version_id, deployment]));
     const desired = await options.desired?.load();
@@ -309,6 +315,16 @@ export function createInstancesService(options: InstancesOptions) {
   return {
     activeInstances,
 
+    /** Why instances of a version are not running, for its deployment's healthInfo: each failing one's last reason. */
+    async healthInfo(versionId: string): Promise<HealthInfo[]> {
+      const failing = [...rows.values()].filter((row) => row.version_id === versionId && row.desired === 1 && row.message && FAILING.has(row.state));
+      if (!failing.length) return [];
+      const clusterRows = new Map((await options.clusters.all()).map((cluster) => [cluster.id, cluster]));
+      return failing.map((row) => ({
+        gpu: row.gpu, backend: clusterRows.get(row.cluster_id)?.group_name ?? '', instanceType: row.instance_type, error: row.message!,
+      }));
+    },
+
     /** Instances per version placement holds now (metrics: svc_function_instances). */
     instanceCounts(): FunctionInstances[] {
       const byVersion = new Map<string, FunctionInstances>();
@@ -339,6 +355,7 @@ export function createInstancesService(options: InstancesOptions) {
       // requests) until its agent reports it again, which a reconnecting agent does in its hello.
       for (const row of await repo.listAll()) rows.set(row.instance_id, { ...row, state: 'PENDING' });
       await reconcile();
+      if (options.places === false) return;
       timer = setInterval(() => void reconcile(), options.intervalMs ?? 2000);
       timer.unref();
     },

@@ -1,0 +1,87 @@
+// The hot path served before Express: routes declared `lean` are matched here on method and path and run
+// through the same runRoute (authorize → validate → handle) with the same request id, access log, metrics
+// and problem+json errors as the Express app, without Express's per-request work.
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from '../logger.ts';
+import type { CredentialVerifier, Principal } from './auth.ts';
+import { asProblem, writeProblem } from './problem-response.ts';
+import { runRoute, type Route } from './route.ts';
+
+export interface LeanOptions {
+  routes: Route[];
+  verifier: CredentialVerifier;
+  log: Logger;
+  requestIdHeader?: string;
+  metrics?: { observeHttp(host: string, method: string, route: string, status: number, seconds: number): void };
+  host?: string;
+}
+
+interface LeanRoute {
+  route: Route;
+  pattern: RegExp;
+  names: string[];
+}
+
+/** /a/{id}/b → ^/a/([^/]+)/b/?$, case-insensitive like Express's router. */
+function compile(route: Route): LeanRoute {
+  if (route.body || route.query) throw new Error(`lean route ${route.path} must read neither body nor query through its declaration`);
+  const names: string[] = [];
+  const source = route.path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\\?\{(\w+)\\?\}/g, (_match, name: string) => {
+    names.push(name);
+    return '([^/]+)';
+  });
+  return { route, pattern: new RegExp(`^${source}/?$`, 'i'), names };
+}
+
+function paramsOf(lean: LeanRoute, match: RegExpExecArray): Record<string, string> | undefined {
+  const params: Record<string, string> = {};
+  try {
+    for (let i = 0; i < lean.names.length; i++) params[lean.names[i]] = decodeURIComponent(match[i + 1]);
+  } catch {
+    return undefined;
+  }
+  return params;
+}
+
+/** Returns a handler that serves a lean route and answers true, or answers false (Express takes it). */
+export function leanRouter(options: LeanOptions): ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined {
+  const routes = options.routes.filter((route) => route.lean).map(compile);
+  if (routes.length === 0) return undefined;
+  const context = { verifier: options.verifier, log: options.log };
+  const requestIdHeader = options.requestIdHeader ?? 'x-request-id';
+  const host = options.host ?? 'api';
+
+  async function serve(lean: LeanRoute, params: Record<string, string>, req: IncomingMessage, res: ServerResponse) {
+    const requestId = randomUUID();
+    const started = performance.now();
+    let principal: Principal | undefined;
+    res.setHeader(requestIdHeader, requestId);
+    res.once('finish', () => {
+      const ms = performance.now() - started;
+      options.metrics?.observeHttp(host, req.method!, lean.route.path, res.statusCode, ms / 1000);
+      if (options.log.isLevelEnabled('info')) {
+        options.log.info({ reqId: requestId, method: req.method, url: req.url, status: res.statusCode, ms, credentialId: principal?.credentialId }, 'request');
+      }
+    });
+    try {
+      const reply = await runRoute(lean.route, context, { req, params, requestId, identified: (who) => { principal = who; } }, res);
+      if (reply) throw new Error(`lean route ${lean.route.path} must write its own response`);
+    } catch (error) {
+      writeProblem(res, asProblem(error, options.log, requestId), req.url ?? '', requestId);
+    }
+  }
+
+  return (req, res) => {
+    const path = req.url!.split('?', 1)[0];
+    for (const lean of routes) {
+      if (req.method !== lean.route.method) continue;
+      const match = lean.pattern.exec(path);
+      const params = match && paramsOf(lean, match);
+      if (!params) continue;
+      void serve(lean, params, req, res);
+      return true;
+    }
+    return false;
+  };
+}

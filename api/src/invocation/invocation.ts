@@ -1,0 +1,94 @@
+// One request in flight through the invocation plane, and the shapes that cross its parts.
+import { Problem } from '../http/problem.ts';
+import type { Target } from './resolver.ts';
+
+export interface StoredResult {
+  status: number;
+  headers: Record<string, string | string[]>;
+  body: Buffer;
+}
+
+export interface Progress {
+  percent: number;
+  partialResponse?: unknown;
+}
+
+/** Where a function's response goes while it streams: the waiting client, or a buffer for the store. */
+export interface BodyWriter {
+  /** False asks the instance to pause until `onDrain`. */
+  data(chunk: Buffer): boolean;
+  end(): void;
+  /** The instance broke off mid-response. */
+  error(): void;
+  onDrain(resume: () => void): void;
+}
+
+/** The synchronous client's end, written by the HTTP layer (reply.ts); the plane never sees a socket. */
+export interface ClientSink {
+  /** The function's response starts; the returned writer takes its body. */
+  start(invocation: Invocation, status: number, headers: Record<string, string | string[] | undefined>): BodyWriter;
+  /** The whole answer at once (a result finished before the client was told anything). */
+  result(invocation: Invocation, result: StoredResult): void;
+  /** Nothing started within the poll window: 202 with the progress so far. */
+  pending(invocation: Invocation): void;
+  /** The platform could not answer (the store refused the 202's record). */
+  fail(error: unknown): void;
+}
+
+export type InvocationState = 'queued' | 'running' | 'done';
+
+export class Invocation {
+  readonly id: string;
+  readonly target: Target;
+  /** SVC-SUB: the owner of the credential that invoked. */
+  readonly subject: string;
+  readonly headers: Record<string, string>;
+  readonly body: Buffer;
+  readonly sse: boolean;
+  state: InvocationState = 'queued';
+  /** Answered 202, so kept in the store until its result is collected. */
+  durable = false;
+  /** Marked running in the store by this replica (durable requests only). */
+  claimed = false;
+  /** The waiting synchronous client, until it is answered or gets its 202. */
+  sink: ClientSink | undefined;
+  result: StoredResult | undefined;
+  progress: Progress | undefined;
+  /** Pollers of a 202'd request waiting for its result. */
+  waiters: (() => void)[] = [];
+  cancelled = false;
+  /** Stops the exchange with the instance (a client that left, shutdown). */
+  abort: (() => void) | undefined;
+  /** When its result arrived (ms since epoch), for dropping results nobody collects. */
+  finishedAt: number | undefined;
+  pollTimer: NodeJS.Timeout | undefined;
+  /** The 202's record being written: later writes of this request wait for it. */
+  stored: Promise<void> | undefined;
+
+  constructor(id: string, target: Target, subject: string, headers: Record<string, string>, body: Buffer, sse: boolean) {
+    this.id = id;
+    this.target = target;
+    this.subject = subject;
+    this.headers = headers;
+    this.body = body;
+    this.sse = sse;
+  }
+
+  get versionId(): string {
+    return this.target.versionId;
+  }
+
+  /** Wakes whoever waits on this request (pollers, a poll window). */
+  wake() {
+    const waiters = this.waiters;
+    if (waiters.length === 0) return;
+    this.waiters = [];
+    for (const wake of waiters) wake();
+  }
+}
+
+/** A platform-made answer (the instance failed, the platform restarted) in the shape of a stored result. */
+export function problemResult(status: number, code: 'bad-gateway' | 'internal', detail: string): StoredResult {
+  const body = new Problem(code, detail).toBody('', '');
+  return { status, headers: { 'content-type': 'application/problem+json' }, body: Buffer.from(JSON.stringify(body)) };
+}

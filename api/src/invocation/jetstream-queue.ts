@@ -1,0 +1,385 @@
+// The InvocationQueue for several API replicas on one store (docs/architecture.md, "Several API replicas").
+// The replica a client reached keeps its connection and the request body, and itself sends the request
+// to the instance. NATS JetStream decides the order and the slot:
+// - a ticket {id, replica} per waiting request in the version's work-queue stream (FIFO; max_msgs is the
+//   queue limit, so a full queue is refused by the broker for every replica at once);
+// - one durable consumer per version with max_ack_pending 1: exactly one replica at a time holds the
+//   head ticket. It takes a slot lease (leases.ts), hands the grant to the ticket's replica over NATS
+//   request/reply, and acks; a ticket whose replica is gone is adopted when its request is a stored 202
+//   (at most once, by a conditional claim in the store), else dropped (its client went with the replica);
+// - ready instances are published by the placement replica in the KV bucket svc_ready and watched by all.
+import { randomUUID } from 'node:crypto';
+import { connect, nanos, type Msg, type NatsConnection, type RequestError, type Subscription } from '@nats-io/transport-node';
+import {
+  AckPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType,
+  type JetStreamClient, type JetStreamManager, type JsMsg,
+} from '@nats-io/jetstream';
+import { Kvm, KvWatchInclude, type KV } from '@nats-io/kv';
+import { z } from 'zod';
+import type { ReadyInstance } from '../control/instances/service.ts';
+import { Problem } from '../http/problem.ts';
+import type { Logger } from '../logger.ts';
+import type { Invocation } from './invocation.ts';
+import { SlotLeases, type Lease } from './leases.ts';
+import { grantOnce, type Grant, type SharedQueue } from './queue.ts';
+
+const ACK_WAIT_MS = 10_000;
+const GRANT_TIMEOUT_MS = 2_000;
+/** A replica that answers no grant in this many tries (connected but stuck) counts as gone. */
+const GRANT_ATTEMPTS = 5;
+/** Grants taken, remembered so a grant asked again (its answer was lost or late) is answered the same. */
+const TAKEN_REMEMBERED = 10_000;
+const DEPTH_REFRESH_MS = 1_000;
+
+const ticketSchema = z.object({ id: z.string(), replica: z.string() });
+const readyInstanceSchema = z.object({
+  instanceId: z.string(), versionId: z.string(), maxRequestConcurrency: z.number().int(), gpu: z.string(), instanceType: z.string(),
+  backend: z.string(), region: z.string(),
+  endpoint: z.object({
+    host: z.string(),
+    ports: z.object({
+      inference: z.number().int(), health: z.number().int(), control: z.number().int().optional(), streaming: z.number().int().optional(),
+      udpRange: z.tuple([z.number().int(), z.number().int()]).optional(),
+    }),
+    outputDir: z.string().optional(),
+  }),
+});
+const readySchema = z.array(readyInstanceSchema);
+const grantSchema = z.object({ id: z.string(), lease: z.object({ id: z.string(), versionId: z.string(), instance: readyInstanceSchema }) });
+
+export interface JetStreamQueueOptions {
+  url: string;
+  maxDepth: number;
+  log: Logger;
+  /** A stored 202 whose replica is gone, claimed to run here; undefined when it is not claimable. */
+  adopt(requestId: string): Promise<Invocation | undefined>;
+}
+
+const streamOf = (versionId: string) => `SVC_Q_${versionId}`;
+const subjectOf = (versionId: string) => `svc.q.${versionId}`;
+const grantSubject = (replica: string) => `svc.replica.${replica}.grant`;
+
+/** The loop waiting for the head ticket of one version, on every replica that knows instances of it. */
+interface Head {
+  stopped: boolean;
+  done: Promise<void>;
+  stop(): void;
+}
+
+export class JetStreamQueue implements SharedQueue {
+  readonly replicaId = `replica-${randomUUID().slice(0, 8)}`;
+  readonly #nc: NatsConnection;
+  readonly #js: JetStreamClient;
+  readonly #jsm: JetStreamManager;
+  readonly #ready: KV;
+  readonly #slots: KV;
+  readonly #leases: SlotLeases;
+  readonly #options: JetStreamQueueOptions;
+  /** This replica's requests with a ticket, until granted or removed. */
+  readonly #waiting = new Map<string, { invocation: Invocation; seq: number }>();
+  /** Request id → the lease it was granted with (the latest TAKEN_REMEMBERED). */
+  readonly #taken = new Map<string, string>();
+  readonly #instances = new Map<string, ReadyInstance[]>();
+  /** Instances that failed a connection here, left out until placement announces a new set. */
+  readonly #benched = new Set<string>();
+  readonly #heads = new Map<string, Head>();
+  readonly #streams = new Map<string, Promise<void>>();
+  readonly #depths = new Map<string, number>();
+  readonly #subscriptions: Subscription[] = [];
+  #run: (invocation: Invocation, grant: Grant) => void = () => {};
+  #seen: (versionId: string, instances: ReadyInstance[]) => void = () => {};
+  #refresher: NodeJS.Timeout | undefined;
+
+  private constructor(nc: NatsConnection, jsm: JetStreamManager, kvs: { ready: KV; slots: KV }, options: JetStreamQueueOptions) {
+    this.#nc = nc;
+    this.#js = jetstream(nc);
+    this.#jsm = jsm;
+    this.#ready = kvs.ready;
+    this.#slots = kvs.slots;
+    this.#leases = new SlotLeases(kvs.slots, this.replicaId);
+    this.#options = options;
+  }
+
+  /** Connects, or fails with one line naming the URL. */
+  static async connect(options: JetStreamQueueOptions): Promise<JetStreamQueue> {
+    let nc: NatsConnection;
+    try {
+      // noAsyncTraces: no stack captured per request (an Error each), which cost more than the request itself.
+      nc = await connect({ servers: options.url.replace(/^nats:\/\//, ''), timeout: 3000, maxReconnectAttempts: -1, noAsyncTraces: true });
+    } catch (error) {
+      throw new Error(`cannot reach NATS at ${options.url}: ${(error as Error).message}`);
+    }
+    try {
+      const jsm = await jetstreamManager(nc);
+      const kvm = new Kvm(nc);
+      const [ready, slots] = await Promise.all([kvm.create('svc_ready', { history: 1 }), kvm.create('svc_slots', { history: 1 })]);
+      const queue = new JetStreamQueue(nc, jsm, { ready, slots }, options);
+      await queue.#start();
+      options.log.info({ natsUrl: options.url, replicaId: queue.replicaId }, 'invocation queue on NATS JetStream');
+      return queue;
+    } catch (error) {
+      await nc.close();
+      throw new Error(`NATS at ${options.url} has no usable JetStream: ${(error as Error).message}`);
+    }
+  }
+
+  onGrant(run: (invocation: Invocation, grant: Grant) => void) {
+    this.#run = run;
+  }
+
+  onInstances(seen: (versionId: string, instances: ReadyInstance[]) => void) {
+    this.#seen = seen;
+  }
+
+  async enqueue(invocation: Invocation) {
+    const { versionId } = invocation;
+    await this.#stream(versionId);
+    // Waiting before the ticket exists: its grant may come back before the broker's ack does.
+    const waiting = { invocation, seq: 0 };
+    this.#waiting.set(invocation.id, waiting);
+    try {
+      waiting.seq = (await this.#js.publish(subjectOf(versionId), JSON.stringify({ id: invocation.id, replica: this.replicaId }))).seq;
+      this.#depths.set(versionId, (this.#depths.get(versionId) ?? 0) + 1);
+      // Its client left while the ticket was being written: the ticket goes too.
+      if (invocation.cancelled && this.#waiting.get(invocation.id) !== waiting) this.#deleteTicket(versionId, waiting.seq);
+    } catch (error) {
+      this.#waiting.delete(invocation.id);
+      if (!/maximum messages/i.test((error as Error).message)) throw error;
+      throw new Problem('too-many-requests', `The queue of function version '${versionId}' is full (${this.#options.maxDepth} waiting)`, {
+        headers: { 'retry-after': '1' },
+      });
+    }
+  }
+
+  /** It held the head already: it takes the next slot directly instead of a new ticket at the tail. */
+  requeue(invocation: Invocation) {
+    void this.#leases.acquire(invocation.versionId, () => this.#usable(invocation.versionId), () => this.#closed)
+      .then((lease) => lease && this.#run(invocation, this.#grant(lease)));
+  }
+
+  remove(invocation: Invocation): boolean {
+    const waiting = this.#waiting.get(invocation.id);
+    if (!waiting) return false;
+    this.#waiting.delete(invocation.id);
+    if (waiting.seq) this.#deleteTicket(invocation.versionId, waiting.seq);
+    return true;
+  }
+
+  #deleteTicket(versionId: string, seq: number) {
+    void this.#jsm.streams.deleteMessage(streamOf(versionId), seq, false).catch(() => {});
+  }
+
+  async position(invocation: Invocation): Promise<number | undefined> {
+    const waiting = this.#waiting.get(invocation.id);
+    if (!waiting) return undefined;
+    const { state } = await this.#jsm.streams.info(streamOf(invocation.versionId));
+    return Math.max(1, waiting.seq - state.first_seq + 1);
+  }
+
+  depth(versionId: string): number {
+    return this.#depths.get(versionId) ?? 0;
+  }
+
+  /** From placement (on the replica that runs it): published for every replica. */
+  ready(versionId: string, instances: ReadyInstance[]) {
+    const known = this.#instances.get(versionId) ?? [];
+    if (JSON.stringify(known) === JSON.stringify(instances)) return;
+    void this.#ready.put(versionId, JSON.stringify(instances)).catch((error) => this.#options.log.warn({ err: error, versionId }, 'could not publish ready instances'));
+  }
+
+  /** Whether a replica still answers (a killed one's stored running requests are ended by the others). */
+  async alive(replica: string): Promise<boolean> {
+    try {
+      await this.#nc.request(`svc.replica.${replica}.ping`, '', { timeout: GRANT_TIMEOUT_MS });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Tells every replica that a stored request has its result (their status pollers look again). */
+  completed(requestId: string) {
+    this.#nc.publish(`svc.done.${requestId}`);
+  }
+
+  /** Resolves when `completed(requestId)` is heard anywhere, or after `ms`. */
+  whenCompleted(requestId: string, ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const subscription = this.#nc.subscribe(`svc.done.${requestId}`, { max: 1, callback: () => finish() });
+      const timer = setTimeout(() => finish(), ms);
+      const finish = () => {
+        clearTimeout(timer);
+        subscription.unsubscribe();
+        resolve();
+      };
+    });
+  }
+
+  #closed = false;
+
+  async close() {
+    this.#closed = true;
+    clearInterval(this.#refresher);
+    for (const head of this.#heads.values()) {
+      head.stopped = true;
+      head.stop();
+    }
+    this.#leases.close();
+    for (const subscription of this.#subscriptions) subscription.unsubscribe();
+    await Promise.all([...this.#heads.values()].map((head) => head.done));
+    await this.#nc.drain().catch(() => {});
+  }
+
+  async #start() {
+    this.#subscriptions.push(
+      this.#nc.subscribe(grantSubject(this.replicaId), { callback: (_error, msg) => void this.#granted(msg) }),
+      this.#nc.subscribe(`svc.replica.${this.replicaId}.ping`, { callback: (_error, msg) => void msg.respond('ok') }),
+    );
+    const watch = await this.#ready.watch();
+    void (async () => {
+      for await (const entry of watch) {
+        const parsed = entry.operation === 'PUT' ? readySchema.safeParse(entry.json()) : { success: true as const, data: [] };
+        if (parsed.success) this.#announce(entry.key, parsed.data);
+        else this.#options.log.warn({ versionId: entry.key }, 'ready instances in svc_ready do not decode; ignored');
+      }
+    })();
+    const slotWatch = await this.#slots.watch({ include: KvWatchInclude.UpdatesOnly });
+    void (async () => {
+      for await (const entry of slotWatch) this.#leases.changed(entry.key, entry);
+    })();
+    this.#refresher = setInterval(() => void this.#refreshDepths(), DEPTH_REFRESH_MS);
+    this.#refresher.unref();
+  }
+
+  #announce(versionId: string, instances: ReadyInstance[]) {
+    this.#instances.set(versionId, instances);
+    for (const instance of instances) this.#benched.delete(instance.instanceId);
+    this.#seen(versionId, instances);
+    this.#leases.changed(versionId);
+    const head = this.#heads.get(versionId);
+    if (instances.length && !head) this.#heads.set(versionId, this.#headLoop(versionId));
+    if (!instances.length && head) {
+      head.stopped = true;
+      head.stop();
+      this.#heads.delete(versionId);
+    }
+  }
+
+  #usable(versionId: string): ReadyInstance[] {
+    return (this.#instances.get(versionId) ?? []).filter((instance) => !this.#benched.has(instance.instanceId));
+  }
+
+  /** The version's stream and head consumer, created once by whichever replica needs them first. */
+  #stream(versionId: string): Promise<void> {
+    let made = this.#streams.get(versionId);
+    if (!made) {
+      made = this.#makeStream(versionId);
+      made.catch(() => this.#streams.delete(versionId));
+      this.#streams.set(versionId, made);
+    }
+    return made;
+  }
+
+  async #makeStream(versionId: string) {
+    const name = streamOf(versionId);
+    await this.#jsm.streams.info(name).catch(() => this.#jsm.streams.add({
+      name, subjects: [subjectOf(versionId)], retention: RetentionPolicy.Workqueue, storage: StorageType.File,
+      max_msgs: this.#options.maxDepth, discard: DiscardPolicy.New,
+    }));
+    await this.#jsm.consumers.add(name, {
+      durable_name: 'head', ack_policy: AckPolicy.Explicit, max_ack_pending: 1, ack_wait: nanos(ACK_WAIT_MS), max_deliver: -1,
+    });
+  }
+
+  #headLoop(versionId: string): Head {
+    const head: Head = { stopped: false, done: Promise.resolve(), stop: () => {} };
+    head.done = (async () => {
+      while (!head.stopped) {
+        try {
+          await this.#stream(versionId);
+          const consumer = await this.#js.consumers.get(streamOf(versionId), 'head');
+          // One pull kept open: with max_ack_pending 1 the server hands the next ticket once this one is acked.
+          const tickets = await consumer.consume({ max_messages: 1 });
+          head.stop = () => tickets.stop();
+          if (head.stopped) tickets.stop();
+          for await (const msg of tickets) await this.#serveHead(versionId, msg, () => head.stopped);
+        } catch (error) {
+          if (head.stopped) break;
+          this.#options.log.warn({ err: error, versionId }, 'invocation queue head failed; retrying');
+          await new Promise((resolve) => setTimeout(resolve, 500));
+        }
+      }
+    })();
+    return head;
+  }
+
+  /** Holds the head ticket: a slot for it, the grant to its replica, then the ack that frees the next. */
+  async #serveHead(versionId: string, msg: JsMsg, stopped: () => boolean) {
+    const ticket = ticketSchema.safeParse(msg.json());
+    if (!ticket.success) return msg.term('not a ticket');
+    const keepAlive = setInterval(() => msg.working(), ACK_WAIT_MS / 3);
+    try {
+      const lease = await this.#leases.acquire(versionId, () => this.#usable(versionId), stopped);
+      if (!lease) return msg.nak();
+      if (!await this.#deliver(ticket.data, lease)) await this.#leases.release(lease);
+      msg.ack();
+      this.#depths.set(versionId, Math.max(0, (this.#depths.get(versionId) ?? 1) - 1));
+    } finally {
+      clearInterval(keepAlive);
+    }
+  }
+
+  /** True once the ticket's request runs with the lease (here or on its replica). */
+  /**
+   * True once the ticket's request runs with the lease (here or on its replica). A replica that is slow
+   * to answer is asked again (a grant is answered the same way twice); one with no responder is gone.
+   */
+  async #deliver(ticket: z.infer<typeof ticketSchema>, lease: Lease): Promise<boolean> {
+    if (ticket.replica === this.replicaId) return this.#take(ticket.id, lease);
+    for (let asked = 1; ; asked++) {
+      try {
+        const reply = await this.#nc.request(grantSubject(ticket.replica), JSON.stringify({ id: ticket.id, lease }), { timeout: GRANT_TIMEOUT_MS });
+        return reply.string() === 'taken';
+      } catch (error) {
+        if (!(error as RequestError).isNoResponders?.() && asked < GRANT_ATTEMPTS) continue;
+      }
+      // Its replica is gone: a stored 202 runs here (claimed at most once); a synchronous request went with it.
+      const adopted = await this.#options.adopt(ticket.id).catch(() => undefined);
+      if (adopted) this.#run(adopted, this.#grant(lease));
+      return adopted !== undefined;
+    }
+  }
+
+  #take(requestId: string, lease: Lease): boolean {
+    if (this.#taken.get(requestId) === lease.id) return true;
+    const waiting = this.#waiting.get(requestId);
+    if (!waiting) return false;
+    this.#waiting.delete(requestId);
+    this.#taken.set(requestId, lease.id);
+    if (this.#taken.size > TAKEN_REMEMBERED) this.#taken.delete(this.#taken.keys().next().value!);
+    this.#run(waiting.invocation, this.#grant(lease));
+    return true;
+  }
+
+  /** Another replica holds the head and grants one of ours. */
+  #granted(msg: Msg) {
+    const parsed = grantSchema.safeParse(msg.json());
+    if (!parsed.success) return msg.respond('gone');
+    const { id, lease } = parsed.data;
+    msg.respond(this.#take(id, lease) ? 'taken' : 'gone');
+  }
+
+  #grant(lease: Lease): Grant {
+    return grantOnce(lease.instance, (outcome) => {
+      if (outcome === 'failed') this.#benched.add(lease.instance.instanceId);
+      void this.#leases.release(lease).catch((error) => this.#options.log.warn({ err: error }, 'could not release a slot lease; it expires'));
+    });
+  }
+
+  async #refreshDepths() {
+    for (const versionId of new Set([...this.#heads.keys(), ...[...this.#waiting.values()].map((w) => w.invocation.versionId)])) {
+      const info = await this.#jsm.streams.info(streamOf(versionId)).catch(() => undefined);
+      if (info) this.#depths.set(versionId, info.state.messages);
+    }
+  }
+}

@@ -1,0 +1,164 @@
+// The HTTP side of an invocation: writes what the plane hands a waiting client (the function's response
+// as it streams, a finished result, a 202) and what a status poll returns, in the reference's shapes.
+import { STATUS_CODES, type ServerResponse } from 'node:http';
+import { PROBLEM_CONTENT_TYPE } from '../http/problem.ts';
+import { asProblem, writeProblem } from '../http/problem-response.ts';
+import type { Logger } from '../logger.ts';
+import { forwardedResponseHeaders, svcStatus } from './headers.ts';
+import type { BodyWriter, ClientSink, Invocation, Progress, StoredResult } from './invocation.ts';
+
+const EXPOSED = 'svc-reqid, svc-status, svc-percent-complete';
+/** Bodies up to this size are read whole and sent in one write; larger ones and SSE stream through. */
+const BUFFERED_BYTES = 64 * 1024;
+
+type Headers = Record<string, string | string[] | undefined>;
+
+function invocationHeaders(id: string, status: number): Record<string, string> {
+  return { 'svc-reqid': id, 'svc-status': svcStatus(status), 'access-control-expose-headers': EXPOSED };
+}
+
+function kebab(status: number): string {
+  return (STATUS_CODES[status] ?? 'error').toLowerCase().replace(/[^a-z0-9]+/g, '-');
+}
+
+/** A container's 4xx/5xx as problem+json (wire-reference 5): detail from its JSON `error`, else "Inference error". */
+function containerProblem(status: number, body: Buffer, instance: string, requestId: string): string {
+  let detail = 'Inference error';
+  try {
+    const error = (JSON.parse(body.toString('utf8')) as { error?: unknown }).error;
+    if (typeof error === 'string' && error) detail = error;
+  } catch {
+    // not JSON: keep the generic detail
+  }
+  return JSON.stringify({ type: `urn:inference-service:problem-details:${kebab(status)}`, title: STATUS_CODES[status] ?? 'Error', status, detail, instance, requestId });
+}
+
+/** A whole answer in one write; a container's error (not SSE) rewrapped as problem+json. */
+export function sendResult(res: ServerResponse, request: { id: string; sse: boolean }, result: StoredResult, instance: string) {
+  const headers = invocationHeaders(request.id, result.status);
+  if (result.status >= 400 && !request.sse && !String(result.headers['content-type'] ?? '').startsWith(PROBLEM_CONTENT_TYPE)) {
+    res.writeHead(result.status, { ...headers, 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8` });
+    res.end(containerProblem(result.status, result.body, instance, request.id));
+    return;
+  }
+  res.writeHead(result.status, { ...forwardedResponseHeaders(result.headers), ...headers, 'content-length': String(result.body.length) });
+  res.end(result.body);
+}
+
+/** 202: SVC-REQID, the progress so far and the partial response as the body. */
+export function sendPending(res: ServerResponse, invocation: { id: string; progress?: Progress }) {
+  const headers: Record<string, string> = invocationHeaders(invocation.id, 202);
+  const progress = invocation.progress;
+  if (progress) headers['svc-percent-complete'] = String(progress.percent);
+  if (progress?.partialResponse !== undefined) {
+    res.writeHead(202, { ...headers, 'content-type': 'application/json' });
+    res.end(JSON.stringify(progress.partialResponse));
+  } else {
+    res.writeHead(202, headers);
+    res.end();
+  }
+}
+
+/**
+ * The function's response to the waiting client. Event streams and large bodies stream as produced;
+ * small bodies (and errors, which are rewrapped) are held and sent in one write.
+ */
+class ResponseWriter implements BodyWriter {
+  readonly #res: ServerResponse;
+  readonly #invocation: Invocation;
+  readonly #status: number;
+  readonly #headers: Headers;
+  readonly #instance: string;
+  readonly #rewrap: boolean;
+  readonly #answered: (status: number) => void;
+  #chunks: Buffer[] = [];
+  #size = 0;
+  #streaming = false;
+
+  constructor(res: ServerResponse, invocation: Invocation, status: number, headers: Headers, instance: string, answered: (status: number) => void) {
+    this.#res = res;
+    this.#answered = answered;
+    this.#invocation = invocation;
+    this.#status = status;
+    this.#headers = headers;
+    this.#instance = instance;
+    this.#rewrap = status >= 400 && !invocation.sse;
+    // Event streams must reach the client as produced: the headers go out before the first event.
+    if (invocation.sse) this.#stream();
+  }
+
+  data(chunk: Buffer): boolean {
+    if (this.#streaming) return this.#res.write(chunk);
+    this.#chunks.push(chunk);
+    this.#size += chunk.length;
+    if (this.#rewrap || this.#size <= BUFFERED_BYTES) return true;
+    this.#stream();
+    let flowing = true;
+    for (const held of this.#chunks.splice(0)) flowing = this.#res.write(held);
+    return flowing;
+  }
+
+  end() {
+    if (this.#streaming) {
+      this.#res.end();
+    } else {
+      const headers: Record<string, string | string[]> = {};
+      for (const name in this.#headers) if (this.#headers[name] !== undefined) headers[name] = this.#headers[name];
+      const body = this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks);
+      sendResult(this.#res, this.#invocation, { status: this.#status, headers, body }, this.#instance);
+    }
+    this.#answered(this.#status);
+  }
+
+  error() {
+    this.#res.destroy();
+  }
+
+  onDrain(resume: () => void) {
+    this.#res.once('drain', resume);
+  }
+
+  #stream() {
+    this.#streaming = true;
+    this.#res.writeHead(this.#status, { ...forwardedResponseHeaders(this.#headers), ...invocationHeaders(this.#invocation.id, this.#status) });
+    this.#res.flushHeaders();
+  }
+}
+
+/**
+ * The waiting client of one pexec call. `instance` is the request path, for problem bodies; `answered` is
+ * told the status once the whole answer is written (the invocation metrics).
+ */
+export class ClientReply implements ClientSink {
+  readonly #res: ServerResponse;
+  readonly #instance: string;
+  readonly #requestId: string;
+  readonly #log: Logger;
+  readonly #answered: (status: number) => void;
+
+  constructor(res: ServerResponse, instance: string, requestId: string, log: Logger, answered: (status: number) => void) {
+    this.#res = res;
+    this.#instance = instance;
+    this.#requestId = requestId;
+    this.#log = log;
+    this.#answered = answered;
+  }
+
+  start(invocation: Invocation, status: number, headers: Headers): BodyWriter {
+    return new ResponseWriter(this.#res, invocation, status, headers, this.#instance, this.#answered);
+  }
+
+  result(invocation: Invocation, result: StoredResult) {
+    sendResult(this.#res, invocation, result, this.#instance);
+    this.#answered(result.status);
+  }
+
+  pending(invocation: Invocation) {
+    sendPending(this.#res, invocation);
+    this.#answered(202);
+  }
+
+  fail(error: unknown) {
+    writeProblem(this.#res, asProblem(error, this.#log, this.#requestId), this.#instance, this.#requestId);
+  }
+}

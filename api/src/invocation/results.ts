@@ -1,0 +1,177 @@
+// Durable results: from its 202 on, a request lives in the store until its result is collected or
+// expires, and survives a restart (at-most-once: a request that was running when the platform stopped
+// ends 502, it is never run twice).
+import type { Logger } from '../logger.ts';
+import { Invocation, problemResult, type BodyWriter, type StoredResult } from './invocation.ts';
+import type { DurableRecord, InvocationsRepo } from './repo.ts';
+
+export const RESTARTED = 'The platform restarted while the request was running; it was not retried (at-most-once execution)';
+export const REPLICA_GONE = 'The API replica running the request stopped; it was not retried (at-most-once execution)';
+
+export class DurableResults {
+  readonly #repo: InvocationsRepo;
+  readonly #log: Logger;
+  readonly #now: () => Date;
+
+  constructor(options: { repo: InvocationsRepo; log: Logger; now: () => Date }) {
+    this.#repo = options.repo;
+    this.#log = options.log;
+    this.#now = options.now;
+  }
+
+  /** The 202: the request is written before its client is told. */
+  persist(invocation: Invocation, replica?: string): Promise<void> {
+    invocation.durable = true;
+    invocation.stored = this.#repo.insert({
+      requestId: invocation.id, state: invocation.state, body: invocation.body,
+      request: { headers: invocation.headers, sse: invocation.sse, subject: invocation.subject, target: invocation.target, replica },
+    }, this.#at());
+    return invocation.stored;
+  }
+
+  /**
+   * Marks it running before it can reach its instance, so a restart never runs it a second time; false
+   * when another replica claimed it first (it adopted the request when this one seemed gone).
+   */
+  async claim(invocation: Invocation): Promise<boolean> {
+    if (invocation.claimed) return true;
+    await invocation.stored;
+    invocation.claimed = await this.#repo.claim(invocation.id, this.#at());
+    return invocation.claimed;
+  }
+
+  /** A stored 202 whose replica is gone, claimed to run here; undefined when it is not queued any more. */
+  async adopt(requestId: string): Promise<Invocation | undefined> {
+    if (!await this.#repo.claim(requestId, this.#at())) return undefined;
+    const record = await this.#repo.find(requestId);
+    if (!record) return undefined;
+    const invocation = revive(record);
+    invocation.claimed = true;
+    return invocation;
+  }
+
+  find(requestId: string): Promise<DurableRecord | undefined> {
+    return this.#repo.find(requestId);
+  }
+
+  /** Takes the finished result out of the store: true for the one caller that returns it. */
+  collect(requestId: string): Promise<boolean> {
+    return this.#repo.collect(requestId);
+  }
+
+  /**
+   * Requests of replicas no longer alive: running ones end 502 (they are never run twice); queued ones are
+   * handed to `self`, which queues them again (if the head adopts one first, its claim wins).
+   */
+  async takeOverFrom(self: string, alive: (replica: string) => Promise<boolean>): Promise<{ ended: string[]; adopted: Invocation[] }> {
+    const out = { ended: [] as string[], adopted: [] as Invocation[] };
+    const verdicts = new Map<string, Promise<boolean>>();
+    for (const record of await this.#repo.listHeld()) {
+      const replica = record.request.replica;
+      if (!replica || replica === self) continue;
+      if (!verdicts.has(replica)) verdicts.set(replica, alive(replica));
+      if (await verdicts.get(replica)) continue;
+      if (record.state === 'running') {
+        await this.#finish(revive(record), problemResult(502, 'bad-gateway', REPLICA_GONE));
+        out.ended.push(record.requestId);
+      } else if (await this.#repo.reassign(record.requestId, replica, self)) {
+        out.adopted.push(revive(record));
+      }
+    }
+    return out;
+  }
+
+  async store(invocation: Invocation, result: StoredResult) {
+    try {
+      await invocation.stored;
+      await this.#repo.storeResult(invocation.id, result, this.#at());
+    } catch (error) {
+      this.#log.error({ reqId: invocation.id, err: error }, 'could not store a result');
+    }
+  }
+
+  /** Collected (or abandoned before its 202): gone from the store. */
+  forget(invocation: Invocation) {
+    if (invocation.durable) void this.#repo.delete(invocation.id).catch(() => {});
+  }
+
+  /** Drops stored results older than `cutoff` (ms since epoch). */
+  sweep(cutoff: number) {
+    void this.#repo.deleteOlderThan(new Date(cutoff).toISOString()).catch(() => {});
+  }
+
+  /** Every stored request as an invocation: done ones with their result, running ones ended 502. */
+  async recover(): Promise<Invocation[]> {
+    const { records, unreadable } = await this.#repo.listAll();
+    if (unreadable.length) this.#log.error({ requestIds: unreadable }, 'stored invocations that do not decode are left in the store');
+    const out: Invocation[] = [];
+    for (const record of records) {
+      const invocation = revive(record);
+      if (record.state === 'running') await this.#finish(invocation, problemResult(502, 'bad-gateway', RESTARTED));
+      out.push(invocation);
+    }
+    return out;
+  }
+
+  async #finish(invocation: Invocation, result: StoredResult) {
+    invocation.state = 'done';
+    invocation.result = result;
+    invocation.finishedAt = this.#now().getTime();
+    await this.store(invocation, result);
+  }
+
+  #at() {
+    return this.#now().toISOString();
+  }
+}
+
+function revive(record: DurableRecord): Invocation {
+  const { request } = record;
+  const invocation = new Invocation(record.requestId, request.target, request.subject, request.headers, record.body, request.sse);
+  invocation.durable = true;
+  if (record.result) {
+    invocation.state = 'done';
+    invocation.result = record.result;
+  }
+  return invocation;
+}
+
+/** Buffers a response nobody is waiting on (a 202'd request) into a result of at most `limit` bytes. */
+export class ResultCollector implements BodyWriter {
+  readonly #status: number;
+  readonly #headers: Record<string, string | string[]>;
+  readonly #limit: number;
+  readonly #done: (result: StoredResult, overflowed: boolean) => void;
+  #chunks: Buffer[] = [];
+  #size = 0;
+  #over = false;
+
+  constructor(status: number, headers: Record<string, string | string[] | undefined>, limit: number, done: (result: StoredResult, overflowed: boolean) => void) {
+    this.#status = status;
+    this.#headers = {};
+    for (const name in headers) if (headers[name] !== undefined) this.#headers[name] = headers[name];
+    this.#limit = limit;
+    this.#done = done;
+  }
+
+  data(chunk: Buffer): boolean {
+    if (this.#over) return true;
+    this.#size += chunk.length;
+    if (this.#size <= this.#limit) {
+      this.#chunks.push(chunk);
+      return true;
+    }
+    this.#over = true;
+    this.#chunks = [];
+    this.#done(problemResult(502, 'bad-gateway', `The response exceeded ${this.#limit} bytes, the most a polled result may hold`), true);
+    return true;
+  }
+
+  end() {
+    if (!this.#over) this.#done({ status: this.#status, headers: this.#headers, body: Buffer.concat(this.#chunks) }, false);
+  }
+
+  error() {}
+
+  onDrain() {}
+}

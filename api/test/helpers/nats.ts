@@ -1,0 +1,47 @@
+// NATS JetStream at 127.0.0.1:4222 for the tests of several API replicas. In CI it must be there;
+// elsewhere its absence skips those tests with one printed line.
+import net from 'node:net';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { connect } from '@nats-io/transport-node';
+
+export const NATS_URL = process.env.SVC_TEST_NATS_URL ?? 'nats://127.0.0.1:4222';
+
+let reachable: Promise<boolean> | undefined;
+
+export function natsAvailable(): Promise<boolean> {
+  reachable ??= new Promise<boolean>((resolve) => {
+    const { hostname, port } = new URL(NATS_URL);
+    const socket = net.connect({ host: hostname, port: Number(port || 4222) });
+    socket.setTimeout(2000);
+    // The server speaks first: an INFO line means a NATS server is listening.
+    socket.once('data', (data) => {
+      socket.destroy();
+      resolve(data.toString().startsWith('INFO'));
+    });
+    socket.once('error', () => resolve(false));
+    socket.once('timeout', () => {
+      socket.destroy();
+      resolve(false);
+    });
+  }).then((up) => {
+    if (up) return true;
+    if (process.env.CI) throw new Error(`NATS JetStream is required in CI at ${NATS_URL}`);
+    console.log(`# skipping replica tests: start NATS with JetStream on ${NATS_URL} (nats-server -js)`);
+    return false;
+  });
+  return reachable;
+}
+
+/** Removes what a test's function version left in the shared NATS server (its queue stream, KV entries). */
+export async function forgetVersion(versionId: string) {
+  const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
+  try {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.delete(`SVC_Q_${versionId}`).catch(() => {});
+    const kvm = new Kvm(nc);
+    for (const bucket of ['svc_ready', 'svc_slots']) await (await kvm.open(bucket)).purge(versionId).catch(() => {});
+  } finally {
+    await nc.close();
+  }
+}

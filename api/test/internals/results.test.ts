@@ -1,0 +1,67 @@
+// Durable results (invocation/results.ts, repo.ts) on the real store: what a restart finds, and the
+// result collector's size limit.
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+import { createLogger } from '../../src/logger.ts';
+import { Invocation, type StoredResult } from '../../src/invocation/invocation.ts';
+import { createInvocationsRepo } from '../../src/invocation/repo.ts';
+import { DurableResults, RESTARTED, ResultCollector } from '../../src/invocation/results.ts';
+import { openStore } from '../../src/store/store.ts';
+import { createDatabase } from '../helpers/databases.ts';
+
+const database = await createDatabase('sqlite');
+const store = await openStore({ dataDir: database.dataDir });
+after(async () => {
+  await store.close();
+  await database.drop();
+});
+const target = { ncaId: 'acct', functionId: 'f', versionId: 'v1', functionName: 'fn', inferenceUrl: '/echo' };
+const request = (id: string) => new Invocation(id, target, 'owner', { 'x-a': '1' }, Buffer.from(`body of ${id}`), false);
+
+test('after a restart: queued ones wait again, a running one ends 502 (never run twice), a done one keeps its result', async () => {
+  const results = new DurableResults({ repo: createInvocationsRepo(store.db), log: createLogger('silent'), now: () => new Date() });
+  const [queued, running, done] = [request('00000000-0000-4000-8000-000000000001'), request('00000000-0000-4000-8000-000000000002'), request('00000000-0000-4000-8000-000000000003')];
+  for (const invocation of [queued, running, done]) await results.persist(invocation);
+  assert.equal(await results.claim(running), true);
+  const stored: StoredResult = { status: 200, headers: { 'content-type': 'application/json', 'set-cookie': ['a', 'b'] }, body: Buffer.from('{"ok":true}') };
+  await results.store(done, stored);
+  await store.db.insertInto('invocations').values({
+    request_id: 'corrupt', nca_id: 'acct', function_id: 'f', version_id: 'v1', state: 'queued', request: '{"headers":', body: Buffer.alloc(0),
+    result: null, result_body: null, created_at: '2026-01-01T00:00:00.000Z', updated_at: '2026-01-01T00:00:00.000Z',
+  }).execute();
+
+  const recovered = new Map((await results.recover()).map((invocation) => [invocation.id, invocation]));
+  assert.deepEqual([...recovered.keys()].sort(), [queued.id, running.id, done.id], 'the row that does not decode is left out');
+  const back = recovered.get(queued.id)!;
+  assert.equal(back.state, 'queued');
+  assert.equal(back.durable, true);
+  assert.deepEqual(back.headers, { 'x-a': '1' });
+  assert.equal(back.body.toString(), `body of ${queued.id}`);
+  assert.deepEqual(back.target, target);
+  const ended = recovered.get(running.id)!;
+  assert.equal(ended.result?.status, 502);
+  assert.equal(JSON.parse(ended.result!.body.toString()).detail, RESTARTED);
+  assert.deepEqual(recovered.get(done.id)!.result, stored);
+
+  const again = new Map((await results.recover()).map((invocation) => [invocation.id, invocation]));
+  assert.equal(again.get(running.id)!.result?.status, 502, 'the 502 was stored: a second restart finds it as a result');
+});
+
+test('a response nobody waits for is kept whole up to the limit, else it becomes a 502', () => {
+  const kept: StoredResult[] = [];
+  const small = new ResultCollector(201, { 'content-type': 'text/plain', gone: undefined }, 8, (result) => kept.push(result));
+  small.data(Buffer.from('abcd'));
+  small.data(Buffer.from('efgh'));
+  small.end();
+  assert.deepEqual(kept[0], { status: 201, headers: { 'content-type': 'text/plain' }, body: Buffer.from('abcdefgh') });
+  const overflows: boolean[] = [];
+  const large = new ResultCollector(200, {}, 8, (result, overflowed) => {
+    kept.push(result);
+    overflows.push(overflowed);
+  });
+  large.data(Buffer.from('abcdefghi'));
+  large.end();
+  assert.equal(kept.length, 2, 'answered once');
+  assert.equal(kept[1].status, 502);
+  assert.deepEqual(overflows, [true]);
+});

@@ -1,0 +1,91 @@
+// Slots and LocalQueue (invocation/slots.ts, local-queue.ts): per-instance concurrency, least loaded
+// first, FIFO grants, an instance that failed benched until placement announces it again, 429 when full.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { ReadyInstance } from '../../src/control/instances/service.ts';
+import { Invocation } from '../../src/invocation/invocation.ts';
+import { LocalQueue } from '../../src/invocation/local-queue.ts';
+import type { Grant } from '../../src/invocation/queue.ts';
+import { leastLoaded, Slots } from '../../src/invocation/slots.ts';
+
+const instance = (instanceId: string, maxRequestConcurrency: number, versionId = 'v1'): ReadyInstance => ({
+  instanceId, versionId, maxRequestConcurrency, gpu: 'L40', instanceType: 'x', backend: 'b', region: 'r',
+  endpoint: { host: '127.0.0.1', ports: { inference: 9000 + Number(instanceId.slice(1)) } } as ReadyInstance['endpoint'],
+});
+const target = { ncaId: 'acct', functionId: 'f', versionId: 'v1', functionName: 'fn', inferenceUrl: '/echo' };
+const request = (id: string) => new Invocation(id, target, 'me', {}, Buffer.alloc(0), false);
+
+function recorder(queue: LocalQueue) {
+  const grants: { id: string; instanceId: string; grant: Grant }[] = [];
+  queue.onGrant((invocation, grant) => grants.push({ id: invocation.id, instanceId: grant.instance.instanceId, grant }));
+  return grants;
+}
+
+test('leastLoaded: the emptiest slot with room, none when all are full', () => {
+  const a = { ready: instance('i1', 2), inflight: 1 };
+  const b = { ready: instance('i2', 2), inflight: 0 };
+  assert.equal(leastLoaded([a, b]), b);
+  b.inflight = 2;
+  assert.equal(leastLoaded([a, b]), a);
+  a.inflight = 2;
+  assert.equal(leastLoaded([a, b]), undefined);
+});
+
+test('a benched instance keeps its count and comes back when announced again', () => {
+  const slots = new Slots();
+  slots.ready('v1', [instance('i1', 1)]);
+  const slot = slots.free('v1')!;
+  slots.take(slot);
+  slots.bench(slot);
+  assert.equal(slots.free('v1'), undefined, 'benched: no slot');
+  slots.ready('v1', [instance('i1', 1)]);
+  assert.equal(slots.free('v1'), undefined, 'still running its request');
+  slots.release(slot);
+  assert.equal(slots.free('v1'), slot);
+});
+
+test('LocalQueue grants in arrival order, at most maxRequestConcurrency per instance, least loaded first', () => {
+  const queue = new LocalQueue({ maxDepth: 100 });
+  const grants = recorder(queue);
+  for (const id of ['r1', 'r2', 'r3', 'r4', 'r5']) queue.enqueue(request(id));
+  assert.equal(grants.length, 0, 'no instance yet');
+  assert.equal(queue.depth('v1'), 5);
+  queue.ready('v1', [instance('i1', 2), instance('i2', 1)]);
+  assert.deepEqual(grants.map((g) => g.id), ['r1', 'r2', 'r3']);
+  assert.deepEqual(grants.map((g) => g.instanceId).sort(), ['i1', 'i1', 'i2']);
+  assert.equal(queue.depth('v1'), 2);
+  assert.equal(queue.position(request('r5')), 2);
+  grants.find((g) => g.instanceId === 'i2')!.grant.release('done');
+  assert.equal(grants[3].id, 'r4');
+  assert.equal(grants[3].instanceId, 'i2');
+  grants[3].grant.release('done');
+  grants[3].grant.release('done');
+  assert.equal(grants.length, 5, 'a grant released twice frees one slot');
+  assert.equal(queue.depth('v1'), 0);
+});
+
+test('a failed instance gets nothing more; a request put back waits at the head', () => {
+  const queue = new LocalQueue({ maxDepth: 100 });
+  const grants = recorder(queue);
+  queue.ready('v1', [instance('i1', 1), instance('i2', 1)]);
+  for (const id of ['r1', 'r2', 'r3']) queue.enqueue(request(id));
+  const failed = grants.find((g) => g.instanceId === 'i1')!;
+  failed.grant.release('failed');
+  queue.requeue(request(failed.id));
+  assert.equal(queue.position(request(failed.id)), 1, 'back at the head');
+  assert.equal(grants.length, 2, 'i1 is benched, i2 busy');
+  grants.find((g) => g.instanceId === 'i2')!.grant.release('done');
+  assert.deepEqual(grants.slice(2).map((g) => [g.id, g.instanceId]), [[failed.id, 'i2']]);
+});
+
+test('LocalQueue refuses past maxDepth with a 429 and removes a request whose client left', () => {
+  const queue = new LocalQueue({ maxDepth: 2 });
+  recorder(queue);
+  const [r1, r2] = [request('r1'), request('r2')];
+  queue.enqueue(r1);
+  queue.enqueue(r2);
+  assert.throws(() => queue.enqueue(request('r3')), (error: { status?: number; headers?: Record<string, string> }) => error.status === 429 && error.headers?.['retry-after'] === '1');
+  assert.equal(queue.remove(r1), true);
+  assert.equal(queue.remove(r1), false);
+  assert.equal(queue.position(r2), 1);
+});

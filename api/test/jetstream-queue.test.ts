@@ -1,0 +1,79 @@
+// JetStreamQueue (invocation/jetstream-queue.ts) on a real NATS JetStream: two queues in this process
+// stand for two API replicas. Requests enqueued on both, in turn, are granted in the order they were
+// enqueued, never more at once than the instance's maxRequestConcurrency, each on the replica that holds
+// it; a full queue is a 429 on every replica; a client that leaves takes its ticket with it.
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, describe, test } from 'node:test';
+import type { ReadyInstance } from '../src/control/instances/service.ts';
+import { Invocation } from '../src/invocation/invocation.ts';
+import { JetStreamQueue } from '../src/invocation/jetstream-queue.ts';
+import type { Grant } from '../src/invocation/queue.ts';
+import { createLogger } from '../src/logger.ts';
+import { forgetVersion, NATS_URL, natsAvailable } from './helpers/nats.ts';
+import { until } from './helpers/wait.ts';
+
+const ready = await natsAvailable();
+
+describe('JetStreamQueue across two replicas', { skip: !ready }, () => {
+  const versions: string[] = [];
+  const queues: JetStreamQueue[] = [];
+  after(async () => {
+    await Promise.all(queues.map((queue) => queue.close()));
+    for (const versionId of versions) await forgetVersion(versionId);
+  });
+
+  async function setup(maxDepth: number, maxRequestConcurrency: number) {
+    const versionId = randomUUID();
+    versions.push(versionId);
+    const log = createLogger('silent');
+    const pair = await Promise.all([0, 1].map(() => JetStreamQueue.connect({ url: NATS_URL, maxDepth, log, adopt: async () => undefined })));
+    queues.push(...pair);
+    const granted: { id: string; replica: number; grant: Grant }[] = [];
+    pair.forEach((queue, replica) => queue.onGrant((invocation, grant) => granted.push({ id: invocation.id, replica, grant })));
+    const target = { ncaId: 'acct', functionId: 'f', versionId, functionName: 'fn', inferenceUrl: '/' };
+    const request = (id: string) => new Invocation(id, target, 'owner', {}, Buffer.alloc(0), false);
+    const instance: ReadyInstance = {
+      instanceId: randomUUID(), versionId, maxRequestConcurrency, gpu: 'L40', instanceType: 't', backend: 'b', region: 'r',
+      endpoint: { host: '127.0.0.1', ports: { inference: 1, health: 1 } },
+    };
+    return { pair, granted, request, instance, versionId };
+  }
+
+  test('FIFO across replicas, at most maxRequestConcurrency at once, each granted where it waits', async () => {
+    const { pair, granted, request, instance } = await setup(100, 2);
+    const ids = Array.from({ length: 12 }, (_, i) => `r${String(i).padStart(2, '0')}`);
+    for (const [i, id] of ids.entries()) await pair[i % 2].enqueue(request(id));
+    pair[0].ready(instance.versionId, [instance]);
+    let running = 0;
+    let most = 0;
+    for (let done = 0; done < ids.length; done++) {
+      await until(`grant ${done + 1}`, async () => granted.length > done);
+      running = granted.length - done;
+      most = Math.max(most, running);
+      // Hold the slot a moment so another replica could try to overtake, then hand it back.
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      granted[done].grant.release('done');
+    }
+    assert.deepEqual(granted.map((entry) => entry.id), ids, 'granted in the order enqueued, whichever replica holds them');
+    assert.deepEqual(granted.map((entry) => entry.replica), ids.map((_, i) => i % 2), 'each on the replica that holds its client');
+    assert.ok(most <= 2, `at most 2 at once, saw ${most}`);
+  });
+
+  test('a full queue is a 429 on either replica; a request whose client left is never granted', async () => {
+    const { pair, granted, request, instance } = await setup(3, 1);
+    const leaving = request('leaves');
+    await pair[0].enqueue(request('a'));
+    await pair[1].enqueue(leaving);
+    await pair[0].enqueue(request('b'));
+    for (const queue of pair) {
+      await assert.rejects(queue.enqueue(request('extra')), (error: { status?: number }) => error.status === 429);
+    }
+    assert.equal(pair[1].remove(leaving), true);
+    pair[1].ready(instance.versionId, [instance]);
+    await until('the first grant', async () => granted.length === 1);
+    granted[0].grant.release('done');
+    await until('the second grant', async () => granted.length === 2);
+    assert.deepEqual(granted.map((entry) => entry.id), ['a', 'b']);
+  });
+});

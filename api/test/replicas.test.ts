@@ -1,0 +1,146 @@
+// Two API replicas (`svc serve` processes) on one PostgreSQL and NATS JetStream, behind a round-robin
+// client: one runs placement and the local cluster's agent, the other only serves the API. Requests from
+// both share one instance's slots (maxRequestConcurrency across replicas), each runs once, a 202 is
+// answered by either replica (once), and a kill -9 of a replica under load loses nothing: its 202'd
+// requests are answered by the other.
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { Pool } from 'undici';
+import { createDatabase, postgresAvailable, tempDir, type TestDatabase } from './helpers/databases.ts';
+import { echoBody } from './helpers/fixtures.ts';
+import { request } from './helpers/http.ts';
+import { forgetVersion, NATS_URL, natsAvailable } from './helpers/nats.ts';
+import { TEST_CATALOG } from './helpers/platform.ts';
+import { servePlatform, type ServedPlatform } from './helpers/served.ts';
+import { until } from './helpers/wait.ts';
+
+const ready = (await postgresAvailable()) && (await natsAvailable());
+
+interface Answer {
+  status: number;
+  reqId: string;
+  body: string;
+}
+
+describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, () => {
+  let database: TestDatabase;
+  let placement: ServedPlatform;
+  let replica: ServedPlatform;
+  let apiKey: string;
+  let functionId: string;
+  let versionId: string;
+  const counterFile = path.join(tempDir(), 'requests.log');
+  const pools = new Map<string, Pool>();
+
+  const pool = (url: string) => {
+    let found = pools.get(url);
+    if (!found) pools.set(url, found = new Pool(url, { connections: 64 }));
+    return found;
+  };
+  const invoke = async (url: string, ms: number, pollSeconds: number): Promise<Answer> => {
+    const response = await pool(url).request({
+      path: `/v2/svc/pexec/functions/${functionId}`, method: 'POST', body: JSON.stringify({ ms }),
+      headers: { host: 'api.localhost', authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', 'svc-poll-seconds': String(pollSeconds) },
+    });
+    return { status: response.statusCode, reqId: String(response.headers['svc-reqid']), body: await response.body.text() };
+  };
+  const poll = async (url: string, reqId: string): Promise<Answer> => {
+    const response = await pool(url).request({
+      path: `/v2/svc/pexec/status/${reqId}`, method: 'GET',
+      headers: { host: 'api.localhost', authorization: `Bearer ${apiKey}`, 'svc-poll-seconds': '5' },
+    });
+    return { status: response.statusCode, reqId, body: await response.body.text() };
+  };
+  /** Polls a 202'd request until its final answer (a minute at most: a request left waiting fails the test). */
+  const finalAnswer = async (url: string, answer: Answer): Promise<Answer> => {
+    let last = answer;
+    const deadline = Date.now() + 60_000;
+    while (last.status === 202) {
+      if (Date.now() > deadline) throw new Error(`request ${answer.reqId} still answers 202 after a minute`);
+      last = await poll(url, answer.reqId);
+    }
+    return last;
+  };
+  const runs = () => readFileSync(counterFile, 'utf8').trim().split('\n').filter(Boolean).map((line) => line.split(' '));
+
+  before(async () => {
+    database = await createDatabase('postgres');
+    const shared = {
+      SVC_DATABASE_URL: database.databaseUrl, SVC_NATS_URL: NATS_URL, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
+      SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn',
+    };
+    placement = await servePlatform(shared);
+    replica = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
+    const credentials = await placement.credentials(['invoke_function', 'list_functions', 'queue_details']);
+    apiKey = credentials.apiKey;
+    const api = (method: string, url: string, body?: unknown) => request(placement.url, method, url, { host: 'api.localhost', bearer: credentials.token, body });
+    const fn = (await api('POST', '/v2/svc/functions', {
+      ...echoBody({ containerImage: 'test/counter:1', inferenceUrl: '/work', health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT2S', expectedStatusCode: 200 } }),
+      name: 'replicated-counter', containerEnvironment: [{ key: 'COUNTER_FILE', value: counterFile }],
+    })).body.function;
+    functionId = fn.id;
+    versionId = fn.versionId;
+    await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
+      deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1, maxRequestConcurrency: 2 }],
+    });
+    await until('the function to be ACTIVE', async () => (await api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`)).body.function.status === 'ACTIVE');
+    // The second replica learns the ready instance over NATS (svc_ready): it answers as soon as it can grant.
+    await until('the second replica to serve', async () => (await invoke(replica.url, 0, 5)).status === 200);
+  });
+
+  after(async () => {
+    await Promise.all([...pools.values()].map((open) => open.close()));
+    await replica?.stop();
+    await placement?.stop();
+    await database?.drop();
+    if (versionId) await forgetVersion(versionId);
+  });
+
+  test('round robin: every request runs once, at most maxRequestConcurrency at a time across both; a 202 is answered by the other replica, once', async () => {
+    const before = runs().length;
+    const urls = [placement.url, replica.url];
+    const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => invoke(urls[i % 2], 40, 1).then((answer) => ({ ...answer, from: i % 2 }))));
+    assert.ok(answers.every((answer) => answer.status === 200 || answer.status === 202), `statuses ${answers.map((answer) => answer.status)}`);
+    assert.ok(answers.some((answer) => answer.status === 202), 'a queue behind two slots outlasts a 1 s poll window');
+    for (const answer of answers) {
+      const other = urls[1 - answer.from];
+      const final = await finalAnswer(other, answer);
+      assert.equal(final.status, 200, final.body);
+      assert.equal(JSON.parse(final.body).id, answer.reqId);
+      if (answer.status === 202) assert.equal((await poll(urls[answer.from], answer.reqId)).status, 404, 'the answer is given once, whoever is asked');
+    }
+    const lines = runs().slice(before);
+    assert.equal(lines.length, 60, 'each request ran once');
+    assert.equal(new Set(lines.map(([id]) => id)).size, 60);
+    assert.ok(Math.max(...lines.map(([, inFlight]) => Number(inFlight))) <= 2, 'never more than maxRequestConcurrency in flight across replicas');
+  });
+
+  test('a replica killed with kill -9 under load: its 202s are answered by the other, nothing runs twice', async (t) => {
+    const before = runs().length;
+    const urls = [placement.url, replica.url];
+    const load = Array.from({ length: 40 }, (_, i) => invoke(urls[i % 2], 200, 1).then((answer) => ({ ...answer, from: i % 2 }), () => undefined));
+    // The queue is 20 deep on each replica; 202s are out after the 1 s poll window, most requests still wait.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    await replica.kill9();
+    const answers = (await Promise.all(load)).filter((answer) => answer !== undefined);
+    const accepted = answers.filter((answer) => answer.status === 202);
+    assert.ok(accepted.some((answer) => answer.from === 1), 'the killed replica had answered 202s');
+    const finals = [];
+    for (const answer of accepted) {
+      const final = await finalAnswer(placement.url, answer);
+      if (final.status === 502) assert.match(JSON.parse(final.body).detail, /replica running the request stopped.*at-most-once/);
+      else assert.equal(final.status, 200, final.body);
+      finals.push(final);
+    }
+    const lines = runs().slice(before);
+    t.diagnostic(`${answers.length} answered before or at the kill, ${accepted.length} with 202 (${accepted.filter((a) => a.from === 1).length} by the killed replica); `
+      + `finals: ${finals.filter((f) => f.status === 200).length} × 200, ${finals.filter((f) => f.status === 502).length} × 502; ${lines.length} runs`);
+    assert.equal(new Set(lines.map(([id]) => id)).size, lines.length, 'no request ran twice');
+    const ran = new Set(lines.map(([id]) => id));
+    for (const final of finals.filter((answer) => answer.status === 200)) assert.ok(ran.has(final.reqId), 'a 200 comes from a run of its own');
+    assert.ok(Math.max(...lines.map(([, inFlight]) => Number(inFlight))) <= 2);
+  });
+});
