@@ -193,6 +193,7 @@ export class InputCapture {
     const seq = this.#seq + 1;
     const at = performance.now();
     const message = JSON.stringify({ ...payload, seq, t: at });
+    // At most 3 bytes of UTF-8 per UTF-16 unit: only a long message needs counting.
     if (message.length > MAX_MESSAGE_BYTES / 3 && new TextEncoder().encode(message).length > MAX_MESSAGE_BYTES) return undefined;
     this.#seq = seq;
     channel.send(message);

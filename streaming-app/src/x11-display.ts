@@ -48,8 +48,8 @@ export async function startXvfb(xvfbPath: string, width: number, height: number)
 type Extensions = { xtest: XTest; damage: XDamage; fixes: XFixes; shm: XShm | undefined };
 
 /**
- * The screen is captured as is and handed to the encoder as `bgr0`: 24-bit colour in 32-bit pixels,
- * least significant byte first (Xvfb's, and any x86 Xorg's, format). Anything else is refused up front.
+ * The capture reads the screen as 24-bit colour in 32-bit pixels, least significant byte first (B, G, R,
+ * unused: Xvfb's, and any x86 Xorg's, format). Anything else is refused up front.
  */
 function checkPixelFormat(display: XDisplay): void {
   const depth = display.screen[0].root_depth;
