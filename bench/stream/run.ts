@@ -1,7 +1,8 @@
 // Streaming benchmark: session setup and input-to-photon latency of the reference streaming app, measured
 // in headless Chromium with the real browser client, at 1280x720, 60 fps, software encoder (libx264), for
 // two frame sources side by side in one run: the built-in test scene and an X11 application (xterm on
-// Xvfb, captured by x11grab, input injected with XTEST).
+// Xvfb, captured on change with DAMAGE and MIT-SHM, input injected with XTEST). bench/stream/capture.ts
+// takes the capture alone apart, side by side with ffmpeg x11grab.
 //
 //   flock /tmp/svc-bench.lock node bench/stream/run.ts [--runs 3] [--sessions 30] [--x11-sessions 10] [--inputs 40]
 //     [--people 5] [--arrival-runs 1] [--only latency|people]
@@ -13,6 +14,9 @@
 //   scene: pointer event sent -> first shown frame whose barcode carries it (the scene renders on input).
 //   x11:   key event sent (x, then Backspace, alternately) -> first shown frame in which xterm's text line
 //          differs from the frame before the key: the app's real reaction, read from the pixels.
+//   "photon" is the frame's expectedDisplayTime; "present" its presentationTime (handed to the compositor).
+//   Chrome estimates expectedDisplayTime from the stream's timing, which a sparse stream (x11 sends frames
+//   only on change) throws off by tens of ms either way; presentationTime is measured.
 // CPU: user+system time of the container and every process it started (encoder, capture, Xvfb, the app)
 // over the input session, as % of one core.
 // Floor: one frame interval + the app's measured encode time (median, from the app's own statistics).
@@ -59,16 +63,22 @@ type Snapshot = {
   framesDecodedFromBarcode: number;
   setupMs?: number;
   inputToPhotonMs: number[];
+  inputToPresentMs: number[];
   timeline: Record<string, number>;
   metrics: { fps?: number; appEncodeMs?: number };
 };
+
+type Latencies = { photon: number[]; present: number[] };
 
 type Source = {
   name: 'scene' | 'x11';
   sessions: number;
   env: Record<string, string>;
-  /** Sends INPUTS events in the page and returns their input-to-photon latencies. */
-  measureInputs(page: Page): Promise<number[]>;
+  /**
+   * Sends INPUTS events in the page and returns their latencies to the frame's expected display time
+   * (photon) and to its hand-over to the compositor (present).
+   */
+  measureInputs(page: Page): Promise<Latencies>;
 };
 
 const SCENE: Source = {
@@ -85,7 +95,8 @@ const SCENE: Source = {
       }
       await new Promise((r) => setTimeout(r, 300));
     })()`);
-    return (await snapshot(page)).inputToPhotonMs.slice(before.inputToPhotonMs.length);
+    const after = await snapshot(page);
+    return { photon: after.inputToPhotonMs.slice(before.inputToPhotonMs.length), present: after.inputToPresentMs.slice(before.inputToPresentMs.length) };
   },
 };
 
@@ -103,7 +114,7 @@ const X11: Source = {
     const ctx = canvas.getContext('2d', { willReadFrequently: true });
     const grab = () => { ctx.drawImage(video, 0, 0, W, H, 0, 0, W, H); return ctx.getImageData(0, 0, W, H).data; };
     const differs = (a, b) => { for (let i = 0; i < a.length; i += 4) if (Math.abs(a[i] - b[i]) > 80) return true; return false; };
-    const latencies = [];
+    const latencies = { photon: [], present: [] };
     for (let i = 0; i < ${INPUTS}; i++) {
       await new Promise((r) => setTimeout(r, 90 + Math.random() * 60));
       const before = grab();
@@ -113,16 +124,18 @@ const X11: Source = {
       svcStream.sendKeyCode(code, key, false, 0);
       const shownAt = await new Promise((resolve) => {
         const step = (_now, meta) => {
-          if (differs(grab(), before)) resolve(meta.expectedDisplayTime);
+          if (differs(grab(), before)) resolve(meta);
           else if (performance.now() - sentAt > 1000) resolve(undefined);
           else video.requestVideoFrameCallback(step);
         };
         video.requestVideoFrameCallback(step);
       });
-      if (shownAt !== undefined) latencies.push(shownAt - sentAt);
+      if (shownAt === undefined) continue;
+      latencies.photon.push(shownAt.expectedDisplayTime - sentAt);
+      latencies.present.push(shownAt.presentationTime - sentAt);
     }
     return latencies;
-  })()`) as Promise<number[]>,
+  })()`) as Promise<Latencies>,
 };
 
 const sorted = (values: number[]): number[] => [...values].sort((a, b) => a - b);
@@ -179,7 +192,7 @@ async function setupSample(context: BrowserContext, source: Source): Promise<{ s
 }
 
 /** One session: wait 2 s, then send inputs and collect their latencies and the CPU the container used. */
-async function inputSession(context: BrowserContext, source: Source): Promise<{ photon: number[]; encodeMs: number; fps: number; cpuPercent: number }> {
+async function inputSession(context: BrowserContext, source: Source): Promise<Latencies & { encodeMs: number; fps: number; cpuPercent: number }> {
   const app = await startApp(source.env);
   try {
     const page = await openClient(context, app);
@@ -188,11 +201,11 @@ async function inputSession(context: BrowserContext, source: Source): Promise<{ 
     const pids = [app.pid, ...descendants(app.pid)];
     const cpuBefore = cpuSeconds(pids);
     const startedAt = performance.now();
-    const photon = await source.measureInputs(page);
+    const latencies = await source.measureInputs(page);
     const cpuPercent = ((cpuSeconds(pids) - cpuBefore) / ((performance.now() - startedAt) / 1000)) * 100;
     const after = await poll('app statistics', () => snapshot(page), (x) => x.metrics.appEncodeMs !== undefined);
     await endSession(app, page);
-    return { photon, encodeMs: after.metrics.appEncodeMs ?? NaN, fps: after.metrics.fps ?? NaN, cpuPercent };
+    return { ...latencies, encodeMs: after.metrics.appEncodeMs ?? NaN, fps: after.metrics.fps ?? NaN, cpuPercent };
   } finally {
     await app.stop();
   }
@@ -204,10 +217,10 @@ if (args.only !== 'latency') await peopleRuns();
 async function latencyRuns() {
   const profile = await mkdtemp(join(tmpdir(), 'svc-bench-chromium-'));
   const context = await chromium.launchPersistentContext(profile, { executablePath: '/usr/bin/chromium', args: CHROMIUM_ARGS, headless: true });
-  type Totals = { setup: number[]; fromLoad: number[]; photon: number[]; encode: number[]; cpu: number[] };
+  type Totals = { setup: number[]; fromLoad: number[]; photon: number[]; present: number[]; encode: number[]; cpu: number[] };
   const totals: Record<Source['name'], Totals> = {
-    scene: { setup: [], fromLoad: [], photon: [], encode: [], cpu: [] },
-    x11: { setup: [], fromLoad: [], photon: [], encode: [], cpu: [] },
+    scene: { setup: [], fromLoad: [], photon: [], present: [], encode: [], cpu: [] },
+    x11: { setup: [], fromLoad: [], photon: [], present: [], encode: [], cpu: [] },
   };
   const rows: (string | number)[][] = [];
   const breakdownRows: (string | number)[][] = [];
@@ -224,11 +237,13 @@ async function latencyRuns() {
         t.setup.push(...setupMs);
         t.fromLoad.push(...setups.map((s) => s.fromLoadMs));
         t.photon.push(...input.photon);
+        t.present.push(...input.present);
         t.encode.push(input.encodeMs);
         t.cpu.push(input.cpuPercent);
         const floor = FRAME_INTERVAL_MS + input.encodeMs;
         rows.push([`run ${run} ${source.name} setup`, String(setupMs.length), p(setupMs, 50), p(setupMs, 95), floor, p(setupMs, 50) / floor]);
         rows.push([`run ${run} ${source.name} input-to-photon`, String(input.photon.length), p(input.photon, 50), p(input.photon, 95), floor, p(input.photon, 50) / floor]);
+        rows.push([`run ${run} ${source.name} input-to-present`, String(input.present.length), p(input.present, 50), p(input.present, 95), floor, p(input.present, 50) / floor]);
         const milestone = (key: string) => p(setups.map((s) => s.timeline[key] ?? NaN).filter(Number.isFinite), 50);
         breakdownRows.push([`run ${run} ${source.name}`, milestone('open'), milestone('offer'), milestone('answer'), milestone('peer-connected'),
           p(setupMs, 50), p(setups.map((s) => s.fromLoadMs), 50), p(input.photon, 50), input.encodeMs, input.fps, input.cpuPercent]);
@@ -252,6 +267,8 @@ async function latencyRuns() {
       ['x11 first frame from page load', String(x11.fromLoad.length), p(x11.fromLoad, 50), p(x11.fromLoad, 95), `p50 <= ${TARGET_X11_FIRST_FRAME_MS}`, verdict(p(x11.fromLoad, 50) <= TARGET_X11_FIRST_FRAME_MS)],
       ['x11 input-to-photon', String(x11.photon.length), x11P50, p(x11.photon, 95), `p50 <= ${TARGET_X11_INPUT_P50_MS}`, verdict(x11P50 <= TARGET_X11_INPUT_P50_MS)],
       ['x11 / scene input-to-photon p50', '-', x11P50 / sceneP50, '-', `<= ${TARGET_X11_RATIO}`, verdict(x11P50 / sceneP50 <= TARGET_X11_RATIO)],
+      ['scene input-to-present (information)', String(scene.present.length), p(scene.present, 50), p(scene.present, 95), '-', '-'],
+      ['x11 input-to-present (information)', String(x11.present.length), p(x11.present, 50), p(x11.present, 95), '-', '-'],
     ]);
   printTable('Where the time goes, medians in ms (setup milestones from new WebSocket), and CPU per stream',
     ['run', 'ws open', 'offer', 'answer', 'dtls conn', 'first frame', 'from load', 'in->photon', 'encode', 'fps', 'cpu % core'], breakdownRows);

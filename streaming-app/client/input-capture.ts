@@ -6,13 +6,20 @@
 // Two pointer modes: absolute (0..1 across the picture, the default) and relative under pointer lock
 // (enterRelativeMode(), for games and 3D viewers: movementX/Y scaled to video pixels). Keys are sent by
 // KeyboardEvent.code with the modifier state; held keys and buttons are released when the page loses focus.
-import type { InputMessage } from './protocol.ts';
-import { Modifier } from './protocol.ts';
+//
+// Clipboard text both ways: sendClipboard() puts text on the app's clipboard; what is copied in the app
+// arrives as a `clipboard` message (clipboardText, onClipboard) and is written to the browser's clipboard
+// when the page may. When the page already has permission to read the browser's clipboard, its text goes
+// to the app each time the video gets the focus, so a copy elsewhere can be pasted in the app.
+import type { AppClipboardMessage, InputMessage } from './protocol.ts';
+import { CLIPBOARD_MAX_BYTES, Modifier } from './protocol.ts';
 
 type Payload = InputMessage extends infer M ? M extends InputMessage ? Omit<M, 'seq' | 't'> : never : never;
 
 /** Wheel deltas in pixels whatever the device reports (deltaMode 1 = lines, 2 = pages). */
 const WHEEL_MODE_PIXELS = [1, 40, 800];
+/** The app's SCTP takes messages of at most 64 KiB. */
+const MAX_MESSAGE_BYTES = 64 * 1024;
 
 export class InputCapture {
   readonly #video: HTMLVideoElement;
@@ -20,7 +27,11 @@ export class InputCapture {
   readonly #heldButtons = new Set<number>();
   #channel: RTCDataChannel | undefined;
   #seq = 0;
+  #clipboardSent: string | undefined;
   onSent?: (seq: number, at: number) => void;
+  /** The text last copied in the app (undefined until something is). */
+  clipboardText: string | undefined;
+  onClipboard?: (text: string) => void;
 
   constructor(video: HTMLVideoElement) {
     this.#video = video;
@@ -55,10 +66,13 @@ export class InputCapture {
       event.preventDefault();
     });
     video.addEventListener('blur', () => this.releaseAll());
+    video.addEventListener('focus', () => void this.#offerBrowserClipboard());
   }
 
   setChannel(channel: RTCDataChannel | undefined): void {
+    this.#channel?.removeEventListener('message', this.#onAppMessage);
     this.#channel = channel;
+    channel?.addEventListener('message', this.#onAppMessage);
   }
 
   get ready(): boolean {
@@ -120,6 +134,13 @@ export class InputCapture {
     return text ? this.#send({ type: 'text', text: text.slice(0, 1024) }) : undefined;
   }
 
+  /** Puts text on the app's clipboard; undefined (not sent) beyond CLIPBOARD_MAX_BYTES of UTF-8. */
+  sendClipboard(text: string): number | undefined {
+    if (new TextEncoder().encode(text).length > CLIPBOARD_MAX_BYTES) return undefined;
+    this.#clipboardSent = text;
+    return this.#send({ type: 'clipboard', text });
+  }
+
   /** Lets go of everything held: the app would otherwise see a key stuck down after a focus change. */
   releaseAll(): void {
     for (const [code, key] of [...this.#heldKeys]) this.sendKeyCode(code, key, false);
@@ -141,12 +162,41 @@ export class InputCapture {
     if (point) this.sendPointer(point.x, point.y);
   }
 
+  #onAppMessage = (event: MessageEvent): void => {
+    let message: Partial<AppClipboardMessage>;
+    try {
+      message = JSON.parse(String(event.data)) as Partial<AppClipboardMessage>;
+    } catch {
+      return;
+    }
+    if (message.type !== 'clipboard' || typeof message.text !== 'string') return;
+    this.clipboardText = message.text;
+    this.#clipboardSent = message.text; // already the app's: not worth sending back
+    this.onClipboard?.(message.text);
+    // Allowed while the page has the focus; otherwise the text stays in clipboardText.
+    navigator.clipboard?.writeText(message.text).catch(() => undefined);
+  };
+
+  /** The browser's clipboard to the app, if the page may read it without asking and it changed. */
+  async #offerBrowserClipboard(): Promise<void> {
+    try {
+      const permission = await navigator.permissions.query({ name: 'clipboard-read' as PermissionName });
+      if (permission.state !== 'granted') return;
+      const text = await navigator.clipboard.readText();
+      if (text && text !== this.#clipboardSent) this.sendClipboard(text);
+    } catch { /* no clipboard access in this browser or context */ }
+  }
+
   #send(payload: Payload): number | undefined {
     const channel = this.#channel;
     if (channel?.readyState !== 'open') return undefined;
-    const seq = ++this.#seq;
+    const seq = this.#seq + 1;
     const at = performance.now();
-    channel.send(JSON.stringify({ ...payload, seq, t: at }));
+    const message = JSON.stringify({ ...payload, seq, t: at });
+    // At most 3 bytes of UTF-8 per UTF-16 unit: only a long message needs counting.
+    if (message.length > MAX_MESSAGE_BYTES / 3 && new TextEncoder().encode(message).length > MAX_MESSAGE_BYTES) return undefined;
+    this.#seq = seq;
+    channel.send(message);
     this.onSent?.(seq, at);
     return seq;
   }

@@ -83,7 +83,15 @@ export type InputMessage =
   | { type: 'button'; seq: number; t: number; button: number; down: boolean }
   | { type: 'wheel'; seq: number; t: number; dx: number; dy: number }
   | { type: 'key'; seq: number; t: number; key: string; code?: string; down?: boolean; mods?: number }
-  | { type: 'text'; seq: number; t: number; text: string };
+  | { type: 'text'; seq: number; t: number; text: string }
+  /** Puts text on the app's clipboard (the x11 source: CLIPBOARD and PRIMARY); at most CLIPBOARD_MAX_BYTES. */
+  | { type: 'clipboard'; seq: number; t: number; text: string };
+
+/** Clipboard text, either way, is at most this many bytes of UTF-8 (a message must fit SCTP's 64 KiB). */
+export const CLIPBOARD_MAX_BYTES = 32 * 1024;
+
+/** DataChannel "input", app to browser: the app's clipboard changed (the x11 source: something copied to CLIPBOARD). */
+export type AppClipboardMessage = { type: 'clipboard'; text: string };
 
 /** DataChannel "input", app to browser, about once a second. */
 export type AppStatsMessage = {

@@ -212,6 +212,8 @@ export class VideoEncoder {
   #keyframeTimer: NodeJS.Timeout | undefined;
   #stopped = false;
   readonly stats: EncoderStats;
+  /** Called when a fresh process waits for a frame; a source that sends frames only on change sends one. */
+  onAwaitingFrame: (() => void) | undefined;
 
   constructor(settings: EncoderSettings, log: Logger, onFrame: (frame: EncodedFrame) => void, onFatal: (reason: string) => void) {
     this.settings = settings;
@@ -337,6 +339,7 @@ export class VideoEncoder {
     this.#active = next;
     this.#awaitingFrame = true;
     this.#lastSwitchMs = performance.now();
+    this.onAwaitingFrame?.();
     previous?.retire();
     if (previous) this.stats.restarts++;
     this.#log.debug({ reason, warm }, 'encoder switched for keyframe');

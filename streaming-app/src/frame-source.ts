@@ -29,6 +29,8 @@ export interface FrameSource {
 export type SourceEvents = {
   /** The source cannot go on (display lost, capture failed): the session ends with an error. */
   onFailure(reason: string): void;
+  /** Text was copied in the application (x11): it goes to the browser's clipboard. */
+  onClipboard(text: string): void;
 };
 
 const POOL_SIZE = 3;
@@ -97,31 +99,36 @@ export class FrameFeed {
     return buffer;
   }
 
-  /** Hands a filled buffer on; it comes back to the pool once the encoder has taken it. */
-  deliver(buffer: Buffer, captureMs: number): void {
+  /**
+   * Hands a filled buffer on; it comes back to the pool once the encoder has taken it. False when the
+   * encoder was too busy to take it: a source that sends frames only on change must send this one again.
+   */
+  deliver(buffer: Buffer, captureMs: number): boolean {
     const release = (): void => { this.#free.push(buffer); };
     if (this.#mode === 'idle') {
       release();
-      return;
+      return true;
     }
     if (this.#unchanged(buffer)) {
       release();
       this.framesUnchanged++;
-      return;
+      return true;
     }
     const frameNumber = ++this.frameNumber;
     this.#stamp?.(buffer, frameNumber, this.inputSeq);
     if (this.#mode === 'priming') {
       // The first frame of the session goes to the warm spare; later ones wait for the peer.
       if (!this.#encoder.prime(buffer, frameNumber, captureMs, release)) release();
-      return;
+      return true;
     }
-    if (this.#encoder.submit(buffer, frameNumber, captureMs, release)) this.framesSubmitted++;
-    else {
-      release();
-      this.framesSkipped++;
-      this.#previousAt = -Infinity; // the encoder never saw this change: the next frame must go
+    if (this.#encoder.submit(buffer, frameNumber, captureMs, release)) {
+      this.framesSubmitted++;
+      return true;
     }
+    release();
+    this.framesSkipped++;
+    this.#previousAt = -Infinity; // the encoder never saw this change: the next frame must go
+    return false;
   }
 
   /** True when the frame repeats the last one sent; otherwise it becomes the one to compare with. */

@@ -90,6 +90,7 @@ async function main(): Promise<void> {
       log.error({ reason }, 'frame source failed');
       session?.end(reason, true);
     },
+    onClipboard: (text) => session?.sendClipboard(text),
   }).catch((error: unknown) => {
     encoder?.stop();
     return failStartup((error as Error).message);

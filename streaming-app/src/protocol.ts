@@ -1,7 +1,7 @@
 // Validation of everything the browser sends: signaling messages on the WebSocket and input events on
 // the DataChannel. The message types themselves live in client/protocol.ts, shared with the client.
 import { z } from 'zod';
-import type { ClientMessage, InputMessage } from '../client/protocol.ts';
+import { CLIPBOARD_MAX_BYTES, type ClientMessage, type InputMessage } from '../client/protocol.ts';
 
 const candidate = z.object({
   candidate: z.string().max(1024),
@@ -31,6 +31,10 @@ const inputMessage = z.discriminatedUnion('type', [
     code: z.string().regex(/^[A-Za-z0-9]{1,32}$/).optional(), down: z.boolean().optional(), mods: z.number().int().min(0).max(15).optional(),
   }),
   z.object({ type: z.literal('text'), seq, t: z.number(), text: z.string().min(1).max(1024) }),
+  z.object({
+    type: z.literal('clipboard'), seq, t: z.number(),
+    text: z.string().refine((text) => Buffer.byteLength(text) <= CLIPBOARD_MAX_BYTES, `at most ${CLIPBOARD_MAX_BYTES} bytes of UTF-8`),
+  }),
 ]);
 
 export type ParseResult<T> = { ok: true; value: T } | { ok: false; error: string };

@@ -6,7 +6,7 @@
 //                    |                      |
 //                    +--bye / peer failure--+--resume window over--> ended (process exits 0)
 import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
-import type { AppStatsMessage, ClientMessage, IceCandidateJson, ServerMessage } from '../client/protocol.ts';
+import type { AppClipboardMessage, AppStatsMessage, ClientMessage, IceCandidateJson, ServerMessage } from '../client/protocol.ts';
 import { CloseCode, PROTOCOL_VERSION } from '../client/protocol.ts';
 import { AudioCapture, type PulseServer } from './audio.ts';
 import type { Config } from './config.ts';
@@ -315,6 +315,12 @@ export class StreamingSession {
     this.inputDropped++;
     const error = parsed.ok ? `${parsed.value.type} event cannot be applied by the ${this.#source.kind} source` : parsed.error;
     this.#log[this.inputDropped === 1 ? 'info' : 'debug']({ error, dropped: this.inputDropped }, 'input event dropped');
+  }
+
+  /** Text copied in the application, for the browser's clipboard (dropped while no peer is connected). */
+  sendClipboard(text: string): void {
+    const message: AppClipboardMessage = { type: 'clipboard', text };
+    this.#peer?.sendInputChannel(JSON.stringify(message));
   }
 
   #sendStats(): void {

@@ -1,9 +1,10 @@
 // The X display the application draws on: a virtual one (Xvfb, on a display number it picks itself with
 // -displayfd, at the session's resolution), or an existing one (STREAMING_DISPLAY). The app talks to it
 // through its own protocol connection (the `x11` package, pure JavaScript): to see that the application
-// has mapped a window, and to inject input with the XTEST extension.
+// has mapped a window, to inject input with the XTEST extension, and to capture the screen (DAMAGE,
+// XFIXES, MIT-SHM; x11-capture.ts).
 import type { ChildProcess } from 'node:child_process';
-import x11, { type XClient, type XDisplay, type XTest } from 'x11';
+import x11, { type XClient, type XDamage, type XDisplay, type XFixes, type XShm, type XTest } from 'x11';
 import { exited, spawnChild, stopChild } from './children.ts';
 import { LineTail } from './line-tail.ts';
 
@@ -11,6 +12,7 @@ const XVFB_START_TIMEOUT_MS = 15_000;
 const CONNECT_TIMEOUT_MS = 5_000;
 const WINDOW_POLL_MS = 50;
 const MAP_STATE_VIEWABLE = 2;
+const REVERT_TO_POINTER_ROOT = 1;
 
 export type VirtualDisplay = { display: string; child: ChildProcess; stop(): Promise<void> };
 
@@ -43,19 +45,36 @@ export async function startXvfb(xvfbPath: string, width: number, height: number)
   }
 }
 
-/** One protocol connection to the display, with XTEST. */
+type Extensions = { xtest: XTest; damage: XDamage; fixes: XFixes; shm: XShm | undefined };
+
+/**
+ * The capture reads the screen as 24-bit colour in 32-bit pixels, least significant byte first (B, G, R,
+ * unused: Xvfb's, and any x86 Xorg's, format). Anything else is refused up front.
+ */
+function checkPixelFormat(display: XDisplay): void {
+  const depth = display.screen[0].root_depth;
+  if (depth !== 24 || display.format[24]?.bits_per_pixel !== 32 || display.image_byte_order !== 0) {
+    throw new Error(`unsupported pixel format (depth ${depth}, ${display.format[depth]?.bits_per_pixel} bits per pixel): the display must be 24-bit colour in 32-bit pixels`);
+  }
+}
+
+/** One protocol connection to the display, with the extensions the app uses. */
 export class XConnection {
   readonly client: XClient;
   readonly xtest: XTest;
+  readonly damage: XDamage;
+  readonly fixes: XFixes;
+  /** MIT-SHM, when the server has it (local displays); capture falls back to core GetImage without it. */
+  readonly shm: XShm | undefined;
   readonly root: number;
   readonly width: number;
   readonly height: number;
   readonly minKeycode: number;
   readonly maxKeycode: number;
 
-  private constructor(display: XDisplay, xtest: XTest) {
+  private constructor(display: XDisplay, extensions: Extensions) {
     this.client = display.client;
-    this.xtest = xtest;
+    ({ xtest: this.xtest, damage: this.damage, fixes: this.fixes, shm: this.shm } = extensions);
     const screen = display.screen[0];
     this.root = screen.root;
     this.width = screen.pixel_width;
@@ -74,10 +93,15 @@ export class XConnection {
     });
     try {
       const connected = await Promise.race([opened, timeout]);
-      const xtest = await new Promise<XTest>((resolve, reject) => {
-        connected.client.require('xtest', (error, ext) => (error ? reject(new Error('the display has no XTEST extension')) : resolve(ext)));
-      });
-      return new XConnection(connected, xtest);
+      checkPixelFormat(connected);
+      const { client } = connected;
+      const extension = <T>(load: (callback: (error: Error | null, ext: T) => void) => void, name: string): Promise<T> =>
+        new Promise((resolve, reject) => load((error, ext) => (error ? reject(new Error(`the display has no ${name} extension`)) : resolve(ext))));
+      const xtest = await extension<XTest>((cb) => client.require('xtest', cb), 'XTEST');
+      const damage = await extension<XDamage>((cb) => client.require('damage', cb), 'DAMAGE');
+      const fixes = await extension<XFixes>((cb) => client.require('fixes', cb), 'XFIXES');
+      const shm = await extension<XShm>((cb) => client.require('shm', cb), 'MIT-SHM').catch(() => undefined);
+      return new XConnection(connected, { xtest, damage, fixes, shm });
     } catch (error) {
       throw new Error(`cannot open X display ${display}: ${(error as Error).message}`);
     } finally {
@@ -93,25 +117,38 @@ export class XConnection {
     this.client.on('error', (error) => tell(`X display error: ${error?.message ?? 'unknown'}`));
   }
 
-  /** Resolves once some top-level window is mapped; `failed()` is checked between polls (e.g. the app exited). */
-  async waitForWindow(timeoutMs: number, failed: () => string | undefined): Promise<void> {
+  /**
+   * Resolves with the topmost mapped top-level window once there is one; `failed()` is checked between
+   * polls (e.g. the app exited).
+   */
+  async waitForWindow(timeoutMs: number, failed: () => string | undefined): Promise<number> {
     const deadline = performance.now() + timeoutMs;
     for (;;) {
       const reason = failed();
       if (reason) throw new Error(reason);
-      if (await this.#hasViewableWindow()) return;
+      const window = await this.#topViewableWindow();
+      if (window !== undefined) return window;
       if (performance.now() > deadline) throw new Error(`the application showed no window within ${Math.round(timeoutMs / 1000)} s`);
       await new Promise((resolve) => setTimeout(resolve, WINDOW_POLL_MS));
     }
   }
 
-  async #hasViewableWindow(): Promise<boolean> {
+  async #topViewableWindow(): Promise<number | undefined> {
     const tree = await this.#call<{ children: number[] }>((cb) => this.client.QueryTree(this.root, cb));
-    for (const window of tree.children) {
+    for (const window of tree.children.toReversed()) { // stacking order: the last child is on top
       const attributes = await this.#call<{ mapState: number }>((cb) => this.client.GetWindowAttributes(window, cb)).catch(() => undefined);
-      if (attributes?.mapState === MAP_STATE_VIEWABLE) return true;
+      if (attributes?.mapState === MAP_STATE_VIEWABLE) return window;
     }
-    return false;
+    return undefined;
+  }
+
+  /**
+   * Keyboard focus to `window`, back to "wherever the pointer is" once it is gone. Without a window
+   * manager the focus otherwise follows the pointer, and keys typed with the pointer off the app's window
+   * would reach nobody.
+   */
+  focus(window: number): void {
+    this.client.SetInputFocus(window, REVERT_TO_POINTER_ROOT);
   }
 
   keyboardMapping(): Promise<number[][]> {
@@ -133,6 +170,7 @@ export class XConnection {
   }
 
   close(): void {
+    this.client.on('error', () => { /* a reset while closing (the server went first) is no failure */ });
     try { this.client.terminate(); } catch { /* already closed */ }
   }
 }

@@ -57,6 +57,8 @@ export class X11Input {
   readonly #spare: number[] = [];
   #nextSpare = 0;
   #wheel = { x: 0, y: 0 };
+  /** Sequence number of the newest event injected. */
+  lastSeq = 0;
 
   private constructor(x: XConnection) {
     this.#x = x;
@@ -77,6 +79,12 @@ export class X11Input {
 
   /** Applies one event; returns false when it cannot be expressed on this display (counted as dropped). */
   apply(event: InputMessage): boolean {
+    if (!this.#inject(event)) return false;
+    this.lastSeq = event.seq;
+    return true;
+  }
+
+  #inject(event: InputMessage): boolean {
     const { xtest } = this.#x;
     switch (event.type) {
       case 'pointer':
@@ -97,6 +105,8 @@ export class X11Input {
       case 'text':
         for (const char of event.text) this.#type(char);
         return true;
+      case 'clipboard':
+        return false; // not input: the x11 source puts it on the display's clipboard (x11-clipboard.ts)
     }
   }
 

@@ -9,6 +9,7 @@ import { delimiter, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RTCPeerConnection, useH264, useVP8, type RTCDataChannel, type RtpPacket } from 'werift';
 import { DepacketizeBase } from 'werift/nonstandard';
+import type { Page } from 'playwright-core';
 import { WebSocket } from 'ws';
 import { barcodeLayout, decodeBarcode } from '../client/barcode.ts';
 import type { ClientMessage, ServerMessage } from '../client/protocol.ts';
@@ -46,6 +47,32 @@ export const PULSEAUDIO = { name: 'pulseaudio', install: 'Debian package pulseau
 
 export const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+/** Dark pixels in a rectangle of the video as shown (text is black on the xterm's white). */
+export function darkPixels(page: Page, x: number, y: number, w: number, h: number): Promise<number> {
+  return page.evaluate(`(() => {
+    const video = document.querySelector('video');
+    const canvas = document.createElement('canvas');
+    canvas.width = video.videoWidth;
+    canvas.height = video.videoHeight;
+    const ctx = canvas.getContext('2d');
+    ctx.drawImage(video, 0, 0);
+    const data = ctx.getImageData(${x}, ${y}, ${w}, ${h}).data;
+    let dark = 0;
+    for (let i = 0; i < data.length; i += 4) if (data[i] + data[i + 1] + data[i + 2] < 200) dark++;
+    return dark;
+  })()`) as Promise<number>;
+}
+
+/** Page script: Enter, then Ctrl+D, which ends a `cat` in a terminal (and the terminal with it). */
+export const END_OF_INPUT = `(() => {
+  svcStream.sendKeyCode('Enter', 'Enter', true, 0);
+  svcStream.sendKeyCode('Enter', 'Enter', false, 0);
+  svcStream.sendKeyCode('ControlLeft', 'Control', true, 2);
+  svcStream.sendKeyCode('KeyD', 'd', true, 2);
+  svcStream.sendKeyCode('KeyD', 'd', false, 2);
+  svcStream.sendKeyCode('ControlLeft', 'Control', false, 0);
+})()`;
 
 /** Runs the app until it exits by itself (a start-up failure): its exit code, stdout and stderr. */
 export async function runToExit(env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | null; stdout: string; stderr: string }> {

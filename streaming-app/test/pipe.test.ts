@@ -1,10 +1,11 @@
 // The pipe source: an off-screen renderer (pipe-renderer.ts) writes raw I420 frames to the container's
 // socket; they stream like any other source (a PLI is answered with a keyframe from the warm spare), and
-// input events reach the renderer as JSON lines. A bad input event is dropped and counted without harming
-// the session.
+// input events reach the renderer as JSON lines. A bad input event (malformed, or clipboard text over the
+// size cap) is dropped and counted without harming the session.
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { describe, test } from 'node:test';
+import { CLIPBOARD_MAX_BYTES } from '../client/protocol.ts';
 import { decodeFrames, FFMPEG, missingTools, startApp, WeriftViewer } from './helpers.ts';
 
 const RENDERER = fileURLToPath(new URL('./pipe-renderer.ts', import.meta.url));
@@ -37,17 +38,18 @@ describe('pipe source', { skip: missingTools([FFMPEG]) }, () => {
     channel.send(JSON.stringify({ type: 'key', seq: 5, t: 0, key: 'a', code: 'KeyA', down: true, mods: 0 }));
     channel.send(JSON.stringify({ type: 'key', seq: 6, t: 0, key: 'a', code: 'Key A!', down: false }));
     channel.send('not json');
+    channel.send(JSON.stringify({ type: 'clipboard', seq: 8, t: 0, text: 'x'.repeat(CLIPBOARD_MAX_BYTES + 1) }));
     channel.send(JSON.stringify({ type: 'wheel', seq: 7, t: 0, dx: 0, dy: 120 }));
     await app.waitForLog((l) => l.msg === 'app output' && String(l.line).includes('"type":"wheel"'));
     const forwarded = app.logs.filter((l) => l.msg === 'app output').map((l) => String(l.line));
     assert.ok(forwarded.some((line) => line.includes('"seq":5') && line.includes('"code":"KeyA"')), 'the key event reached the renderer');
-    assert.ok(!forwarded.some((line) => line.includes('"seq":6')), 'the malformed event did not');
+    assert.ok(!forwarded.some((line) => line.includes('"seq":6') || line.includes('"seq":8')), 'the malformed and the oversized event did not');
     const dropped = await app.waitForLog((l) => l.msg === 'input event dropped');
     assert.match(String(dropped.error), /code/);
 
     viewer.signaling.send({ type: 'bye', reason: 'test done' });
     assert.deepEqual(await app.exited, { code: 0, signal: null });
     const ended = app.logs.find((l) => l.msg === 'session ended');
-    assert.equal(ended?.inputDropped, 2, 'both bad events were counted');
+    assert.equal(ended?.inputDropped, 3, 'every bad event was counted');
   });
 });

@@ -8,12 +8,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { chromium, type BrowserContext } from 'playwright-core';
 import { CloseCode } from '../client/protocol.ts';
+import { bgrxToI420 } from '../src/x11-capture.ts';
 import { startXvfb, XConnection } from '../src/x11-display.ts';
 import { X11Input } from '../src/x11-input.ts';
 import {
-  alive, CHROMIUM, CHROMIUM_ARGS, descendants, FFMPEG, freeTcpPort, missingTools, PULSEAUDIO, runToExit, startApp, WeriftViewer, XTERM, XVFB,
+  alive, CHROMIUM, CHROMIUM_ARGS, darkPixels, descendants, END_OF_INPUT, FFMPEG, freeTcpPort, missingTools, PULSEAUDIO, runToExit, startApp, WeriftViewer, XTERM, XVFB,
   type AppProcess,
 } from './helpers.ts';
 
@@ -22,8 +23,11 @@ if (skip) console.log(`# skipping the x11 source tests: ${skip}`);
 
 const WIDTH = 640;
 const HEIGHT = 360;
-/** An xterm below the barcode strip, echoing what is typed (cat, no shell); Ctrl+D at a line start ends it. */
-const XTERM_CAT = 'exec xterm -geometry 40x6+0+40 -fa Monospace -fs 14 -bg white -fg black -e cat';
+/**
+ * An xterm below the barcode strip, echoing what is typed (cat, no shell); Ctrl+D at a line start ends it.
+ * Its selection goes to CLIPBOARD (selectToClipboard), as a copy would in most applications.
+ */
+const XTERM_CAT = "exec xterm -geometry 40x6+0+40 -fa Monospace -fs 14 -bg white -fg black -xrm 'XTerm*selectToClipboard: true' -e cat";
 const X11_ENV = { STREAMING_SOURCE: 'x11', STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_FRAME_BARCODE: 'true', STREAMING_AUDIO: 'false' };
 
 type Snapshot = { framesDecodedFromBarcode: number; ended?: string };
@@ -38,25 +42,25 @@ async function until<T>(what: string, read: () => Promise<T>, done: (value: T) =
   }
 }
 
-/** Dark pixels in a rectangle of the video as shown (text is black on the xterm's white). */
-function darkPixels(page: Page, x: number, y: number, w: number, h: number): Promise<number> {
-  return page.evaluate(`(() => {
-    const video = document.querySelector('video');
-    const canvas = document.createElement('canvas');
-    canvas.width = video.videoWidth;
-    canvas.height = video.videoHeight;
-    const ctx = canvas.getContext('2d');
-    ctx.drawImage(video, 0, 0);
-    const data = ctx.getImageData(${x}, ${y}, ${w}, ${h}).data;
-    let dark = 0;
-    for (let i = 0; i < data.length; i += 4) if (data[i] + data[i + 1] + data[i + 2] < 200) dark++;
-    return dark;
-  })()`) as Promise<number>;
-}
-
 function clientUrl(app: AppProcess): string {
   return `http://127.0.0.1:${app.streamingPort}/client/?autostart=1&signal=${encodeURIComponent(app.signalingUrl())}`;
 }
+
+test('the capture converts BGRX to video-range BT.601 I420, only inside the rectangle it is given', () => {
+  const [width, height] = [4, 2];
+  const screen = Buffer.alloc(width * height * 4);
+  const pixels = [[255, 255, 255], [255, 255, 255], [0, 0, 255], [0, 0, 255]]; // BGR: white, white, red, red
+  pixels.forEach(([b, g, r], x) => [x, x + width].forEach((i) => screen.set([b, g, r, 0], i * 4)));
+  const picture = Buffer.alloc(width * height * 1.5, 7);
+  bgrxToI420(screen, picture, width, height, { x: 0, y: 0, width: 2, height: 2 });
+  assert.deepEqual([...picture.subarray(0, 2), picture[width], picture[width + 1]], [235, 235, 235, 235], 'white luma');
+  assert.deepEqual([picture[8], picture[10]], [128, 128], 'white chroma');
+  bgrxToI420(screen, picture, width, height, { x: 2, y: 0, width: 2, height: 2 });
+  assert.deepEqual([picture[2], picture[9], picture[11]], [82, 90, 240], 'red: Y, U, V');
+  const untouched = Buffer.alloc(width * height * 1.5, 7);
+  bgrxToI420(screen, untouched, width, height, { x: 2, y: 0, width: 2, height: 2 });
+  assert.deepEqual([...untouched.subarray(0, 2), untouched[8], untouched[10]], [7, 7, 7, 7], 'outside the rectangle nothing changes');
+});
 
 test('XTEST input: absolute and relative pointer, buttons and modifiers, all released at the end', { skip }, async (t) => {
   const server = await startXvfb('Xvfb', WIDTH, HEIGHT);
@@ -93,7 +97,7 @@ describe('x11 source', { skip }, () => {
     await rm(profile, { recursive: true, force: true });
   });
 
-  test('an xterm streams to Chromium; keys, text and a double-click change the picture; Ctrl+D ends app and session', async (t) => {
+  test('an xterm streams to Chromium; keys, text, the cursor and a double-click change the picture; clipboard both ways; Ctrl+D ends app and session', async (t) => {
     const app = await startApp({ ...X11_ENV, STREAMING_APP_COMMAND: XTERM_CAT });
     t.after(() => app.stop());
     const helpers = descendants(app.pid);
@@ -120,6 +124,12 @@ describe('x11 source', { skip }, () => {
     const typed = await until('the typed text on screen', textArea, (dark) => dark > blank + 200);
     t.diagnostic(`dark pixels: ${blank} blank, ${typed} after typing`);
 
+    // The pointer's cursor is drawn into the picture (an I-beam over the xterm's white background).
+    const cursorBox = (): Promise<number> => darkPixels(page, 240, 110, 24, 24);
+    assert.equal(await cursorBox(), 0, 'nothing drawn there yet');
+    await page.evaluate(`svcStream.sendPointer(${250 / WIDTH}, ${120 / HEIGHT})`);
+    await until('the cursor where the pointer is', cursorBox, (dark) => dark > 5);
+
     // A double-click on "streaming" selects it: xterm shows it in reverse video.
     await page.evaluate(`(() => {
       svcStream.sendPointer(${60 / WIDTH}, ${52 / HEIGHT});
@@ -128,22 +138,26 @@ describe('x11 source', { skip }, () => {
     const selected = await until('the selection highlight', textArea, (dark) => dark > typed + 800);
     t.diagnostic(`dark pixels after the double-click: ${selected}`);
 
-    // Enter, then Ctrl+D: cat reads end of input and exits 0, xterm with it.
+    // Clipboard both ways: the word xterm copied reaches the browser; the browser's text, put on the
+    // display's clipboard, is pasted by a middle-click at the end of the typed line.
+    await until('the copied word in the browser', () => page.evaluate('svcStream.input.clipboardText'), (text) => text === 'streaming');
+    const rightOfText = (): Promise<number> => darkPixels(page, 230, 44, 190, 20); // the xterm is about 440 pixels wide
+    assert.equal(await rightOfText(), 0, 'nothing typed there yet');
     await page.evaluate(`(() => {
-      svcStream.sendKeyCode('Enter', 'Enter', true, 0);
-      svcStream.sendKeyCode('Enter', 'Enter', false, 0);
-      svcStream.sendKeyCode('ControlLeft', 'Control', true, 2);
-      svcStream.sendKeyCode('KeyD', 'd', true, 2);
-      svcStream.sendKeyCode('KeyD', 'd', false, 2);
-      svcStream.sendKeyCode('ControlLeft', 'Control', false, 0);
+      svcStream.input.sendClipboard('pasted from the browser');
+      for (const down of [true, false]) svcStream.sendButton(1, down);
     })()`);
+    await until('the pasted text', rightOfText, (dark) => dark > 100);
+
+    // Enter, then Ctrl+D: cat reads end of input and exits 0, xterm with it.
+    await page.evaluate(END_OF_INPUT);
     const ended = await until('the session to end', snapshot, (s) => s.ended !== undefined);
     assert.match(String(ended.ended), /the application exited with code 0/);
     assert.deepEqual(await app.exited, { code: 0, signal: null });
     assert.deepEqual(alive(helpers), [], 'no helper process outlives the container');
   });
 
-  test('an application crash closes the connection with 4502 and a reason; nothing is left behind', async (t) => {
+  test('a still screen answers a PLI with a keyframe; an application crash closes the connection with 4502; nothing is left behind', async (t) => {
     // The shell is the application: told to (SIGUSR1), it exits 3 while the xterm it started is still up.
     const app = await startApp({ ...X11_ENV, STREAMING_APP_COMMAND: "trap 'exit 3' USR1; xterm -geometry 20x4+0+40 & while :; do sleep 0.1; done" });
     t.after(() => app.stop());
@@ -151,6 +165,10 @@ describe('x11 source', { skip }, () => {
     t.after(() => viewer.close());
     await viewer.hello();
     await viewer.waitForFrames(1);
+    // Nothing changes on screen, so no frame is grabbed unless the fresh encoder process asks for one.
+    const keyframes = viewer.keyframes;
+    await viewer.sendPli();
+    await until('a keyframe after the PLI', async () => viewer.keyframes, (n) => n > keyframes);
     const helpers = descendants(app.pid);
     const appPid = Number(app.logs.find((l) => l.msg === 'application window mapped')?.appPid);
     process.kill(appPid, 'SIGUSR1');

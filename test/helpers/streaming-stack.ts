@@ -30,6 +30,7 @@ export interface Snapshot {
   metrics: { localCandidateType?: string };
   status: string;
   state: string;
+  inputReady: boolean;
 }
 
 /** page.goto, again if Chromium saw the host's network change meanwhile (containers coming and going on it). */
@@ -81,6 +82,8 @@ export interface StreamingStackOptions {
   /** Deployment specification overrides (default: one instance). */
   spec?: Record<string, unknown>;
   video?: string;
+  /** More of the container's environment (e.g. the application an x11 container streams). */
+  environment?: { key: string; value: string }[];
 }
 
 export interface StreamingStack {
@@ -111,7 +114,9 @@ export async function startStreamingStack(options: StreamingStackOptions): Promi
     const fn = await deploy(svc, token, streamingBody({
       name: options.name, description: 'The reference streaming container: a test scene that follows your pointer',
       containerImage: 'local/streaming-app:1',
-      containerEnvironment: [{ key: 'STREAMING_VIDEO_SIZE', value: options.video ?? '640x360' }, { key: 'STREAMING_VIDEO_FPS', value: '30' }],
+      containerEnvironment: [
+        { key: 'STREAMING_VIDEO_SIZE', value: options.video ?? '640x360' }, { key: 'STREAMING_VIDEO_FPS', value: '30' }, ...(options.environment ?? []),
+      ],
     }), options.spec);
     await waitFor(svc, key, fn, running, 60_000);
 
