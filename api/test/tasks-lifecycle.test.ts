@@ -98,19 +98,21 @@ describe('task lifecycle on the local agent', () => {
   });
 
   test('maxRuntimeDuration: SIGTERM, and a kill after terminationGracePeriodDuration when it is ignored', async () => {
+    // The limit leaves the task's Node.js time to start and install its SIGTERM handler even on a loaded
+    // machine (at 0.5 s a slow start was sometimes killed by the SIGTERM itself).
     const [ignoring, honouring] = await Promise.all([
       svc.api('POST', '/v1/svct/tasks', {
-        bearer: key, body: taskBody({ name: 'stubborn', maxRuntimeDuration: 'PT0.5S', terminationGracePeriodDuration: 'PT0.3S' },
+        bearer: key, body: taskBody({ name: 'stubborn', maxRuntimeDuration: 'PT2S', terminationGracePeriodDuration: 'PT0.3S' },
           { TASK_STEPS: '1000', TASK_STEP_MS: '50', TASK_IGNORE_SIGTERM: '1' }),
       }),
       svc.api('POST', '/v1/svct/tasks', {
-        bearer: key, body: taskBody({ name: 'polite', maxRuntimeDuration: 'PT0.5S', terminationGracePeriodDuration: 'PT0.3S' },
+        bearer: key, body: taskBody({ name: 'polite', maxRuntimeDuration: 'PT2S', terminationGracePeriodDuration: 'PT0.3S' },
           { TASK_STEPS: '1000', TASK_STEP_MS: '50' }),
       }),
     ]);
     const killed = await waitForTask(svc.api, key, ignoring.body.task.id, hasStatus('EXCEEDED_MAX_RUNTIME_DURATION', 'COMPLETED', 'ERRORED'));
     assert.equal(killed.status, 'EXCEEDED_MAX_RUNTIME_DURATION');
-    assert.match(killed.healthInfo.error, /ran longer than maxRuntimeDuration \(500 ms\); killed by SIGKILL/);
+    assert.match(killed.healthInfo.error, /ran longer than maxRuntimeDuration \(2000 ms\); killed by SIGKILL/);
     const tail = (await eventsOf(svc.api, key, killed.id)).find((message) => message.startsWith('Last lines of output:'));
     assert.match(tail ?? '', /SIGTERM received; ignoring it/);
 
