@@ -14,8 +14,8 @@ import { unauthorized } from '../http/problem.ts';
 import { createLogger } from '../logger.ts';
 import { openDatabase } from '../database.ts';
 import type { StoreOptions } from '../store/store.ts';
-import { createAutoscalerPlane } from './plane.ts';
-import type { AutoscalerSettings } from './settings.ts';
+import { createAutoscalerPlane } from '../autoscaler/plane.ts';
+import type { AutoscalerSettings } from '../autoscaler/settings.ts';
 
 export interface AutoscalerRoleOptions {
   store: StoreOptions;
