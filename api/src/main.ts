@@ -55,7 +55,7 @@ import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
-import { openStore } from './store/store.ts';
+import { openDatabase } from './database.ts';
 
 export interface Platform {
   /** http(s)://localhost:<port> */
@@ -85,7 +85,7 @@ const VERSION = '0.1.0';
 export async function startPlatform(config: Config, options: PlatformOptions = {}): Promise<Platform> {
   const now = options.now ?? (() => new Date());
   const log = createLogger(config.log.level, options.logDestination);
-  const store = await openStore(config.store);
+  const store = await openDatabase(config.store);
   // What has started, stopped in reverse order by close() or by a start-up that fails half-way.
   const closers: (() => unknown)[] = [() => store.close()];
   const closeAll = async () => {

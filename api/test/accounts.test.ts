@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import { createAccountsRepo } from '../src/control/accounts/repo.ts';
 import { createAccountsService } from '../src/control/accounts/service.ts';
 import { Problem } from '../src/http/problem.ts';
-import { openStore } from '../src/store/store.ts';
+import { openDatabase } from '../src/database.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 
 describe('accounts', () => {
@@ -109,7 +109,7 @@ describe('accounts', () => {
   });
 
   test('the quota check names the account and the limit', async () => {
-    const store = await openStore({ dataDir: svc.database.dataDir, databaseUrl: svc.database.databaseUrl });
+    const store = await openDatabase({ dataDir: svc.database.dataDir, databaseUrl: svc.database.databaseUrl });
     try {
       const accounts = createAccountsService(createAccountsRepo(store.db));
       await accounts.checkQuota('svc-default', 'functions', 49);

@@ -8,7 +8,7 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { after, describe, test } from 'node:test';
-import { openStore } from '../src/store/store.ts';
+import { openDatabase } from '../src/database.ts';
 import type { AutoscalerDatabase } from '../src/autoscaler/migration.ts';
 import { metricValue } from './helpers/autoscaler-platform.ts';
 import { backends, createDatabase } from './helpers/databases.ts';
@@ -51,7 +51,7 @@ describe('autoscaler replicas and the discovery lock', async () => {
     test(`${backend}: one discoverer of two; after the leader is killed its lock expires and the other takes over`, async () => {
       const database = await createDatabase(backend);
       const store = { dataDir: database.dataDir, databaseUrl: database.databaseUrl };
-      const observer = await openStore(store);
+      const observer = await openDatabase(store);
       const db = observer.db.withTables<AutoscalerDatabase>();
       const lockRow = () => db.selectFrom('autoscaler_locks').selectAll().where('name', '=', 'discovery').executeTakeFirst();
       try {

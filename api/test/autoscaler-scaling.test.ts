@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import SQLite from 'better-sqlite3';
 import { autoscalerCommands } from '../src/cli/commands/autoscaler.ts';
-import type { CommandContext } from '../src/cli/main.ts';
+import type { CommandContext } from '../src/cli/command.ts';
 import { metricValue, startScalingTestPlatform, type ScalingTestPlatform } from './helpers/autoscaler-platform.ts';
 import { localSpec } from './helpers/fixtures.ts';
 

@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 import { ConfigError, loadConfig } from '../src/config.ts';
 import { loadSecretBox } from '../src/control/installation/service.ts';
 import { createSettingsRepo } from '../src/control/installation/repo.ts';
-import { openStore } from '../src/store/store.ts';
+import { openDatabase } from '../src/database.ts';
 import { tempDir } from './helpers/databases.ts';
 
 function yamlConfig(text: string): NodeJS.ProcessEnv {
@@ -48,7 +48,7 @@ describe('configuration errors', () => {
 
   test('a store sealed with another key: the line names the key that was used, SVC_SECRETS_KEY only when it was set', async () => {
     const dataDir = tempDir();
-    const store = await openStore({ dataDir });
+    const store = await openDatabase({ dataDir });
     try {
       const settings = createSettingsRepo(store.db);
       const now = '2026-01-01T00:00:00.000Z';

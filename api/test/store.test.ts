@@ -8,7 +8,8 @@ import { createSettingsRepo } from '../src/control/installation/repo.ts';
 import { createKeysRepo, type CredentialRow } from '../src/control/keys/repo.ts';
 import { anonymous } from '../src/http/auth.ts';
 import { Problem } from '../src/http/problem.ts';
-import { isUniqueViolation, openStore, type Store } from '../src/store/store.ts';
+import { openDatabase } from '../src/database.ts';
+import { isUniqueViolation, type Store } from '../src/store/store.ts';
 import { backends, createDatabase, type TestDatabase } from './helpers/databases.ts';
 
 const admin = { ...anonymous, kind: 'admin' as const, ncaId: '*', scopes: new Set(['account_setup']) };
@@ -33,7 +34,7 @@ for (const backend of await backends()) {
   describe(`store on ${backend}`, () => {
     let database: TestDatabase;
     let store: Store;
-    const open = () => openStore({ dataDir: database.dataDir, databaseUrl: database.databaseUrl });
+    const open = () => openDatabase({ dataDir: database.dataDir, databaseUrl: database.databaseUrl });
 
     before(async () => {
       database = await createDatabase(backend);
@@ -117,7 +118,7 @@ describe('secrets key ring', () => {
     const { loadSecretBox } = await import('../src/control/installation/service.ts');
     const { randomBytes } = await import('node:crypto');
     const database = await createDatabase('sqlite');
-    const store = await openStore({ dataDir: database.dataDir });
+    const store = await openDatabase({ dataDir: database.dataDir });
     try {
       const settings = createSettingsRepo(store.db);
       const [oldKey, newKey] = [randomBytes(32).toString('base64'), randomBytes(32).toString('base64')];

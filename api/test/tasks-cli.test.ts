@@ -7,7 +7,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parseArgs } from 'node:util';
 import { taskCommands } from '../src/cli/commands/tasks.ts';
-import type { CommandContext } from '../src/cli/main.ts';
+import type { CommandContext } from '../src/cli/command.ts';
 import type { CliState } from '../src/cli/state.ts';
 import { hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';

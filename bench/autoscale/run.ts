@@ -13,7 +13,7 @@ import { createAutoscalerPlane } from '../../api/src/autoscaler/plane.ts';
 import { autoscalerSettingsSchema } from '../../api/src/autoscaler/settings.ts';
 import { createMetrics, type FunctionInstances, type FunctionLoad } from '../../api/src/http/metrics.ts';
 import { createLogger } from '../../api/src/logger.ts';
-import { openStore } from '../../api/src/store/store.ts';
+import { openDatabase } from '../../api/src/database.ts';
 import { startScalingTestPlatform } from '../../api/test/helpers/autoscaler-platform.ts';
 import { backends, createDatabase } from '../../api/test/helpers/databases.ts';
 import { localSpec } from '../../api/test/helpers/fixtures.ts';
@@ -120,7 +120,7 @@ async function roundCost(backend: 'sqlite' | 'postgres') {
     }
     await svc.close();
 
-    const store = await openStore({ dataDir: database.dataDir, databaseUrl: database.databaseUrl });
+    const store = await openDatabase({ dataDir: database.dataDir, databaseUrl: database.databaseUrl });
     const refs = (await store.db.selectFrom('deployments').select(['version_id', 'function_id', 'nca_id']).execute())
       .map((row) => ({ versionId: row.version_id, functionId: row.function_id, ncaId: row.nca_id }));
     const demand = new Map(refs.map((ref, index) => [ref.versionId, index % 5]));

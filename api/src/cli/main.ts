@@ -1,29 +1,12 @@
 // The `svc` command: parses the command line, runs one command, prints one clear line on failure.
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
+import type { Command, CommandContext } from './command.ts';
 import { autoscalerCommands } from './commands/autoscaler.ts';
 import { foundationCommands } from './commands/foundation.ts';
 import { functionCommands } from './commands/functions.ts';
 import { taskCommands } from './commands/tasks.ts';
 import { guardRole } from '../process/guard.ts';
-import { loadState, type CliState } from './state.ts';
-
-export interface CommandContext {
-  values: Record<string, string | boolean | undefined>;
-  positionals: string[];
-  env: NodeJS.ProcessEnv;
-  state: CliState;
-  /** Prints `data` as JSON with --json, else the human rendering. */
-  print(human: string, data: unknown): void;
-}
-
-export interface Command {
-  summary: string;
-  usage?: string;
-  options?: ParseArgsOptionsConfig;
-  /** Runs until stopped (serve, agent, autoscaler): starts under the heap cap and the watchdog. */
-  role?: true;
-  run(context: CommandContext): Promise<void>;
-}
+import { loadState } from './state.ts';
 
 const commands: Record<string, Command> = { ...foundationCommands, ...functionCommands, ...taskCommands, ...autoscalerCommands };
 

@@ -1,11 +1,12 @@
 // The schema's history. Append a migration; never edit one that has shipped.
 import type { Kysely } from 'kysely';
 import type { Migration } from 'kysely/migration';
-import { autoscalerMigration } from '../autoscaler/migration.ts';
-import { tasksMigration } from '../control/tasks/migration.ts';
 
-/** The migrations for one backend; binary columns are bytea on PostgreSQL, blob on SQLite. */
-export function migrationsFor(dialect: 'sqlite' | 'postgres'): Record<string, Migration> {
+/**
+ * The foundation's migrations for one backend; binary columns are bytea on PostgreSQL, blob on SQLite. The
+ * planes' own (0004 tasks, 0005 autoscaler) are added by api/src/database.ts: names sort into one history.
+ */
+export function foundationMigrations(dialect: 'sqlite' | 'postgres'): Record<string, Migration> {
   const binary = dialect === 'postgres' ? 'bytea' : 'blob';
   return {
     '0001_foundation': {
@@ -150,8 +151,6 @@ export function migrationsFor(dialect: 'sqlite' | 'postgres'): Record<string, Mi
           .execute();
       },
     },
-    '0004_tasks': tasksMigration(dialect),
-    '0005_autoscaler': autoscalerMigration(),
     '0006_account_instance_quota': {
       async up(db: Kysely<any>) {
         // Existing accounts get the default of api.accountBootstrap.limits.maxInstances.

@@ -1,7 +1,5 @@
 // Row types of every table, as Kysely sees them. Timestamps are ISO 8601 UTC strings (sortable as text
 // on both backends); lists and objects are JSON text; booleans are 0/1 integers.
-import type { AutoscalerDatabase } from '../autoscaler/migration.ts';
-import type { TasksDatabase } from '../control/tasks/migration.ts';
 
 export interface AccountsTable {
   nca_id: string;
@@ -156,8 +154,11 @@ export interface InvocationsTable {
   updated_at: string;
 }
 
-/** Every table; the tasks and autoscaler tables are declared with their planes (control/tasks/migration.ts, autoscaler/migration.ts). */
-export interface Database extends TasksDatabase, AutoscalerDatabase {
+/**
+ * The foundation's tables. Planes with tables of their own declare them beside their migration (the tasks'
+ * and the autoscaler's) and reach them with `db.withTables<…>()`; api/src/database.ts lists every migration.
+ */
+export interface Database {
   accounts: AccountsTable;
   credentials: CredentialsTable;
   settings: SettingsTable;

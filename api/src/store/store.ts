@@ -3,9 +3,8 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import SQLite from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
-import { Migrator } from 'kysely/migration';
+import { Migrator, type Migration } from 'kysely/migration';
 import pg from 'pg';
-import { migrationsFor } from './migrations.ts';
 import type { Database } from './schema.ts';
 
 export type Dialect = 'sqlite' | 'postgres';
@@ -23,10 +22,14 @@ export interface StoreOptions {
   databaseUrl?: string;
 }
 
-export async function openStore(options: StoreOptions): Promise<Store> {
+/** Every migration of the schema for one backend, by name (their names sort into the order they run in). */
+export type Migrations = (dialect: Dialect) => Record<string, Migration>;
+
+/** Opens the store and brings its schema up to `migrations` (the composition root says which). */
+export async function openStore(options: StoreOptions, migrations: Migrations): Promise<Store> {
   const { db, dialect } = options.databaseUrl ? openPostgres(options.databaseUrl) : openSqlite(options.dataDir);
   try {
-    await migrate(db, dialect);
+    await migrate(db, migrations(dialect));
   } catch (error) {
     await db.destroy();
     throw error;
@@ -61,8 +64,8 @@ function openPostgres(connectionString: string) {
   return { db: new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), dialect: 'postgres' as const };
 }
 
-async function migrate(db: Kysely<Database>, dialect: Dialect) {
-  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrationsFor(dialect) } });
+async function migrate(db: Kysely<Database>, migrations: Record<string, Migration>) {
+  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((result) => result.status === 'Error')?.migrationName;

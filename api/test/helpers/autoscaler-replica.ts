@@ -1,7 +1,6 @@
 // A child process running `svc autoscaler` (startAutoscalerRole) for the replica tests: argv[2] is JSON
 // {store, settings, replicaId}. Prints one line {"port": N} once listening; a SIGKILL is its crash.
-// TEMPORARY step: runs the autoscaler migration with its own table until store/migrations.ts registers it.
-import { startAutoscalerRole } from '../../src/autoscaler/role.ts';
+import { startAutoscalerRole } from '../../src/roles/autoscaler.ts';
 import { autoscalerSettingsSchema } from '../../src/autoscaler/settings.ts';
 
 const { store, settings, replicaId } = JSON.parse(process.argv[2]);

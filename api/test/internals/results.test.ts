@@ -6,11 +6,11 @@ import { createLogger } from '../../src/logger.ts';
 import { Invocation, type StoredResult } from '../../src/invocation/invocation.ts';
 import { createInvocationsRepo } from '../../src/invocation/repo.ts';
 import { DurableResults, RESTARTED, ResultCollector } from '../../src/invocation/results.ts';
-import { openStore } from '../../src/store/store.ts';
+import { openDatabase } from '../../src/database.ts';
 import { createDatabase } from '../helpers/databases.ts';
 
 const database = await createDatabase('sqlite');
-const store = await openStore({ dataDir: database.dataDir });
+const store = await openDatabase({ dataDir: database.dataDir });
 after(async () => {
   await store.close();
   await database.drop();

@@ -1,13 +1,14 @@
 // Autoscaler commands: run the autoscaler role on its own, and show why each function version has the
 // instances it has.
-import { startAutoscalerRole } from '../../autoscaler/role.ts';
 import { autoscalerSettingsFromEnv, type AutoscalerSettings } from '../../autoscaler/settings.ts';
 import type { FunctionScaling } from '../../autoscaler/status.ts';
 import { loadConfig } from '../../config.ts';
 import type { MetricsSettings } from '../../http/metrics.ts';
 import { call, CliError } from '../client.ts';
+import { startAutoscalerRole } from '../../roles/autoscaler.ts';
+import { untilStopped } from '../../roles/stopped.ts';
 import { table } from '../format.ts';
-import type { Command } from '../main.ts';
+import type { Command } from '../command.ts';
 
 const autoscaler: Command = {
   summary: 'Run the function autoscaler on its own (discovery under the store lock, scaling, health, /metrics)',
@@ -22,10 +23,7 @@ const autoscaler: Command = {
       `  Metrics  http://localhost:${role.port}/metrics`,
       `  Load from ${settings.prometheusUrl ? 'Prometheus (SVC_PROMETHEUS_URL)' : 'this process only: set SVC_PROMETHEUS_URL so it sees the API replicas'}`,
     ].join('\n'));
-    await new Promise<void>((resolve) => {
-      process.once('SIGINT', () => resolve());
-      process.once('SIGTERM', () => resolve());
-    });
+    await untilStopped();
     await role.close();
   },
 };

@@ -5,15 +5,12 @@ import { createInterface } from 'node:readline/promises';
 import { loadConfig } from '../../config.ts';
 import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../control/keys/signing.ts';
 import { functionKeyScopes, taskKeyScopes } from '../../http/scopes.ts';
-import { startWorker } from '../../compute/worker.ts';
-import { createLogger } from '../../logger.ts';
-import { startPlatform } from '../../main.ts';
-import { startDemoProxy } from '../demo-proxy.ts';
+import { runAgent } from '../../roles/agent.ts';
+import { serve as runServe } from '../../roles/serve.ts';
 import { call, CliError } from '../client.ts';
 import { fields, parseDuration, table } from '../format.ts';
-import type { Command, CommandContext } from '../main.ts';
+import type { Command, CommandContext } from '../command.ts';
 import { saveState } from '../state.ts';
-import { streamingComponents } from '../streaming-components.ts';
 
 const serve: Command = {
   summary: 'Run the whole platform (gateway, API, key service, local agent) on this machine',
@@ -21,48 +18,7 @@ const serve: Command = {
   role: true,
   options: { samples: { type: 'boolean', default: false } },
   async run({ env, values }) {
-    const config = loadConfig(env);
-    const platform = await startPlatform(config, { samples: values.samples === true });
-    const port = platform.port;
-    const components = streamingComponents(platform.turn);
-    // A demo that cannot encode is not offered: its URL would only show an error.
-    const proxy = platform.streamingDemo && components.canStream ? await startDemoProxy({
-      demo: platform.streamingDemo, gatewayUrl: platform.url, apiHost: `${platform.hosts.api}:${port}`, listen: config.demoProxy,
-      runDir: path.join(config.store.dataDir, 'run'), env, log: createLogger(config.log.level),
-    }).catch(async (error: unknown) => {
-      await platform.close();
-      throw error;
-    }) : undefined;
-    const lines = [
-      'svc is running',
-      `  API            ${platform.url}   (Host ${platform.hosts.api})`,
-      `  Key service    Host ${platform.hosts.keys} on port ${port}`,
-      `  OpenAPI        ${platform.url}/v3/openapi`,
-      `  Health         ${platform.url}/health`,
-    ];
-    if (platform.samples.length) {
-      lines.push('', '  Sample functions (invoke with an SVC_API_KEY: npx svc api-key generate):');
-      for (const sample of platform.samples.filter((candidate) => candidate.functionType !== 'STREAMING')) {
-        lines.push(`    ${sample.name.padEnd(8)} POST ${platform.url}/v2/svc/pexec/functions/${sample.functionId}`);
-      }
-    }
-    if (platform.streamingDemo) {
-      lines.push('', proxy
-        ? `  Streaming demo: open ${proxy.url}  (self-signed certificate: accept it; no user login in this demo)`
-        : '  Streaming demo: not started, no video encoder (see below)', ...components.lines);
-    }
-    if (platform.bootstrapSecret) {
-      lines.push('', `  Bootstrap secret (shown once; it mints management tokens): ${platform.bootstrapSecret}`,
-        `  Next: npx svc init --secret ${platform.bootstrapSecret}`);
-    }
-    console.log(lines.join('\n'));
-    await new Promise<void>((resolve) => {
-      const stop = () => resolve();
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
-    });
-    await proxy?.stop();
-    await platform.close();
+    await runServe(loadConfig(env), { samples: values.samples === true, env });
   },
 };
 
@@ -73,21 +29,10 @@ const agent: Command = {
   options: { credential: { type: 'string' } },
   async run({ env, values }) {
     const config = loadConfig(env);
-    const settings = config.compute.agent;
-    const server = (values.server as string | undefined) ?? settings.server;
-    const credential = (values.credential as string | undefined) ?? settings.credential;
+    const server = (values.server as string | undefined) ?? config.compute.agent.server;
+    const credential = (values.credential as string | undefined) ?? config.compute.agent.credential;
     if (!server || !credential) throw new CliError('an agent needs SVC_AGENT_SERVER and SVC_AGENT_CREDENTIAL (from `svc cluster register`)');
-    const log = createLogger(config.log.level);
-    const worker = await startWorker({
-      settings, dataDir: config.store.dataDir, declaredGpus: [], log,
-      link: { server, credential, apiHost: settings.apiHost ?? `api.${config.gateway.address}` },
-    });
-    console.log(`svc agent running (${worker.agent.runtimeName} runtime, GPUs: ${worker.gpus.map((gpu) => gpu.name).join(', ') || 'none'}), linked to ${server}`);
-    await new Promise<void>((resolve) => {
-      process.once('SIGINT', () => resolve());
-      process.once('SIGTERM', () => resolve());
-    });
-    await worker.close();
+    await runAgent(config, { server, credential });
   },
 };
 

@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { call, CliError } from '../client.ts';
 import { fields, table } from '../format.ts';
-import type { Command, CommandContext } from '../main.ts';
+import type { Command, CommandContext } from '../command.ts';
 
 /** Spec 5.3 rule 2: reads prefer SVC_API_KEY, management prefers SVC_TOKEN, each falling back to the other. */
 function bearer({ state }: CommandContext, use: 'read' | 'manage'): string {

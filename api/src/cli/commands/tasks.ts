@@ -9,7 +9,7 @@ import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { call, CliError } from '../client.ts';
 import { fields, table } from '../format.ts';
-import type { Command, CommandContext } from '../main.ts';
+import type { Command, CommandContext } from '../command.ts';
 import type { CliState } from '../state.ts';
 
 function taskKey({ state }: CommandContext): string {

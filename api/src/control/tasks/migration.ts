@@ -1,6 +1,6 @@
-// The tasks tables: a migration for store/migrations.ts to register as '0004_tasks', and their row types
-// for store/schema.ts's Database. Idempotent (if not exists), so a store that ran it before it was
-// registered there runs it again harmlessly.
+// The tasks tables: the migration api/src/database.ts registers as '0004_tasks', and their row types (the
+// plane reaches them with db.withTables<TasksDatabase>()). Idempotent (if not exists), so a store that ran
+// it before it was registered runs it again harmlessly.
 import type { Generated, Kysely } from 'kysely';
 import type { Migration } from 'kysely/migration';
 

@@ -7,6 +7,7 @@ import type { SecretBox } from '../../store/encryption.ts';
 import type { AccountsService } from '../accounts/service.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import type { Database } from '../../store/schema.ts';
+import type { TasksDatabase } from './migration.ts';
 import { createTasksRepo } from './repo.ts';
 import { createLocalResultsStore, type ResultsStore } from './results-store.ts';
 import { taskRoutes } from './routes.ts';
@@ -32,7 +33,7 @@ export interface TasksPlaneOptions {
 export function createTasksPlane(options: TasksPlaneOptions) {
   const { settings } = options;
   const log = options.log.child({ component: 'tasks' });
-  const repo = createTasksRepo(options.db);
+  const repo = createTasksRepo(options.db.withTables<TasksDatabase>());
   const results = options.results ?? createLocalResultsStore(path.resolve(settings.resultsDir ?? path.join(options.dataDir, 'task-results')));
   const scheduler = createTaskScheduler({
     repo, clusters: options.clusters, box: options.box, log, now: options.now, capacityInUse: options.capacityInUse,

@@ -3,8 +3,7 @@
 // leaves exactly one of them in force.
 import { randomUUID } from 'node:crypto';
 import type { Kysely, Selectable, Transaction } from 'kysely';
-import type { Database } from '../../store/schema.ts';
-import type { TaskEventsTable, TaskResultsTable, TasksTable } from './migration.ts';
+import type { TaskEventsTable, TaskResultsTable, TasksDatabase, TasksTable } from './migration.ts';
 import type { TaskStatus } from './schema.ts';
 
 export type TaskRow = Selectable<TasksTable>;
@@ -16,8 +15,8 @@ export interface PagePosition {
   id: string;
 }
 
-export function createTasksRepo(db: Kysely<Database>) {
-  async function addEvents(trx: Kysely<Database> | Transaction<Database>, row: { id: string; nca_id: string }, messages: string[], at: string) {
+export function createTasksRepo(db: Kysely<TasksDatabase>) {
+  async function addEvents(trx: Kysely<TasksDatabase> | Transaction<TasksDatabase>, row: { id: string; nca_id: string }, messages: string[], at: string) {
     if (messages.length === 0) return;
     await trx.insertInto('task_events')
       .values(messages.map((message) => ({ event_id: randomUUID(), task_id: row.id, nca_id: row.nca_id, message, created_at: at })))

@@ -10,7 +10,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { StreamingDemo } from '../control/samples.ts';
 import type { Logger } from '../logger.ts';
 import { reapStale, startAuxiliary } from '../process/auxiliary.ts';
-import { CliError } from './client.ts';
 
 const PROXY_MAIN = fileURLToPath(new URL('../../../proxy/src/main.ts', import.meta.url));
 const START_TIMEOUT_MS = 30_000;
@@ -33,7 +32,7 @@ export async function startDemoProxy(options: {
   const where = `${host}:${port} (demoProxy.host, demoProxy.port: SVC_DEMO_PROXY_HOST, SVC_DEMO_PROXY_PORT)`;
   // A proxy an earlier run left is ended first; a port still taken then belongs to something else.
   await reapStale(options.runDir, 'demo-proxy', options.log);
-  if (!await free(host, port)) throw new CliError(`the demo proxy cannot listen on ${where}: the port is in use`);
+  if (!await free(host, port)) throw new Error(`the demo proxy cannot listen on ${where}: the port is in use`);
   const proxy = await startAuxiliary({
     name: 'demo-proxy', command: process.execPath, args: [PROXY_MAIN], runDir: options.runDir, output: 'inherit', log: options.log,
     env: {
@@ -48,7 +47,7 @@ export async function startDemoProxy(options: {
   for (const deadline = Date.now() + START_TIMEOUT_MS; !await accepts(host, port);) {
     if (exitCode !== undefined || Date.now() > deadline) {
       await proxy.stop();
-      throw new CliError(`the demo proxy did not start listening on ${where}${exitCode === undefined ? '' : `: it exited with code ${exitCode}`}`);
+      throw new Error(`the demo proxy did not start listening on ${where}${exitCode === undefined ? '' : `: it exited with code ${exitCode}`}`);
     }
     await sleep(100);
   }

@@ -12,9 +12,10 @@ import { createApp } from '../http/app.ts';
 import { createMetrics, metricsRoute, type MetricsSettings } from '../http/metrics.ts';
 import { unauthorized } from '../http/problem.ts';
 import { createLogger } from '../logger.ts';
-import { openStore, type StoreOptions } from '../store/store.ts';
-import { createAutoscalerPlane } from './plane.ts';
-import type { AutoscalerSettings } from './settings.ts';
+import { openDatabase } from '../database.ts';
+import type { StoreOptions } from '../store/store.ts';
+import { createAutoscalerPlane } from '../autoscaler/plane.ts';
+import type { AutoscalerSettings } from '../autoscaler/settings.ts';
 
 export interface AutoscalerRoleOptions {
   store: StoreOptions;
@@ -27,7 +28,7 @@ export interface AutoscalerRoleOptions {
 
 export async function startAutoscalerRole(options: AutoscalerRoleOptions) {
   const log = createLogger(options.logLevel, options.logDestination);
-  const store = await openStore(options.store);
+  const store = await openDatabase(options.store);
   const metrics = createMetrics();
   const plane = createAutoscalerPlane({
     db: store.db, metrics, settings: { ...options.settings, enabled: true }, log, replicaId: options.replicaId,

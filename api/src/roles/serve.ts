@@ -1,0 +1,53 @@
+// `svc serve` (what `npm start` runs): the whole platform on this machine (main.ts), npm start's streaming
+// demo proxy in front of the streaming sample, and the banner that says where everything is and what the
+// streaming demo has to work with.
+import path from 'node:path';
+import type { Config } from '../config.ts';
+import { createLogger } from '../logger.ts';
+import { startPlatform, type Platform } from '../main.ts';
+import { startDemoProxy, type DemoProxy } from './demo-proxy.ts';
+import { untilStopped } from './stopped.ts';
+import { streamingComponents, type StreamingComponents } from './streaming-components.ts';
+
+export async function serve(config: Config, options: { samples: boolean; env: NodeJS.ProcessEnv }): Promise<void> {
+  const platform = await startPlatform(config, { samples: options.samples });
+  const components = streamingComponents(platform.turn);
+  // A demo that cannot encode is not offered: its URL would only show an error.
+  const proxy = platform.streamingDemo && components.canStream ? await startDemoProxy({
+    demo: platform.streamingDemo, gatewayUrl: platform.url, apiHost: `${platform.hosts.api}:${platform.port}`, listen: config.demoProxy,
+    runDir: path.join(config.store.dataDir, 'run'), env: options.env, log: createLogger(config.log.level),
+  }).catch(async (error: unknown) => {
+    await platform.close();
+    throw error;
+  }) : undefined;
+  console.log(banner(platform, proxy, components));
+  await untilStopped();
+  await proxy?.stop();
+  await platform.close();
+}
+
+function banner(platform: Platform, proxy: DemoProxy | undefined, components: StreamingComponents): string {
+  const lines = [
+    'svc is running',
+    `  API            ${platform.url}   (Host ${platform.hosts.api})`,
+    `  Key service    Host ${platform.hosts.keys} on port ${platform.port}`,
+    `  OpenAPI        ${platform.url}/v3/openapi`,
+    `  Health         ${platform.url}/health`,
+  ];
+  if (platform.samples.length) {
+    lines.push('', '  Sample functions (invoke with an SVC_API_KEY: npx svc api-key generate):');
+    for (const sample of platform.samples.filter((candidate) => candidate.functionType !== 'STREAMING')) {
+      lines.push(`    ${sample.name.padEnd(8)} POST ${platform.url}/v2/svc/pexec/functions/${sample.functionId}`);
+    }
+  }
+  if (platform.streamingDemo) {
+    lines.push('', proxy
+      ? `  Streaming demo: open ${proxy.url}  (self-signed certificate: accept it; no user login in this demo)`
+      : '  Streaming demo: not started, no video encoder (see below)', ...components.lines);
+  }
+  if (platform.bootstrapSecret) {
+    lines.push('', `  Bootstrap secret (shown once; it mints management tokens): ${platform.bootstrapSecret}`,
+      `  Next: npx svc init --secret ${platform.bootstrapSecret}`);
+  }
+  return lines.join('\n');
+}
