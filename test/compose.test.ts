@@ -2,7 +2,8 @@
 // project's images, the steps docs/containers.md gives — the stack up (PostgreSQL, coturn, platform), a
 // cluster registered and its agent container started with the credential, a function deployed and
 // invoked through the gateway (the agent runs it as a sibling container through the engine's socket), then
-// the proxy container started for a streaming function and a session signalled through it.
+// the proxy container started for a streaming function and a session signalled through it; coturn relays
+// for credentials minted with the TURN secret, which is on none of its command lines.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -12,8 +13,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
+import { createTurnClient } from 'werift';
 import { WebSocket } from 'ws';
 import { agentNameOf } from '../api/src/compute/worker.ts';
+import { mintTurnCredentials } from '../api/src/turn/credentials.ts';
 import { request } from '../api/test/helpers/http.ts';
 import { CONTAINERS_CONF, image, needsPodman, removeContainers, startEngine, type Engine } from '../api/test/helpers/podman.ts';
 import { freePort, until } from '../api/test/helpers/wait.ts';
@@ -105,6 +108,26 @@ describe('docker-compose.yml on podman', { skip }, () => {
     const invoked = await api('POST', `/v2/svc/pexec/functions/${id}`, { bearer: key, body: { through: 'compose' } });
     assert.equal(invoked.status, 200, invoked.text);
     assert.deepEqual(invoked.body.echo, { through: 'compose' });
+  });
+
+  test('coturn has the TURN secret from a 0600 file, not its command line, and relays for credentials minted with it', async () => {
+    const secret = env.SVC_TURN_SECRET!;
+    const container = `${project}_coturn_1`;
+    const [inspected] = JSON.parse((await run('podman', ['inspect', container], { env })).stdout);
+    const { stdout: processes } = await run('podman', ['top', container, 'args'], { env });
+    for (const commandLine of [[inspected.Path, ...inspected.Args].join(' '), processes]) {
+      assert.ok(!commandLine.includes(secret), 'the TURN secret is on coturn\'s command line');
+    }
+    const configFile = /turnserver -c (\S+)/.exec(processes)?.[1];
+    assert.ok(configFile, processes);
+    const { stdout: mode } = await run('podman', ['exec', container, 'stat', '-c', '%a', configFile], { env });
+    assert.equal(mode.trim(), '600');
+
+    const allocate = (withSecret: string) => createTurnClient({ address: ['127.0.0.1', Number(env.SVC_TURN_PORT)], ...mintTurnCredentials(withSecret, 'compose', 600, new Date()) });
+    const turn = await allocate(secret);
+    assert.ok(turn.relayedAddress[1] >= Number(env.SVC_TURN_MIN_PORT) && turn.relayedAddress[1] <= Number(env.SVC_TURN_MAX_PORT), String(turn.relayedAddress));
+    await turn.close();
+    await assert.rejects(allocate(randomBytes(16).toString('hex')), 'another secret\'s credentials are refused');
   });
 
   test('a streaming session through the proxy container, to the streaming container the agent started', async () => {

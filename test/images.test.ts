@@ -4,23 +4,29 @@
 // application needs. Whether they run is proven by the container, compose and runtime tests.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { image, needsPodman, podmanEnv } from '../api/test/helpers/podman.ts';
+import { until } from '../api/test/helpers/wait.ts';
 
 const run = promisify(execFile);
 const SAMPLES = ['echo', 'slow', 'sse', 'error', 'task-progress'];
 const ALL = ['platform', 'proxy', 'streaming-app', ...SAMPLES];
 const skip = needsPodman(ALL.map(image), 'the image checks');
+const REPO = path.resolve(import.meta.dirname, '..');
+const podman = (...args: string[]) => run('podman', args, { env: podmanEnv() });
 
 async function inspect(name: string): Promise<{ User: string; Healthcheck?: { Test: string[] }; Size: number }> {
-  const { stdout } = await run('podman', ['image', 'inspect', image(name)], { env: podmanEnv() });
+  const { stdout } = await podman('image', 'inspect', image(name));
   return JSON.parse(stdout)[0];
 }
 
 /** Runs a shell command in the image (as its own user) and returns its output. */
 async function inside(name: string, script: string): Promise<string> {
-  const { stdout } = await run('podman', ['run', '--rm', '--network', 'none', '--entrypoint', 'sh', image(name), '-c', script], { env: podmanEnv() });
+  const { stdout } = await podman('run', '--rm', '--network', 'none', '--entrypoint', 'sh', image(name), '-c', script);
   return stdout.trim();
 }
 
@@ -49,9 +55,38 @@ describe('the project\'s images', { skip }, () => {
     for (const name of ['platform', 'proxy', ...SAMPLES]) assert.ok((await inspect(name)).Size < 300e6, `${name} under 300 MB`);
   });
 
-  test('the streaming image has the encoder, an X server, PulseAudio, xdotool and a demo application', async () => {
-    const found = await inside('streaming-app', 'for tool in ffmpeg Xvfb pulseaudio xdotool xterm; do command -v $tool; done');
-    assert.deepEqual(found.split('\n').map((file) => file.split('/').at(-1)), ['ffmpeg', 'Xvfb', 'pulseaudio', 'xdotool', 'xterm']);
+  test('the streaming image has the encoder, an X server, PulseAudio and a demo application', async () => {
+    const found = await inside('streaming-app', 'for tool in ffmpeg Xvfb pulseaudio xterm; do command -v $tool; done');
+    assert.deepEqual(found.split('\n').map((file) => file.split('/').at(-1)), ['ffmpeg', 'Xvfb', 'pulseaudio', 'xterm']);
     assert.match(await inside('streaming-app', 'ffmpeg -hide_banner -encoders'), /libx264/);
+  });
+
+  test('the Dockerfile of "Put your application here" (docs/streaming-app.md) builds on the streaming image and starts its app', async (t) => {
+    const docs = readFileSync(path.join(REPO, 'docs/streaming-app.md'), 'utf8');
+    const block = /## Put your application here[\s\S]*?```dockerfile\n([\s\S]*?)\n\s*```/.exec(docs)?.[1];
+    assert.ok(block, 'the page has the Dockerfile');
+    const dockerfile = block.replace(/^ {3}/gm, '');
+    // The image it starts from is the one scripts/images.sh tags (by default; a build may use another tag).
+    assert.match(readFileSync(path.join(REPO, 'scripts/images.sh'), 'utf8'), /TAG="\$\{SVC_IMAGE_TAG:-dev\}"[\s\S]*build "localhost\/svc\/streaming-app:\$TAG"/);
+    assert.equal(dockerfile.split('\n')[0], 'FROM localhost/svc/streaming-app:dev');
+
+    const context = mkdtempSync(path.join(tmpdir(), 'svc-my-app-'));
+    t.after(() => rmSync(context, { recursive: true, force: true }));
+    writeFileSync(path.join(context, 'Dockerfile'), dockerfile);
+    mkdirSync(path.join(context, 'my-app'));
+    writeFileSync(path.join(context, 'my-app/start'), '#!/bin/sh\nexec xterm -geometry "80x24+0+0"\n');
+    chmodSync(path.join(context, 'my-app/start'), 0o755);
+    const tag = 'localhost/svc-test/my-app-stream:test';
+    await podman('build', '--quiet', '--isolation', 'chroot', '--network', 'host', '--from', image('streaming-app'), '--tag', tag, context);
+    t.after(() => podman('rmi', '--force', tag));
+
+    const { stdout: id } = await podman('run', '--detach', '--network', 'none', '--env', 'STREAMING_BIND_ADDRESS=127.0.0.1', tag);
+    t.after(() => podman('rm', '--force', id.trim()));
+    const logs = await until('the container listening', async () => {
+      const { stdout } = await podman('logs', id.trim());
+      return /streaming app listening/.test(stdout) ? stdout : undefined;
+    }, 60_000);
+    assert.match(logs, /"source":"x11"/, 'the x11 source, as the Dockerfile says');
+    assert.match(logs, /application window mapped/, 'the app it copied in started and showed a window');
   });
 });

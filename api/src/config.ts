@@ -6,6 +6,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { agentEnvSettings, agentSettingsSchema, portRangeSchema } from './compute/settings.ts';
 import { autoscalerEnvSettings, autoscalerSettingsSchema } from './autoscaler/settings.ts';
+import { gpuSchema } from './control/clusters/schema.ts';
 import { tasksEnvSettings, tasksSettingsSchema } from './control/tasks/settings.ts';
 import { streamingEnvSettings, streamingSettingsSchema } from './streaming/settings.ts';
 import { metricsEnvSettings, metricsSettingsSchema } from './http/metrics.ts';
@@ -71,8 +72,10 @@ export const configSchema = z.object({
     /** Larger SVC-POLL-SECONDS is a 400. */
     maxPollSeconds: z.coerce.number().int().min(1).max(3600).default(3600),
     maxRequestBytes: z.coerce.number().int().min(1024).default(10 * 1024 * 1024),
-    /** The most a polled (202'd) result may hold; streamed responses have no limit. */
+    /** The most a polled (202'd) result holds in the store; a larger one is zipped and answered 302. Streamed responses have no limit. */
     maxResultBytes: z.coerce.number().int().min(1024).default(16 * 1024 * 1024),
+    /** The largest such zip kept (zip32: under 4 GiB); a larger result ends 502. */
+    maxLargeResultBytes: z.coerce.number().int().min(1024).max(0xffffffff).default(1024 * 1024 * 1024),
     /** Requests waiting per function version before new ones get 429. */
     maxQueueDepth: z.coerce.number().int().min(1).default(10_000),
     /** How long an uncollected result of a 202'd request is kept. */
@@ -82,6 +85,15 @@ export const configSchema = z.object({
      * the queue lives in this process (one replica).
      */
     natsUrl: z.string().regex(/^nats:\/\/[^\s/:]+(:\d{1,5})?\/?$/, 'must be nats://host[:port]').optional(),
+  }).prefault({}),
+  /** Input assets (SVC-INPUT-ASSET-REFERENCES) and the signed URLs of assets and large results. */
+  assets: z.object({
+    /** The largest asset an upload may hold. */
+    maxBytes: z.coerce.number().int().min(1024).default(1024 * 1024 * 1024),
+    /** How long a signed upload or download URL of an asset works. */
+    urlSeconds: z.coerce.number().int().min(60).max(7 * 86_400).default(3600),
+    /** The blob store's directory (assets and large results); default <dataDir>/blobs. Replicas share one. */
+    dir: z.string().optional(),
   }).prefault({}),
   /** Streaming sessions: the session broker and its line (streaming/settings.ts). */
   streaming: streamingSettingsSchema.prefault({}),
@@ -122,11 +134,7 @@ export const configSchema = z.object({
       name: z.string().default('local'),
       groupName: z.string().default('svc-local'),
       /** What this machine offers when no GPU is detected; a GPU-less machine offers LOCAL. */
-      gpus: z.array(z.object({
-        name: z.string().min(1),
-        capacity: z.number().int().min(0).optional(),
-        instanceTypes: z.array(z.object({ name: z.string().min(1), description: z.string().optional(), default: z.boolean().optional() })).min(1),
-      })).default([{
+      gpus: z.array(gpuSchema).default([{
         name: 'LOCAL', capacity: 8,
         instanceTypes: [{ name: 'LOCAL.CPU_1x', description: 'A process on this machine, no GPU', default: true }],
       }]),
@@ -175,6 +183,9 @@ export const envSettings: Record<string, string> = {
   SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
   SVC_PLACEMENT: 'compute.placement',
   SVC_NATS_URL: 'invocation.natsUrl',
+  SVC_ASSET_MAX_BYTES: 'assets.maxBytes',
+  SVC_ASSET_URL_SECONDS: 'assets.urlSeconds',
+  SVC_BLOB_DIR: 'assets.dir',
   SVC_IN_PROCESS_AGENT: 'compute.inProcessAgent',
   ...Object.fromEntries(Object.entries(agentEnvSettings).map(([name, setting]) => [name, `compute.agent.${setting}`])),
   ...Object.fromEntries(Object.entries(streamingEnvSettings).map(([name, setting]) => [name, `streaming.${setting}`])),

@@ -10,7 +10,7 @@ import { createAccountsService } from './control/accounts/service.ts';
 import { healthRoutes } from './control/health/routes.ts';
 import { createHealthService } from './control/health/service.ts';
 import { createSettingsRepo } from './control/installation/repo.ts';
-import { ensureBootstrapSecret, ensureLocalCluster, ensureTurnSecret, loadSecretBox } from './control/installation/service.ts';
+import { ensureBootstrapSecret, ensureLocalCluster, ensureSealedSecret, loadSecretBox } from './control/installation/service.ts';
 import { createClustersRepo } from './control/clusters/repo.ts';
 import { clusterRoutes } from './control/clusters/routes.ts';
 import { createClustersService } from './control/clusters/service.ts';
@@ -20,6 +20,10 @@ import { createDeploymentsService } from './control/deployments/service.ts';
 import { createFunctionsRepo } from './control/functions/repo.ts';
 import { functionRoutes } from './control/functions/routes.ts';
 import { createFunctionsService } from './control/functions/service.ts';
+import type { AssetsDatabase } from './control/assets/migration.ts';
+import { createAssetsRepo } from './control/assets/repo.ts';
+import { assetRoutes } from './control/assets/routes.ts';
+import { createAssetsService } from './control/assets/service.ts';
 import { createRegistryRepo } from './control/registry/repo.ts';
 import { registryRoutes } from './control/registry/routes.ts';
 import { createRegistryService } from './control/registry/service.ts';
@@ -34,22 +38,28 @@ import { AGENT_LINK_PATH } from './compute/protocol.ts';
 import { startWorker } from './compute/worker.ts';
 import { createAgentHub } from './control/agents/hub.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
-import { createInstancesService } from './control/instances/service.ts';
-import { createGateway } from './gateway/gateway.ts';
+import { InstancesService } from './control/instances/service.ts';
+import { createGateway, hostsOf } from './gateway/gateway.ts';
 import { Dispatcher } from './invocation/dispatcher.ts';
 import { JetStreamQueue } from './invocation/jetstream-queue.ts';
 import { LocalQueue } from './invocation/local-queue.ts';
 import { createInvocationsRepo } from './invocation/repo.ts';
 import { createVersionResolver } from './invocation/resolver.ts';
 import { DurableResults } from './invocation/results.ts';
-import { invocationRoutes } from './invocation/routes.ts';
+import { invocationHostHandler } from './invocation/host-routing.ts';
+import { hostRoutedRoute, invocationRoutes } from './invocation/routes.ts';
+import { LargeResults } from './invocation/large-results.ts';
+import { assetStaging } from './invocation/stage-relay.ts';
 import { InvocationService } from './invocation/service.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
 import { isSignIn } from './streaming/request.ts';
 import { signInHandler } from './streaming/sign-in.ts';
 import { startTurn, type TurnService } from './turn/server.ts';
 import { createApp } from './http/app.ts';
-import { Problem } from './http/problem.ts';
+import { createPathSigner } from './domain/signed-paths.ts';
+import { createLocalBlobStore } from './store/blobs.ts';
+import { leanServer } from './http/lean.ts';
+import { Problem } from './domain/problem.ts';
 import { rejectUpgrade } from './http/upgrade.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
@@ -61,7 +71,7 @@ export interface Platform {
   /** http(s)://localhost:<port> */
   url: string;
   port: number;
-  hosts: { api: string; keys: string };
+  hosts: { api: string; keys: string; invocation: string };
   /** Present only on the first start of an installation: print it once. */
   bootstrapSecret?: string;
   adminSigningKeyFile: string;
@@ -113,15 +123,22 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       repo: keysRepo, accounts, tokenKey, serviceId: config.keys.serviceId, defaultAccountId: account.ncaId,
       tokenLifetimeSeconds: config.keys.tokenLifetimeSeconds, now,
     });
-    const clusters = createClustersService(createClustersRepo(store.db), now);
+    const clusters = createClustersService(createClustersRepo(store.db, log), now);
     const localCluster = config.compute.localCluster.enabled
       ? await ensureLocalCluster(settings, clusters, box, { ...config.compute.localCluster, ncaId: account.ncaId, now: startedAt })
       : undefined;
     const functionsRepo = createFunctionsRepo(store.db);
-    const deploymentsRepo = createDeploymentsRepo(store.db);
+    const deploymentsRepo = createDeploymentsRepo(store.db, log);
     const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now });
     const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, accounts, now);
     const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
+    const blobs = createLocalBlobStore(path.resolve(config.assets.dir ?? path.join(config.store.dataDir, 'blobs')));
+    const signer = createPathSigner(await ensureSealedSecret(settings, box, 'urls.signing_key', startedAt), () => now().getTime());
+    const assets = createAssetsService({
+      repo: createAssetsRepo(store.db.withTables<AssetsDatabase>()), blobs, signer, settings: config.assets, now,
+    });
+    assets.start(60_000, (error) => log.warn({ err: error }, 'could not sweep expired asset uploads'));
+    closers.push(() => assets.stop());
     const metrics = createMetrics();
     const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
     const eventLoop = watchEventLoop(config.guard);
@@ -129,7 +146,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health]);
     metrics.watchHealth(() => health.report());
 
-    const instances = createInstancesService({
+    const instances = new InstancesService({
       repo: createInstancesRepo(store.db), deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
       desired: autoscaler.desiredCounts, places: config.compute.placement, metricsRegistry: metrics.registry, instanceLimits: accounts.instanceLimits,
     });
@@ -143,11 +160,22 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const queue = natsUrl
       ? await JetStreamQueue.connect({ url: natsUrl, maxDepth: maxQueueDepth, log, adopt: (requestId) => invocation.adopt(requestId) })
       : new LocalQueue({ maxDepth: maxQueueDepth });
+    const stage = assetStaging({
+      // Agents link to the replica that runs placement: it puts assets on their hosts, for the others too.
+      local: config.compute.placement ? ({ clusterId, ...request }) => agentHub.stage(clusterId, request) : undefined,
+      nats: queue instanceof JetStreamQueue ? queue.connection : undefined, log,
+    });
+    const largeResults = new LargeResults({
+      blobs, signer, maxBytes: config.invocation.maxLargeResultBytes, retentionSeconds: config.invocation.resultRetentionSeconds,
+    });
     const invocation = new InvocationService({
       queue,
       dispatcher: new Dispatcher({ maxResultBytes: config.invocation.maxResultBytes }),
       results: new DurableResults({ repo: createInvocationsRepo(store.db), log, now }),
-      resolver, demand: instances, log, now,
+      resolver, demand: instances, log, now, largeResults,
+      stageAssets: stage && ((request, instance) => stage({
+        clusterId: instance.clusterId, requestId: request.id, instanceId: instance.instanceId, assets: assets.stagingPaths(request.request.assets ?? []),
+      })),
       maxResultBytes: config.invocation.maxResultBytes, resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
     });
     closers.push(() => invocation.close());
@@ -161,7 +189,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
     const turn = await startTurn({
-      ...config.turn, secret: config.turn.secret ?? await ensureTurnSecret(settings, box, startedAt), runDir: path.join(config.store.dataDir, 'run'),
+      ...config.turn, secret: config.turn.secret ?? await ensureSealedSecret(settings, box, 'turn.secret', startedAt), runDir: path.join(config.store.dataDir, 'run'),
     }, log);
     closers.push(() => turn.close());
     const streaming = createStreamingBroker({ verifier, functionsRepo, instances, turn, log, now, settings: config.streaming });
@@ -171,15 +199,16 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     // STREAMING functions scale on sessions: spare instances follow each start and end at once.
     streaming.onChange(() => autoscaler.nudge());
 
+    const invocationOptions = {
+      limits: {
+        defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
+        maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
+      },
+      log, observe: metrics.observeInvocation, checkAssets: assets.check, largeResults,
+    };
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
-      ...invocationRoutes(invocation, resolver, {
-        limits: {
-          defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
-          maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
-        },
-        log, observe: metrics.observeInvocation,
-      }),
+      ...invocationRoutes(invocation, resolver, invocationOptions),
       ...healthRoutes(health),
       metricsRoute(metrics, config.metrics),
       whoamiRoute(),
@@ -187,6 +216,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...functionRoutes(functions),
       ...deploymentRoutes(deployments),
       ...registryRoutes(registry),
+      ...assetRoutes(assets),
       ...clusterRoutes(clusters),
       ...taskPlane.routes,
       ...autoscaler.routes,
@@ -195,11 +225,19 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });
 
     const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit, metrics };
+    // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host.
+    const api = createApp({ ...appOptions, routes: apiRoutes, host: 'api', handlers: [signInHandler(streaming)], handled: isSignIn });
+    const hostRouted = hostRoutedRoute(invocation, invocationOptions);
+    const serveLean = leanServer({ ...appOptions, host: 'invocation' });
     const gateway = createGateway({
       address: config.gateway.address,
-      // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host.
-      api: createApp({ ...appOptions, routes: apiRoutes, host: 'api', handlers: [signInHandler(streaming)], handled: isSignIn }),
+      api,
       keys: createApp({ ...appOptions, routes: keyServiceRoutes, host: 'keys' }),
+      invocation: invocationHostHandler({
+        invocationHost: hostsOf(config.gateway.address).invocation,
+        serve: (routing, req, res) => void serveLean(hostRouted, routing, req, res),
+        byPath: api,
+      }),
       apiUpgrade: (req, socket, head) => {
         if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) {
           if (!config.compute.placement) return rejectUpgrade(req, socket, new Problem('service-unavailable', 'This API replica does not run placement; link agents to the one that does'));

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createAccountsRepo } from '../src/control/accounts/repo.ts';
 import { createAccountsService } from '../src/control/accounts/service.ts';
-import { Problem } from '../src/http/problem.ts';
+import { Problem } from '../src/domain/problem.ts';
 import { openDatabase } from '../src/database.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 

@@ -78,6 +78,9 @@ describe('scaling policy', () => {
     assert.deepEqual([idle.desired, idle.reason], [0, 'scale-to-zero']);
     const busy = decide(policy(), inputs({ min: 0, current: 1, lastInvocationAt: NOW - 60_000, idleMs: 60_000, samples: samples([1]) }));
     assert.ok(busy.desired >= 1, 'work in flight is never scaled to zero');
+    // A request that ran longer than the window: the window counts from when it was last in flight.
+    const longRun = decide(policy(), inputs({ min: 0, current: 1, lastInvocationAt: NOW - 60_000, idleMs: 60_000, samples: samples([1, 1, 0]) }));
+    assert.deepEqual([longRun.desired, longRun.reason], [1, 'keep-warm']);
     const withMinimum = decide(policy(), inputs({ min: 1, current: 1, lastInvocationAt: NOW - 600_000, idleMs: 60_000 }));
     assert.equal(withMinimum.desired, 1);
     // Work waiting on zero instances: unbounded utilization, scale up.

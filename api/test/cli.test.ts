@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, statSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -146,6 +147,35 @@ describe('svc CLI against a running `svc serve`', () => {
     assert.equal(badFlag.stderr.trim().split('\n').length, 1);
     const unknown = await svc(['frobnicate'], env);
     assert.equal(unknown.code, 2);
+  });
+});
+
+describe('svc CLI against a server that is not svc', () => {
+  /** A web server that answers every request 200 with `body`: what --server reaches when it names the wrong port. */
+  async function answering(body: string, type: string): Promise<{ url: string; close(): void }> {
+    const server = http.createServer((_req, res) => res.writeHead(200, { 'content-type': type }).end(body));
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    return { url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`, close: () => server.close() };
+  }
+
+  test('an answer svc does not send ends the command with one line and exit code 1', async () => {
+    const json = await answering('{"message":"hello"}', 'application/json');
+    const html = await answering('<!doctype html><title>Welcome</title>', 'text/html');
+    try {
+      const env = { SVC_STATE_FILE: path.join(tempDir(), 'state.json'), SVC_ADMIN_TOKEN: 'not-checked', SVC_API_KEY: 'not-checked' };
+      const accounts = await svc(['account', 'list'], { ...env, SVC_SERVER: json.url });
+      assert.equal(accounts.code, 1);
+      assert.equal(accounts.stderr.trim().split('\n').length, 1, accounts.stderr);
+      assert.match(accounts.stderr, /^svc account list: GET \/v2\/svc\/accounts answered what svc does not \(accounts: .*expected array.*\); is http:\/\/127\.0\.0\.1:\d+ an svc gateway/);
+      const functions = await svc(['function', 'list'], { ...env, SVC_SERVER: html.url });
+      assert.equal(functions.code, 1);
+      assert.equal(functions.stderr.trim().split('\n').length, 1, functions.stderr);
+      assert.match(functions.stderr, /^svc function list: GET \/v2\/svc\/functions\?limit=1000 answered something that is not JSON \("<!doctype html>/);
+    } finally {
+      json.close();
+      html.close();
+    }
   });
 });
 

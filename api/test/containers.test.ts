@@ -1,20 +1,28 @@
 // Functions in containers: the platform with its agent on the docker runtime, against podman's Docker
 // API (helpers/podman.ts) and the project's images. Deploy → RUNNING → invoke through the gateway, progress
 // through the shared work dir, a container killed under the platform comes back, a streaming session on a
-// containerised streaming app, and what cannot start (no such image, a wrong registry credential) ends as
-// ERROR with the engine's reason.
+// containerised streaming app, and what cannot start (no such image, a wrong registry credential, an engine
+// gone, a UDP port of the agent's pool taken) ends as ERROR with the engine's reason, after a bounded number
+// of starts. And `svc agent` whose engine is down at start stops with one line.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import dgram from 'node:dgram';
+import { once } from 'node:events';
+import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { WebSocket } from 'ws';
+import { START_ATTEMPTS } from '../src/compute/supervisor.ts';
 import { agentNameOf } from '../src/compute/worker.ts';
 import { RegistryStandIn } from './compute/fixtures/registry.ts';
+import { freeUdpRange } from './compute/helpers.ts';
+import { tempDir } from './helpers/databases.ts';
 import { echoBody, streamingBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { request } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 import { containersLabelled, image, needsPodman, removeContainers, startEngine, type Engine } from './helpers/podman.ts';
-import { until } from './helpers/wait.ts';
+import { freePort, until } from './helpers/wait.ts';
 
 const health = { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT10S', expectedStatusCode: 200 };
 const skip = needsPodman([image('echo'), image('slow'), image('streaming-app')], 'the platform on the docker runtime');
@@ -116,7 +124,7 @@ describe('the platform with its agent on the docker runtime (podman)', { skip },
     const failed = await waitFor(svc, key, missing, (record) => record.status === 'ERROR', 60_000);
     assert.equal(failed.activeInstances[0].instanceStatus, 'ERRORED');
     assert.ok(registry.authorizations.includes(`Basic ${Buffer.from('robot:pull-secret').toString('base64')}`), 'the account\'s credential reached the registry');
-    await assertReason(missing, /manifest unknown/);
+    await assertReason(svc, token, missing, /manifest unknown/);
     const refused = await svc.api('POST', `/v2/svc/pexec/functions/${missing.id}`, { bearer: key, body: {} });
     assert.equal(refused.status, 503);
     assert.match(String(refused.headers['content-type']), /^application\/problem\+json/);
@@ -126,14 +134,71 @@ describe('the platform with its agent on the docker runtime (podman)', { skip },
     });
     const unauthorized = await deploy(svc, token, echoBody({ name: undefined, health, containerImage: `${registry.host}/team/private:1` }));
     await waitFor(svc, key, unauthorized, (record) => record.status === 'ERROR', 60_000);
-    await assertReason(unauthorized, /unauthorized/);
+    await assertReason(svc, token, unauthorized, /unauthorized/);
   });
 
-  /** The deployment's healthInfo carries the engine's reason. */
-  async function assertReason(fn: Deployed, reason: RegExp) {
-    const deployment = await svc.api('GET', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, { bearer: token });
-    const [info] = deployment.body.deployment.healthInfo ?? [];
-    assert.match(info?.error ?? '', reason, JSON.stringify(deployment.body.deployment.healthInfo));
-    assert.equal(info.gpu, 'LOCAL');
-  }
+  test('an engine gone after the agent started: starts retried a bounded number of times, then ERROR saying the engine does not answer; invocations refused', async (t) => {
+    const gone = await startEngine();
+    const other = await startTestPlatform({ config: { compute: { agent: { runtime: 'docker', dockerSocket: gone.socketPath } } } });
+    t.after(() => other.close());
+    await gone.close();
+    const otherToken = await other.token();
+    const fn = await deploy(other, otherToken, echoBody({ name: undefined, health, containerImage: image('echo') }));
+    const otherKey = await other.apiKey(otherToken, ['invoke_function', 'list_functions']);
+    const failed = await waitFor(other, otherKey, fn, (record) => record.status === 'ERROR' && record.activeInstances[0]?.instanceStatus === 'ERRORED', 60_000);
+    await assertReason(other, otherToken, fn, new RegExp(`^container engine at unix://${gone.socketPath} is not answering: ENOENT \\(${START_ATTEMPTS} starts in a row failed; not retried\\)$`));
+    assertBoundedStarts(other, failed.activeInstances[0].instanceId);
+    const refused = await other.api('POST', `/v2/svc/pexec/functions/${fn.id}`, { bearer: otherKey, body: {} });
+    assert.equal(refused.status, 503);
+    assert.match(String(refused.headers['content-type']), /^application\/problem\+json/);
+  });
+
+  test('a UDP port of the agent\'s pool held by another process: the streaming instance is ERROR saying the pool is exhausted, after a bounded number of starts', async (t) => {
+    const pool = await freeUdpRange(4);
+    const holder = dgram.createSocket('udp4').bind(pool[0] + 1, '0.0.0.0');
+    await once(holder, 'listening');
+    t.after(() => holder.close());
+    const other = await startTestPlatform({
+      config: { compute: { agent: { runtime: 'docker', dockerSocket: engine.socketPath, udpPortRange: `${pool[0]}-${pool[1]}`, udpPortsPerInstance: 4 } } },
+    });
+    t.after(() => other.close());
+    const otherToken = await other.token();
+    const fn = await deploy(other, otherToken, streamingBody({ containerImage: image('streaming-app') }));
+    const otherKey = await other.apiKey(otherToken, ['list_functions']);
+    const failed = await waitFor(other, otherKey, fn, (record) => record.status === 'ERROR' && record.activeInstances[0]?.instanceStatus === 'ERRORED', 60_000);
+    await assertReason(other, otherToken, fn, new RegExp(`^UDP port pool ${pool[0]}-${pool[1]} is exhausted .*\\(${START_ATTEMPTS} starts in a row failed; not retried\\)$`));
+    assertBoundedStarts(other, failed.activeInstances[0].instanceId);
+  });
+});
+
+/** The deployment's healthInfo carries the reason. */
+async function assertReason(platform: TestPlatform, bearer: string, fn: Deployed, reason: RegExp) {
+  const deployment = await platform.api('GET', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, { bearer });
+  const [info] = deployment.body.deployment.healthInfo ?? [];
+  assert.match(info?.error ?? '', reason, JSON.stringify(deployment.body.deployment.healthInfo));
+  assert.equal(info.gpu, 'LOCAL');
+}
+
+/** The agent tried START_ATTEMPTS times: a restart after each failed start but the last, which was final. */
+function assertBoundedStarts(platform: TestPlatform, instanceId: string) {
+  const states = platform.logs.filter((line) => line.includes(instanceId)).map((line) => /"msg":"instance (\w+)"/.exec(line)?.[1]).filter(Boolean);
+  assert.equal(states.filter((state) => state === 'RESTARTING').length, START_ATTEMPTS - 1, states.join(' '));
+  assert.equal(states.at(-1), 'FAILED', states.join(' '));
+}
+
+describe('svc agent with its engine down at start', () => {
+  test('stops with exit code 1 and one line naming the engine and why', async (t) => {
+    const dir = tempDir('svc-agent-no-engine-');
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    const env = {
+      ...process.env, SVC_DATA_DIR: dir, SVC_AGENT_RUNTIME: 'docker', SVC_AGENT_DOCKER_SOCKET: path.join(dir, 'no-engine.sock'),
+      SVC_AGENT_SERVER: `http://127.0.0.1:${await freePort()}`, SVC_AGENT_CREDENTIAL: 'svcagent-unused',
+    };
+    const child = execFile(process.execPath, [path.resolve(import.meta.dirname, '../bin/svc.js'), 'agent'], { env });
+    let stderr = '';
+    child.stderr!.on('data', (chunk) => { stderr += chunk; });
+    const [code] = await once(child, 'exit');
+    assert.equal(code, 1);
+    assert.match(stderr, new RegExp(`^svc agent: container engine at unix://${path.join(dir, 'no-engine.sock')} is not answering: ENOENT\n$`));
+  });
 });

@@ -42,7 +42,7 @@ describe('gateway', () => {
   test('any other host is a 404 problem naming the hosts served', async () => {
     const response = await request(svc.url, 'GET', '/v2/svc/functions', { host: 'invalid.example.com' });
     assertProblem(response, 404, '/v2/svc/functions');
-    assert.match(response.body.detail, /api\.localhost and api-keys\.localhost/);
+    assert.match(response.body.detail, /api\.localhost, api-keys\.localhost and invocation\.localhost/);
     assert.equal(response.headers['x-request-id'], response.body.requestId);
   });
 

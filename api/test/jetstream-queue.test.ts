@@ -8,6 +8,7 @@ import { after, describe, test } from 'node:test';
 import type { ReadyInstance } from '../src/control/instances/service.ts';
 import { Invocation } from '../src/invocation/invocation.ts';
 import { JetStreamQueue } from '../src/invocation/jetstream-queue.ts';
+import { LEASE_MS } from '../src/invocation/leases.ts';
 import type { Grant } from '../src/invocation/queue.ts';
 import { createLogger } from '../src/logger.ts';
 import { forgetVersion, NATS_URL, natsAvailable } from './helpers/nats.ts';
@@ -23,21 +24,28 @@ describe('JetStreamQueue across two replicas', { skip: !ready }, () => {
     for (const versionId of versions) await forgetVersion(versionId);
   });
 
-  async function setup(maxDepth: number, maxRequestConcurrency: number) {
+  /** `replicas` queues on one new version; `join` connects one more later. */
+  async function setup(maxDepth: number, maxRequestConcurrency: number, replicas = 2) {
     const versionId = randomUUID();
     versions.push(versionId);
     const log = createLogger('silent');
-    const pair = await Promise.all([0, 1].map(() => JetStreamQueue.connect({ url: NATS_URL, maxDepth, log, adopt: async () => undefined })));
-    queues.push(...pair);
     const granted: { id: string; replica: number; grant: Grant }[] = [];
-    pair.forEach((queue, replica) => queue.onGrant((invocation, grant) => granted.push({ id: invocation.id, replica, grant })));
+    const pair: JetStreamQueue[] = [];
+    const join = async () => {
+      const queue = await JetStreamQueue.connect({ url: NATS_URL, maxDepth, log, adopt: async () => undefined });
+      const replica = pair.push(queue) - 1;
+      queues.push(queue);
+      queue.onGrant((invocation, grant) => granted.push({ id: invocation.id, replica, grant }));
+      return queue;
+    };
+    for (let i = 0; i < replicas; i++) await join();
     const target = { ncaId: 'acct', functionId: 'f', versionId, functionName: 'fn', inferenceUrl: '/' };
-    const request = (id: string) => new Invocation(id, target, 'owner', {}, Buffer.alloc(0), false);
+    const request = (id: string) => new Invocation(id, target, 'owner', { headers: {}, body: Buffer.alloc(0), sse: false });
     const instance: ReadyInstance = {
-      instanceId: randomUUID(), versionId, maxRequestConcurrency, gpu: 'L40', instanceType: 't', backend: 'b', region: 'r',
+      instanceId: randomUUID(), versionId, clusterId: 'c1', maxRequestConcurrency, gpu: 'L40', instanceType: 't', backend: 'b', region: 'r',
       endpoint: { host: '127.0.0.1', ports: { inference: 1, health: 1 } },
     };
-    return { pair, granted, request, instance, versionId };
+    return { pair, join, granted, request, instance, versionId };
   }
 
   test('FIFO across replicas, at most maxRequestConcurrency at once, each granted where it waits', async () => {
@@ -75,5 +83,23 @@ describe('JetStreamQueue across two replicas', { skip: !ready }, () => {
     granted[0].grant.release('done');
     await until('the second grant', async () => granted.length === 2);
     assert.deepEqual(granted.map((entry) => entry.id), ['a', 'b']);
+  });
+
+  test('a replica that dies while running a request another replica granted: its slot comes back once its lease runs out', async () => {
+    const { pair, join, granted, request, instance } = await setup(10, 1, 1);
+    pair[0].ready(instance.versionId, [instance]);
+    // The first replica alone: it takes the head (it grants its own request).
+    await pair[0].enqueue(request('first'));
+    await until('the first grant', async () => granted.length === 1);
+    granted[0].grant.release('done');
+    const late = await join();
+    await late.enqueue(request('on the second'));
+    await until('the grant on the second replica', async () => granted.length === 2);
+    assert.equal(granted[1].replica, 1, 'granted where its client waits, by the head on the first');
+    // It dies holding the slot: no release, no more renewals.
+    await late.close();
+    await pair[0].enqueue(request('after'));
+    await until('the slot to come back', async () => granted.length === 3, LEASE_MS + 10_000);
+    assert.equal(granted[2].id, 'after');
   });
 });

@@ -71,6 +71,8 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
     const shared = {
       SVC_DATABASE_URL: database.databaseUrl, SVC_NATS_URL: NATS_URL, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
       SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn',
+      // Replicas keep assets and large results in one blob store: a directory they share.
+      SVC_BLOB_DIR: path.join(tempDir(), 'blobs'),
     };
     placement = await servePlatform(shared);
     replica = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
@@ -116,6 +118,29 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
     assert.equal(lines.length, 60, 'each request ran once');
     assert.equal(new Set(lines.map(([id]) => id)).size, 60);
     assert.ok(Math.max(...lines.map(([, inFlight]) => Number(inFlight))) <= 2, 'never more than maxRequestConcurrency in flight across replicas');
+  });
+
+  test('input assets through the replica without agents: the placement replica has them put in place', async () => {
+    const api = (url: string, method: string, target: string, options: { bearer?: string; body?: unknown; headers?: Record<string, string> } = {}) =>
+      request(url, method, target, { host: 'api.localhost', bearer: apiKey, ...options });
+    const token = (await placement.credentials([])).token;
+    const mirror = (await api(placement.url, 'POST', '/v2/svc/functions', {
+      bearer: token, body: { ...echoBody({ containerImage: 'test/mirror:1', inferenceUrl: '/predict' }), name: 'replicated-mirror' },
+    })).body.function;
+    await api(placement.url, 'POST', `/v2/svc/deployments/functions/${mirror.id}/versions/${mirror.versionId}`, {
+      bearer: token, body: { deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1 }] },
+    });
+    const created = await api(replica.url, 'POST', '/v2/svc/assets', { body: { contentType: 'text/plain', description: 'via the replica' } });
+    assert.equal(created.status, 200, created.text);
+    const upload = new URL(created.body.uploadUrl);
+    assert.equal((await request(replica.url, 'PUT', upload.pathname + upload.search, { host: 'api.localhost', body: 'replicated', headers: { 'content-type': 'text/plain' } })).status, 200);
+    let answered;
+    await until('the mirror to answer through the replica', async () => {
+      answered = await api(replica.url, 'POST', `/v2/svc/pexec/functions/${mirror.id}`, { body: {}, headers: { 'svc-input-asset-references': created.body.assetId } });
+      return answered.status === 200;
+    });
+    assert.deepEqual(answered!.body.assets, { [created.body.assetId]: 'replicated' });
+    await forgetVersion(mirror.versionId);
   });
 
   test('a replica killed with kill -9 under load: its 202s are answered by the other, nothing runs twice', async (t) => {

@@ -1,7 +1,8 @@
 // Streaming sessions through the gateway (spec 4.6, 4.7; wire-reference 9), against the real reference
 // streaming container run by the in-process agent: refusals before the upgrade, the session cookie,
 // resume after an abrupt drop, the reference's sign-in as its portal sends it, the line when every
-// instance is busy, and instances that go back to the line at once (a silent socket, an untaken grant).
+// instance is busy, the wait it estimates, and instances that go back to the line at once (a silent
+// socket, an untaken grant).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
@@ -225,6 +226,51 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
     assert.equal(third.status, 200);
     assert.equal(await instanceNow(), instance);
     await signIn('DELETE', { ...headers(), 'svc-reqid': third.body.sessionId });
+  });
+
+  test('the estimate shown in line: none before a session of the function has ended, then the places ahead times the mean session', async () => {
+    // A function of its own: the mean session length is learnt per function, and the other tests end sessions too.
+    const other = await deploy(svc, token, streamingBody({
+      name: 'stream-estimate', containerImage: 'local/streaming-app:1',
+      containerEnvironment: [{ key: 'STREAMING_VIDEO_SIZE', value: '320x180' }, { key: 'STREAMING_VIDEO_FPS', value: '30' }],
+    }), { maxRequestConcurrency: 1 });
+    await waitFor(svc, key, other, running, 60_000);
+    const to = { authorization: `Bearer ${key}`, 'svc-function-id': other.id };
+    const hello = async (sessionId: string) => {
+      const session = await open(svc, to, undefined, `svc-reqid=${sessionId}`);
+      session.ws.send(JSON.stringify({ type: 'hello', protocol: 1 }));
+      await session.next('config');
+      return session;
+    };
+
+    const askedAt = performance.now();
+    const a = await waitInLine(await signIn('POST', to), 30_000);
+    const grantedBy = performance.now();
+    await hello(a.body.sessionId);
+    const b = await signIn('POST', to);
+    assert.equal(b.body.position, 1);
+    assert.equal(b.body.estimatedWaitSeconds, undefined, 'no session of this function has ended yet: no estimate');
+    await sleep(1500);
+    // A's session lasted from its grant (between askedAt and grantedBy) to its sign-out (between endingAt and endedBy).
+    const endingAt = performance.now();
+    assert.equal((await signIn('DELETE', { ...to, 'svc-reqid': a.body.sessionId })).status, 200);
+    const endedBy = performance.now();
+
+    const granted = await waitInLine(await signIn('POST', { ...to, 'svc-reqid': b.body.sessionId }), 30_000);
+    const session = await hello(granted.body.sessionId);
+    const c = await signIn('POST', to);
+    const d = await signIn('POST', to);
+    assert.deepEqual([c.body.position, d.body.position], [1, 2]);
+    // One instance: the first in line waits one mean session (only A's so far), the second two.
+    const [shortest, longest] = [(endingAt - grantedBy) / 1000, (endedBy - askedAt) / 1000];
+    for (const [answer, ahead] of [[c, 1], [d, 2]] as const) {
+      const estimate = answer.body.estimatedWaitSeconds;
+      assert.ok(estimate >= Math.ceil(ahead * shortest) && estimate <= Math.ceil(ahead * longest),
+        `#${ahead}: ${estimate} s, for a session of ${shortest.toFixed(2)}-${longest.toFixed(2)} s`);
+    }
+    for (const waiting of [c, d]) assert.equal((await signIn('DELETE', { ...to, 'svc-reqid': waiting.body.sessionId })).status, 200);
+    session.ws.send(JSON.stringify({ type: 'bye' }));
+    await session.next('bye');
   });
 
   test('browsers may carry the key and function in Sec-WebSocket-Protocol; the function item is chosen, the key never echoed', async () => {

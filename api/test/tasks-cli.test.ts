@@ -24,7 +24,7 @@ describe('svc task commands', () => {
     const parsed = parseArgs({ args, options: { ...command.options }, allowPositionals: true, strict: true });
     const printed: string[] = [];
     const context: CommandContext = {
-      values: parsed.values as CommandContext['values'], positionals: parsed.positionals, env: {}, state,
+      values: parsed.values, positionals: parsed.positionals, env: {}, state,
       print: (human, data) => printed.push(json ? JSON.stringify(data) : human),
     };
     await command.run(context);

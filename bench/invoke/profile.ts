@@ -58,7 +58,9 @@ try {
 // The profile ends when the platform exits: count back from there to the load's window (µs).
 const stoppedAt = performance.now();
 
-const file = readdirSync(dir).find((name) => name.endsWith('.cpuprofile'));
+// The main thread's profile of the process that served (thread 0, the last written: the process re-executes
+// itself once with its heap cap, and the watchdog's thread writes one of its own).
+const file = readdirSync(dir).filter((name) => /\.0\.\d+\.cpuprofile$/.test(name)).sort().at(-1);
 if (!file) throw new Error(`no profile written in ${dir}`);
 const profile = JSON.parse(readFileSync(path.join(dir, file), 'utf8')) as Profile;
 const byId = new Map(profile.nodes.map((node) => [node.id, node]));

@@ -1,8 +1,9 @@
 // bench/runtime: the two runtimes side by side in one run, on the echo sample: instance start → first
 // healthy check (the process runtime spawning `node echo.ts`, the docker runtime creating and starting
-// localhost/svc/echo on podman through its Docker API), then requests straight to each instance's endpoint
-// (a child process's port vs a container's published port) at concurrency 1 and 32. Needs podman and
-// `npm run images`. The platform's own share of an invocation is bench/invoke.
+// localhost/svc/echo on podman through its Docker API), then requests at concurrency 1 and 32 straight to
+// each instance's endpoint (a child process's port vs a container's published port), and through the
+// gateway (pexec on a `svc serve` per runtime, gateway.ts), with what the gateway adds to the direct p50.
+// Needs podman and `npm run images`. Where the platform spends its share of an invocation: bench/invoke.
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { DEFAULT_PROBE_SETTINGS, healthTarget, waitUntilHealthy } from '../../api/src/compute/health.ts';
@@ -13,13 +14,15 @@ import { createDockerRuntime } from '../../api/src/compute/runtimes/docker.ts';
 import { createProcessRuntime } from '../../api/src/compute/runtimes/process.ts';
 import { captureLog, instanceSpec, SAMPLES_CATALOG, tempDir } from '../../api/test/compute/helpers.ts';
 import { image, removeContainers, startEngine } from '../../api/test/helpers/podman.ts';
-import { load } from '../lib/load.ts';
+import { load, type LoadResult, type LoadTarget } from '../lib/load.ts';
 import { median, percentile, printTable } from '../lib/report.ts';
+import { serveEcho } from './gateway.ts';
 
 const STARTS = Number(process.env.BENCH_STARTS ?? 10);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const BODY = JSON.stringify({ message: 'hello', n: 42 });
 const AGENT = `bench-runtime-${process.pid}`;
+const CONCURRENCIES = [1, 32];
 
 const { log } = captureLog();
 const state = await tempDir('bench-runtime');
@@ -57,29 +60,52 @@ try {
   printTable(`bench/runtime: instance start → healthy, ${STARTS} starts each (echo sample; health probed every 10 ms)`,
     ['runtime', 'p50 ms', 'p90 ms', 'max ms', '× process'], startRows);
 
-  const loadRows: (string | number)[][] = [];
   const instances = await Promise.all(Object.entries(runtimes).map(async ([name, { runtime, image: reference }]) =>
     [name, (await start(runtime, instanceSpec(reference, { inferenceUrl: '/echo' }))).instance] as const));
+  let direct: Map<string, LoadResult>;
   try {
-    for (const concurrency of [1, 32]) {
-      const results: Record<string, Awaited<ReturnType<typeof load>>> = {};
-      for (const [name, instance] of instances) {
-        const target = { origin: `http://127.0.0.1:${instance.endpoint.ports.inference}`, path: '/echo', headers: { 'content-type': 'application/json' }, body: BODY };
-        await load(target, concurrency, 1);
-        results[name] = await load(target, concurrency, SECONDS);
-      }
-      for (const [name, result] of Object.entries(results)) {
-        loadRows.push([`c=${concurrency}  ${name}`, result.requestsPerSecond, result.p50, result.p99,
-          result.requestsPerSecond / results.process.requestsPerSecond, result.p50 - results.process.p50, result.errors]);
-      }
-    }
+    direct = await measure(Object.fromEntries(instances.map(([name, instance]) =>
+      [name, { origin: `http://127.0.0.1:${instance.endpoint.ports.inference}`, path: '/echo', headers: { 'content-type': 'application/json' } }])));
   } finally {
     await Promise.all(instances.map(([, instance]) => instance.stop(5000)));
   }
   printTable(`bench/runtime: POST /echo straight to the instance, ${SECONDS} s per row, closed-loop clients (node ${process.version})`,
-    ['concurrency  runtime', 'req/s', 'p50 ms', 'p99 ms', '× process', '+p50 ms', 'errors'], loadRows);
+    ['concurrency  runtime', 'req/s', 'p50 ms', 'p99 ms', '× process', '+p50 ms', 'errors'], rows(direct));
+
+  const served = [await serveEcho('local/echo:1')];
+  let gateway: Map<string, LoadResult>;
+  try {
+    served.push(await serveEcho(image('echo'), engine));
+    gateway = await measure({ process: served[0].target, 'docker (podman)': served[1].target });
+  } finally {
+    await Promise.all(served.map((platform) => platform.stop()));
+  }
+  printTable(`bench/runtime: POST /v2/svc/pexec through svc serve (own process, SQLite) to the instance, ${SECONDS} s per row`,
+    ['concurrency  runtime', 'req/s', 'p50 ms', 'p99 ms', '× process', '+p50 ms', 'errors', 'gateway +p50 ms'], rows(gateway, direct));
 } finally {
   await removeContainers(engine, `svc.agent=${AGENT}`);
   await engine.close();
   await state.remove();
+}
+
+/** Each target loaded at each concurrency, one after the other; keyed `c=<concurrency>  <name>`. */
+async function measure(targets: Record<string, LoadTarget>): Promise<Map<string, LoadResult>> {
+  const results = new Map<string, LoadResult>();
+  for (const concurrency of CONCURRENCIES) {
+    for (const [name, target] of Object.entries(targets)) {
+      const withBody = { ...target, body: BODY };
+      await load(withBody, concurrency, 1);
+      results.set(`c=${concurrency}  ${name}`, await load(withBody, concurrency, SECONDS));
+    }
+  }
+  return results;
+}
+
+/** Table rows, each compared with the process runtime's at the same concurrency (and with `direct`'s p50 when given). */
+function rows(results: Map<string, LoadResult>, direct?: Map<string, LoadResult>): (string | number)[][] {
+  return [...results].map(([key, result]) => {
+    const baseline = results.get(key.replace(/  .*$/, '  process'))!;
+    return [key, result.requestsPerSecond, result.p50, result.p99, result.requestsPerSecond / baseline.requestsPerSecond,
+      result.p50 - baseline.p50, result.errors, ...(direct ? [result.p50 - direct.get(key)!.p50] : [])];
+  });
 }

@@ -32,14 +32,27 @@ async function openPage(stack: StreamingStack): Promise<Page> {
   return page;
 }
 
+/** Milestones of a hand-over in the platform's log, as ms after `since` (undefined if not logged). */
+function milestones(stack: StreamingStack, since: number): Record<'ended' | 'processStarted' | 'running', number | undefined> {
+  const entries = stack.svc.logs.map((line) => JSON.parse(line) as { msg: string; time: number }).filter((entry) => entry.time >= since);
+  const at = (msg: string) => {
+    const entry = entries.find((candidate) => candidate.msg === msg);
+    return entry && entry.time - since;
+  };
+  return { ended: at('streaming session ended'), processStarted: at('instance process started'), running: at('instance RUNNING') };
+}
+
 /**
  * A streams on a one-instance function, B waits in line, A closes the tab. Per sample: from the close to
- * B's grant (the instance freed by A's leaving, ready for B) and to B's first frame.
+ * B's grant (the instance freed by A's leaving, ready for B) and to B's first frame, and where the time
+ * went: the session's end (the closing page's sign-out), the replacement's process started, and its first
+ * healthy check (RUNNING).
  */
-export async function nextPersonAfterTabClose(samples: number): Promise<{ grantMs: number[]; frameMs: number[] }> {
-  const stack = await startStreamingStack({ name: 'bench-next', video: VIDEO, config: { log: { level: 'warn' } } });
+export async function nextPersonAfterTabClose(samples: number) {
+  const stack = await startStreamingStack({ name: 'bench-next', video: VIDEO, config: { log: { level: 'info' } } });
   const grantMs: number[] = [];
   const frameMs: number[] = [];
+  const steps: ReturnType<typeof milestones>[] = [];
   try {
     for (let sample = 0; sample < samples; sample++) {
       await idleInstance(stack);
@@ -52,12 +65,13 @@ export async function nextPersonAfterTabClose(samples: number): Promise<{ grantM
       await waitForSnapshot(b, 'B streaming', (s) => s.framesDecodedFromBarcode >= 1, 60_000);
       grantMs.push(await grantedAt(b) - closedAt);
       frameMs.push(await firstFrameAt(b) - closedAt);
+      steps.push(milestones(stack, closedAt));
       await b.close({ runBeforeUnload: true });
     }
   } finally {
     await stack.close();
   }
-  return { grantMs, frameMs };
+  return { grantMs, frameMs, steps };
 }
 
 /**

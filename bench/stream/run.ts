@@ -5,7 +5,7 @@
 // takes the capture alone apart, side by side with ffmpeg x11grab.
 //
 //   flock /tmp/svc-bench.lock node bench/stream/run.ts [--runs 3] [--sessions 30] [--x11-sessions 10] [--inputs 40]
-//     [--people 5] [--arrival-runs 1] [--only latency|people]
+//     [--people 5] [--arrival-runs 1] [--flashes 30] [--only latency|people|lip-sync]
 //
 // Setup: new WebSocket -> first decoded frame shown (requestVideoFrameCallback expectedDisplayTime);
 // "from load" adds the time from navigation start to the new WebSocket. Every sample is a fresh container
@@ -14,6 +14,8 @@
 //   scene: pointer event sent -> first shown frame whose barcode carries it (the scene renders on input).
 //   x11:   key event sent (x, then Backspace, alternately) -> first shown frame in which xterm's text line
 //          differs from the frame before the key: the app's real reaction, read from the pixels.
+//   Both read the frame through WebCodecs (new VideoFrame(video)) and time it by the callback of that frame:
+//   the element's current frame is often a frame newer than the one a callback describes.
 //   "photon" is the frame's expectedDisplayTime; "present" its presentationTime (handed to the compositor).
 //   Chrome estimates expectedDisplayTime from the stream's timing, which a sparse stream (x11 sends frames
 //   only on change) throws off by tens of ms either way; presentationTime is measured.
@@ -23,14 +25,20 @@
 // People (people.ts, through Chromium → proxy → platform → container): the next person after a tab close
 // (from the close to the instance granted, target ≤ 2 s, and to the first frame, target ≤ 5 s), and ten
 // arrivals at a two-instance function with spare 1 (from Start to the first frame, each).
+// Lip-sync (lip-sync.ts): an X11 app flashes its screen white and starts a tone together; in Chromium, the
+// sound as played out minus the picture as presented, with the default (the picture at once) and with
+// STREAMING_LIP_SYNC=true (the browser and the page hold the picture back to match the sound). No peer runs here:
+// selkies-gstreamer would be the one (GStreamer's webrtcbin, Python), and neither is installed.
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
-import { CHROMIUM_ARGS, descendants, startApp, type AppProcess } from '../../streaming-app/test/helpers.ts';
+import { CHROMIUM_ARGS, descendants, startApp, which, type AppProcess } from '../../streaming-app/test/helpers.ts';
 import { percentile, printTable } from '../lib/report.ts';
+import { lipSyncSession } from './lip-sync.ts';
 import { nextPersonAfterTabClose, tenArrivals } from './people.ts';
 
 const { values: args } = parseArgs({
@@ -41,6 +49,7 @@ const { values: args } = parseArgs({
     inputs: { type: 'string', default: '40' },
     people: { type: 'string', default: '5' },
     'arrival-runs': { type: 'string', default: '1' },
+    flashes: { type: 'string', default: '30' },
     only: { type: 'string' },
   },
 });
@@ -112,7 +121,7 @@ const X11: Source = {
     canvas.width = W;
     canvas.height = H;
     const ctx = canvas.getContext('2d', { willReadFrequently: true });
-    const grab = () => { ctx.drawImage(video, 0, 0, W, H, 0, 0, W, H); return ctx.getImageData(0, 0, W, H).data; };
+    const grab = (source = video) => { ctx.drawImage(source, 0, 0, W, H, 0, 0, W, H); return ctx.getImageData(0, 0, W, H).data; };
     const differs = (a, b) => { for (let i = 0; i < a.length; i += 4) if (Math.abs(a[i] - b[i]) > 80) return true; return false; };
     const latencies = { photon: [], present: [] };
     for (let i = 0; i < ${INPUTS}; i++) {
@@ -122,9 +131,16 @@ const X11: Source = {
       const sentAt = performance.now();
       svcStream.sendKeyCode(code, key, true, 0);
       svcStream.sendKeyCode(code, key, false, 0);
+      // The video's current frame may already be newer than the one a callback describes (frames come
+      // close together): the change is dated by its frame's own timestamp, and timed by the callback of
+      // that frame (or the first one after it).
+      let changed;
       const shownAt = await new Promise((resolve) => {
         const step = (_now, meta) => {
-          if (differs(grab(), before)) resolve(meta);
+          const frame = new VideoFrame(video);
+          if (changed === undefined && differs(grab(frame), before)) changed = frame.timestamp;
+          frame.close();
+          if (changed !== undefined && meta.mediaTime * 1e6 + 1 >= changed) resolve(meta);
           else if (performance.now() - sentAt > 1000) resolve(undefined);
           else video.requestVideoFrameCallback(step);
         };
@@ -211,8 +227,10 @@ async function inputSession(context: BrowserContext, source: Source): Promise<La
   }
 }
 
-if (args.only !== 'people') await latencyRuns();
-if (args.only !== 'latency') await peopleRuns();
+const only = (part: string): boolean => args.only === undefined || args.only === part;
+if (only('latency')) await latencyRuns();
+if (only('people')) await peopleRuns();
+if (only('lip-sync')) await lipSyncRuns();
 
 async function latencyRuns() {
   const profile = await mkdtemp(join(tmpdir(), 'svc-bench-chromium-'));
@@ -291,7 +309,32 @@ async function peopleRuns() {
       row('next person after a tab close: first frame', next.frameMs, 5000),
       row('ten arrivals (2 instances, spare 1): first frame', arrivals.firstFrameMs),
     ]);
+  const step = (key: keyof (typeof next.steps)[number]) => p(next.steps.map((milestone) => milestone[key] ?? NaN).filter(Number.isFinite), 50);
+  printTable('Next person after a tab close, where the time goes (the platform\'s log)',
+    ['ms after the close', 'session ended', 'new process started', 'RUNNING (first healthy check)', 'granted', 'first frame'],
+    [['p50', step('ended'), step('processStarted'), step('running'), p(next.grantMs, 50), p(next.frameMs, 50)]]);
   console.log(`\nThe instance a closed tab frees is a fresh container (one session per container), so "granted" includes starting it.
 Ten arrivals: each streams 2 s, then closes its tab; at most two stream at once, so the later ones wait for
 earlier sessions and replacements (the figure is mostly the line). Granted first come, first served: ${arrivals.inOrder ? 'yes' : 'NO'}.`);
+}
+
+async function lipSyncRuns() {
+  const missing = ['Xvfb', 'pulseaudio', 'pacat', 'parec'].filter((tool) => !which(tool));
+  if (missing.length) throw new Error(`the lip-sync rows need ${missing.join(', ')} (Debian packages xvfb pulseaudio pulseaudio-utils)`);
+  const load = (): string => loadavg().map((value) => value.toFixed(1)).join(' ');
+  const loadBefore = load();
+  const flashes = Number(args.flashes);
+  const rows: (string | number)[][] = [];
+  for (const [mode, lipSync] of [['default (picture at once)', 'false'], ['STREAMING_LIP_SYNC=true', 'true']]) {
+    const session = await lipSyncSession({ ...COMMON_ENV, STREAMING_LIP_SYNC: lipSync }, flashes);
+    const later = session.offsets.slice(Math.floor(session.offsets.length / 2));
+    rows.push([mode, String(session.offsets.length), p(session.offsets, 50), p(session.offsets, 95), p(later, 50),
+      session.audioJitterBufferMs, session.videoJitterBufferMs, p(session.appSkew, 50), `<= ${FRAME_INTERVAL_MS.toFixed(1)}`,
+      Math.abs(p(session.offsets, 50)) <= FRAME_INTERVAL_MS ? 'met' : 'MISSED']);
+  }
+  printTable(`Lip-sync: sound played out minus picture presented, ms (1280x720, ${FPS} fps, libx264, an X11 app, headless Chromium; one session each of ${flashes} flashes)`,
+    ['mode', 'samples', 'p50', 'p95', 'p50 2nd half', 'audio jb', 'video jb', 'app skew', 'target |p50|', 'verdict'], rows);
+  console.log(`\npositive: the sound comes late. "2nd half": the later half of the session (lip-sync converges over the
+first seconds). jb: the browser's mean jitter-buffer delay per track (for video, what lip-sync costs the picture).
+app skew: the app's own tone start after its flash, already taken out. Load average before / after: ${loadBefore} / ${load()}.`);
 }

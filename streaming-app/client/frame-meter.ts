@@ -2,6 +2,7 @@
 // into measurements: frames seen, session setup time (new WebSocket to first decoded frame) and
 // input-to-photon latency (input event sent to the first frame that reflects it).
 import { barcodeLayout, BARCODE_CELLS, BARCODE_ROWS, decodeBarcode } from './barcode.ts';
+import { FrameTiming, type ReadFrame } from './frame-timing.ts';
 
 const MAX_SAMPLES = 600;
 
@@ -27,6 +28,7 @@ export class FrameMeter {
   readonly #canvas: HTMLCanvasElement;
   readonly #ctx: CanvasRenderingContext2D;
   readonly #pendingInputs = new Map<number, number>();
+  readonly #timing = new FrameTiming();
   #connectStartedAt: number | undefined;
   #running = false;
   framesPresented = 0;
@@ -74,34 +76,48 @@ export class FrameMeter {
 
   #measure(metadata: VideoFrameCallbackMetadata): void {
     this.framesPresented++;
-    // The moment the frame is expected on screen is the best "photon" time a page can know.
-    const shownAt = metadata.expectedDisplayTime;
-    if (this.setupMs === undefined && this.#connectStartedAt !== undefined) this.setupMs = shownAt - this.#connectStartedAt;
+    if (this.setupMs === undefined && this.#connectStartedAt !== undefined) this.setupMs = metadata.expectedDisplayTime - this.#connectStartedAt;
     const width = metadata.width;
     if (!width) return;
-    const layout = barcodeLayout(width);
-    this.#ctx.drawImage(this.#video, 0, 0, layout.width, layout.height, 0, 0, BARCODE_CELLS, BARCODE_ROWS);
-    const pixels = this.#ctx.getImageData(0, 0, BARCODE_CELLS, BARCODE_ROWS).data;
-    // Red channel of RGBA: cells are grey, any channel carries the brightness.
-    const decoded = decodeBarcode(pixels, 4);
-    if (!decoded) return;
+    const frame = this.#readBarcode(barcodeLayout(width));
+    const inputSeq = this.#timing.shown(metadata.mediaTime, frame);
+    if (inputSeq !== undefined) this.#inputsShown(inputSeq, metadata);
+    if (!frame) return;
     this.framesDecodedFromBarcode++;
-    this.lastFrameNumber = decoded.frameNumber;
-    this.lastInputSeq = decoded.inputSeq;
-    if (this.#pendingInputs.size > 0) {
-      for (const [seq, sentAt] of this.#pendingInputs) {
-        if (seq > decoded.inputSeq) continue;
-        this.#pendingInputs.delete(seq);
-        // Only the newest shown input is a clean sample; older ones were overtaken while in flight.
-        if (seq === decoded.inputSeq) {
-          push(this.inputToPhotonMs, shownAt - sentAt);
-          // Where the time went: until the frame's last packet arrived, and until it was handed to the compositor.
-          if (metadata.receiveTime !== undefined) push(this.inputToReceiveMs, metadata.receiveTime - sentAt);
-          push(this.inputToPresentMs, metadata.presentationTime - sentAt);
-        }
-      }
+    this.lastFrameNumber = frame.frameNumber;
+    this.lastInputSeq = frame.inputSeq;
+    this.onFrame?.(frame.frameNumber);
+  }
+
+  /** The barcode of the video's current frame, with that frame's timestamp where WebCodecs can tell it. */
+  #readBarcode(layout: { width: number; height: number }): (ReadFrame & { frameNumber: number }) | undefined {
+    let frame: VideoFrame | undefined;
+    try {
+      frame = new VideoFrame(this.#video);
+    } catch {
+      // no WebCodecs (not a secure context): the element's frame, timed by this callback
     }
-    this.onFrame?.(decoded.frameNumber);
+    this.#ctx.drawImage(frame ?? this.#video, 0, 0, layout.width, layout.height, 0, 0, BARCODE_CELLS, BARCODE_ROWS);
+    const timestampUs = frame?.timestamp;
+    frame?.close();
+    // Red channel of RGBA: cells are grey, any channel carries the brightness.
+    const decoded = decodeBarcode(this.#ctx.getImageData(0, 0, BARCODE_CELLS, BARCODE_ROWS).data, 4);
+    return decoded && { ...decoded, timestampUs };
+  }
+
+  /** Input up to `inputSeq` is on screen in the frame `metadata` describes. */
+  #inputsShown(inputSeq: number, metadata: VideoFrameCallbackMetadata): void {
+    for (const [seq, sentAt] of this.#pendingInputs) {
+      if (seq > inputSeq) continue;
+      this.#pendingInputs.delete(seq);
+      // Only the newest shown input is a clean sample; older ones were overtaken while in flight.
+      if (seq !== inputSeq) continue;
+      // The moment the frame is expected on screen is the best "photon" time a page can know.
+      push(this.inputToPhotonMs, metadata.expectedDisplayTime - sentAt);
+      // Where the time went: until the frame's last packet arrived, and until it was handed to the compositor.
+      if (metadata.receiveTime !== undefined) push(this.inputToReceiveMs, metadata.receiveTime - sentAt);
+      push(this.inputToPresentMs, metadata.presentationTime - sentAt);
+    }
   }
 
   snapshot(): FrameMeterSnapshot {

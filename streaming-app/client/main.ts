@@ -93,6 +93,8 @@ function start() {
       meter.start();
       overlay.watch(client?.peerConnection);
       show('streaming');
+      // Typing reaches the app at once, without a click into the picture first.
+      video.focus();
     },
     onStatus: (status) => {
       overlay.status = status;

@@ -1,6 +1,7 @@
 // Signaling and the browser's peer connection. The app offers; this side answers, trickles candidates,
 // keeps the WebSocket alive with pings and, when the socket drops, reconnects with the session's resume
 // token so the same session (and usually the same, still flowing, peer connection) continues.
+import { PictureHold } from './picture-hold.ts';
 import type { AppStatsMessage, ClientMessage, IceCandidateJson, ServerMessage } from './protocol.ts';
 import { CloseCode, FINAL_CLOSE_CODES, INPUT_CHANNEL_LABEL, PROTOCOL_VERSION } from './protocol.ts';
 
@@ -55,6 +56,8 @@ export class StreamClient {
   #resumeToken: string | undefined;
   #remoteApplied: Promise<void> = Promise.resolve();
   #pingTimer: ReturnType<typeof setInterval> | undefined;
+  /** Lip-sync's hold of the picture, when the app put picture and sound in one stream. */
+  #pictureHold: PictureHold | undefined;
   #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
   #lastHeard = 0;
   #droppedAt = 0;
@@ -257,6 +260,8 @@ export class StreamClient {
   #answer(sdp: string): void {
     // Every offer is for a new peer connection (first one, restart, or resume after a reload).
     this.#pc?.close();
+    this.#pictureHold?.stop();
+    this.#pictureHold = undefined;
     this.#options.onInputChannel?.(undefined);
     const pc = new RTCPeerConnection({
       // Exactly what the app handed over: its STUN/TURN server or nothing, never a public default.
@@ -265,7 +270,12 @@ export class StreamClient {
       bundlePolicy: 'max-bundle',
     });
     this.#pc = pc;
+    const tracks = new Map<string, RTCTrackEvent>();
     pc.ontrack = (event) => {
+      tracks.set(event.track.kind, event);
+      const [audio, video] = [tracks.get('audio')?.streams[0], tracks.get('video')];
+      // Picture and sound in one stream: the app asks for lip-sync (STREAMING_LIP_SYNC=true).
+      if (audio && audio === video?.streams[0]) this.#pictureHold ??= new PictureHold(pc, video.receiver);
       if (event.track.kind === 'audio') {
         this.#options.onAudio?.(new MediaStream([event.track]), event.receiver);
         return;
@@ -275,7 +285,8 @@ export class StreamClient {
       const receiver = event.receiver as RTCRtpReceiver & { playoutDelayHint?: number; jitterBufferTarget?: number };
       receiver.jitterBufferTarget = 0;
       receiver.playoutDelayHint = 0;
-      this.#options.onVideo(event.streams[0] ?? new MediaStream([event.track]), event.receiver);
+      // The picture alone: the sound, in the same stream (for lip-sync), plays through onAudio.
+      this.#options.onVideo(new MediaStream([event.track]), event.receiver);
     };
     pc.ondatachannel = (event) => {
       const channel = event.channel;
@@ -383,6 +394,7 @@ export class StreamClient {
     // Let a queued bye leave before closing.
     if (ws) setTimeout(() => ws.close(1000), 50);
     this.#pc?.close();
+    this.#pictureHold?.stop();
     this.#options.onStatus(reason);
     this.#options.onEnded?.(reason, cause);
   }

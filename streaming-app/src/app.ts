@@ -1,6 +1,6 @@
 // The streamed application: STREAMING_APP_COMMAND run by /bin/sh in its own process group, with the
 // display, the audio sink and the frame socket in its environment. Its exit ends the session (see
-// main.ts); its last output lines explain a failure.
+// container.ts); its last output lines explain a failure.
 import type { ChildProcess } from 'node:child_process';
 import { exited, spawnChild, stopChild, type ChildExit } from './children.ts';
 import { LineTail } from './line-tail.ts';

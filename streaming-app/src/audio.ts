@@ -1,7 +1,7 @@
 // The application's sound. At start-up the container runs its own PulseAudio server (no daemon, no
 // system files: a private runtime directory, anonymous access on a private socket) with one null sink;
 // the application plays into it (PULSE_SERVER and PULSE_SINK in its environment). Each session captures
-// the sink's monitor with ffmpeg and encodes Opus: 48 kHz stereo, 10 ms frames, low-delay mode, one
+// the sink's monitor with ffmpeg and encodes Opus: 48 kHz stereo, 5 ms frames, low-delay mode, one
 // packet per Ogg page, so every packet leaves the moment it is encoded.
 import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -15,10 +15,14 @@ import { OggOpusReader } from './ogg-reader.ts';
 
 const SINK = 'svc';
 const START_TIMEOUT_MS = 10_000;
-export const AUDIO_FRAME_MS = 10;
+export const AUDIO_FRAME_MS = 5;
 export const AUDIO_CLOCK_HZ = 48_000;
-/** Opus low-delay look-ahead plus one PulseAudio fragment: how long before its arrival a packet began. */
-const CAPTURE_DELAY_MS = AUDIO_FRAME_MS + 2.5;
+/**
+ * How long before its arrival a packet's first sample entered the sink: the frame it fills, half a
+ * PulseAudio fragment (one frame long) on average before the monitor hands it on, and Opus's 2.5 ms
+ * low-delay look-ahead.
+ */
+const CAPTURE_DELAY_MS = AUDIO_FRAME_MS * 1.5 + 2.5;
 
 export type EncodedAudio = { data: Buffer; captureMs: number };
 

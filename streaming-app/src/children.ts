@@ -2,7 +2,7 @@
 // Each runs in its own process group, so that stopping it also stops whatever it started (an app launched
 // through a shell, a browser's helpers), and under `setpriv --pdeathsig KILL` (util-linux) where available,
 // so that the kernel kills it even when this process dies without running any handler (SIGKILL, OOM).
-// Every exit path of main.ts ends with killAllChildren().
+// Every exit path of container.ts ends with killAllChildren().
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { which } from './which.ts';
 

@@ -1,6 +1,7 @@
 // Every setting of the streaming container comes from the environment, validated once at start-up.
 // A bad value stops the process with one line naming the variable: the platform's worker shows that
 // line to the function owner, so it has to be readable without a stack trace.
+import { spawnSync } from 'node:child_process';
 import { networkInterfaces } from 'node:os';
 import { isIPv4 } from 'node:net';
 import { z } from 'zod';
@@ -69,6 +70,8 @@ const envSchema = z.object({
   STREAMING_FRAME_PIPE: z.string().startsWith('/', 'must be an absolute path').max(100).optional(),
   /** The application's sound as an Opus track: auto = when PulseAudio is installed and an app runs. */
   STREAMING_AUDIO: autoFlag.prefault('auto'),
+  /** The browser delays the picture to match the sound (costs input-to-photon), instead of showing it at once. */
+  STREAMING_LIP_SYNC: flag.default(false),
   /** The frame barcode (frame number, input sequence) in the top strip: auto = only for the scene. */
   STREAMING_FRAME_BARCODE: autoFlag.prefault('auto'),
   FFMPEG_PATH: z.string().min(1).default(defaultFfmpeg),
@@ -103,6 +106,7 @@ export type Config = {
   framePipe: string | undefined;
   /** `required`: asked for explicitly, so a sound server that fails to start fails the container. */
   audio: { enabled: boolean; required: boolean; reason: string };
+  lipSync: boolean;
   barcode: boolean;
   ffmpegPath: string;
   xvfbPath: string;
@@ -140,7 +144,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError('invalid configuration: CONTROL_SERVER_PORT and STREAMING_SERVER_PORT must differ');
   }
   const command = e.STREAMING_APP_COMMAND?.trim() || undefined;
-  const source = chooseSource(e.STREAMING_SOURCE, command, e.STREAMING_DISPLAY, which(e.XVFB_PATH, env.PATH) !== undefined);
+  const source = chooseSource(e.STREAMING_SOURCE, command, e.STREAMING_DISPLAY, which(e.XVFB_PATH, env.PATH) !== undefined, env.PATH);
   const audio = chooseAudio(e.STREAMING_AUDIO, source.kind, which(e.PULSEAUDIO_PATH, env.PATH) !== undefined);
   return {
     controlPort: e.CONTROL_SERVER_PORT,
@@ -165,6 +169,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     appStartTimeoutMs: e.STREAMING_APP_START_TIMEOUT_SECONDS * 1000,
     framePipe: e.STREAMING_FRAME_PIPE,
     audio,
+    lipSync: e.STREAMING_LIP_SYNC,
     barcode: e.STREAMING_FRAME_BARCODE ?? source.kind === 'scene',
     ffmpegPath: e.FFMPEG_PATH,
     xvfbPath: e.XVFB_PATH,
@@ -173,13 +178,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   };
 }
 
-/** `auto` streams the application when one is configured and a display can be had, else the test scene. */
-function chooseSource(wanted: 'auto' | SourceKind, command: string | undefined, display: string | undefined, hasXvfb: boolean): Config['source'] {
+/**
+ * `auto` streams the application when one is configured, a display can be had and the app's program is
+ * installed, else the test scene.
+ */
+function chooseSource(wanted: 'auto' | SourceKind, command: string | undefined, display: string | undefined, hasXvfb: boolean, path: string | undefined): Config['source'] {
   const displayAvailable = display !== undefined || hasXvfb;
   if (wanted === 'scene') return { kind: 'scene', reason: 'STREAMING_SOURCE=scene' };
   if (wanted === 'auto') {
     if (!command) return { kind: 'scene', reason: 'no STREAMING_APP_COMMAND: streaming the test scene' };
     if (!displayAvailable) return { kind: 'scene', reason: 'STREAMING_APP_COMMAND is set but Xvfb is not installed (Debian package xvfb) and no STREAMING_DISPLAY is given: streaming the test scene' };
+    const missing = missingProgram(command, path);
+    if (missing) return { kind: 'scene', reason: `STREAMING_APP_COMMAND starts ${missing}, which is not installed: streaming the test scene` };
     return { kind: 'x11', reason: `STREAMING_APP_COMMAND is set and ${display ? `STREAMING_DISPLAY=${display}` : 'Xvfb is installed'}` };
   }
   if (!command) throw new ConfigError(`invalid configuration: STREAMING_APP_COMMAND: required with STREAMING_SOURCE=${wanted}`);
@@ -187,6 +197,19 @@ function chooseSource(wanted: 'auto' | SourceKind, command: string | undefined, 
     throw new ConfigError('invalid configuration: STREAMING_SOURCE: x11 needs Xvfb (Debian package xvfb, or XVFB_PATH) or an existing STREAMING_DISPLAY');
   }
   return { kind: wanted, reason: `STREAMING_SOURCE=${wanted}` };
+}
+
+/**
+ * The first word of a plain command (`xterm …`, `exec xterm …`) when the shell cannot run it; undefined
+ * when it can, or when the command is not that simple (the shell decides then, at start-up).
+ */
+function missingProgram(command: string, path: string | undefined): string | undefined {
+  const words = command.split(/\s+/);
+  const first = words[0] === 'exec' ? words[1] : words[0];
+  if (!first || !/^[\w./+-]+$/.test(first) || which(first, path)) return undefined;
+  // Not on PATH, but it may be a shell builtin or keyword (trap, while, …).
+  const shell = spawnSync('/bin/sh', ['-c', 'command -v -- "$1"', 'sh', first], { env: { PATH: path ?? '' }, stdio: 'ignore' });
+  return shell.status === 0 ? undefined : first;
 }
 
 function chooseAudio(wanted: boolean | undefined, source: SourceKind, hasPulse: boolean): Config['audio'] {

@@ -6,6 +6,7 @@
 // blocked on stdin); "connect" and "PLI" both switch the frame feed to the spare, which answers with a
 // keyframe within one encode time, and a new spare is spawned in the background.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { FlvReader } from './flv-reader.ts';
 import { IvfReader } from './ivf-reader.ts';
 import type { Logger } from './logger.ts';
@@ -99,13 +100,25 @@ export function probeEncoder(settings: EncoderSettings, timeoutMs = 10_000): Pro
   });
 }
 
-/** Picks the encoder: the configured one, or the first of h264_nvenc, libx264, libvpx that encodes a frame. */
+/** Device nodes of NVIDIA's driver (Linux, and WSL's GPU): without one, NVENC cannot answer. */
+const NVIDIA_DEVICES = ['/dev/nvidiactl', '/dev/dxg'];
+
+/**
+ * Picks the encoder: the configured one, or the first of h264_nvenc, libx264, libvpx that encodes a
+ * frame. Without an NVIDIA device h264_nvenc is not tried: its failing trial costs a container start
+ * about 0.1 s.
+ */
 export async function chooseEncoder(
   wanted: 'auto' | EncoderName,
   base: Omit<EncoderSettings, 'encoder'>,
   log: Logger,
+  gpuDevices: string[] = NVIDIA_DEVICES,
 ): Promise<EncoderSettings> {
   const candidates: EncoderName[] = wanted === 'auto' ? ['h264_nvenc', 'libx264', 'libvpx'] : [wanted];
+  if (wanted === 'auto' && !gpuDevices.some((device) => existsSync(device))) {
+    candidates.shift();
+    log.info({ encoder: 'h264_nvenc', reason: `no NVIDIA device (${gpuDevices.join(', ')})` }, 'video encoder unavailable');
+  }
   const failures: string[] = [];
   for (const encoder of candidates) {
     let settings: EncoderSettings = { ...base, encoder };

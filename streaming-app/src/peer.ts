@@ -2,7 +2,7 @@
 // the app has sound, and the "input" DataChannel, bundled on a single ICE transport whose sockets all come from STREAMING_PORT_BINDING_RANGE.
 // The app is always the offerer (see docs/streaming-protocol.md).
 import {
-  RTCPeerConnection, RTCRtpHeaderExtensionParameters, useH264, useOPUS, useVP8, type RTCDataChannel, type RTCRtpSender, type RTCIceCandidate,
+  MediaStream, RTCPeerConnection, RTCRtpHeaderExtensionParameters, useH264, useOPUS, useVP8, type RTCDataChannel, type RTCRtpSender, type RTCIceCandidate,
 } from 'werift';
 import type { IceCandidateJson } from '../client/protocol.ts';
 import { INPUT_CHANNEL_LABEL } from '../client/protocol.ts';
@@ -30,6 +30,8 @@ export type PeerOptions = {
   codec: VideoCodec;
   /** Offer an Opus audio track too. */
   audio: boolean;
+  /** Let the browser delay video to match the sound (no zero playout delay). */
+  lipSync: boolean;
   log: Logger;
   onCandidate: (candidate: IceCandidateJson | null) => void;
   onState: (state: PeerState) => void;
@@ -65,10 +67,15 @@ export class PeerLink {
       // A STUN server that does not answer must not hold the offer back for long.
       iceStunGatherTimeout: 2,
       codecs: { video: [codec], audio: options.audio ? [useOPUS()] : [] },
-      headerExtensions: { video: [new RTCRtpHeaderExtensionParameters({ id: PLAYOUT_DELAY_ID, uri: PLAYOUT_DELAY_URI })], audio: [] },
+      // Zero playout delay shows frames as they come, which also keeps the browser from holding them back
+      // to meet the sound: with lip-sync it is not asked for.
+      headerExtensions: { video: options.lipSync ? [] : [new RTCRtpHeaderExtensionParameters({ id: PLAYOUT_DELAY_ID, uri: PLAYOUT_DELAY_URI })], audio: [] },
     });
-    this.videoSender = this.pc.addTransceiver('video', { direction: 'sendonly' }).sender;
-    this.audioSender = options.audio ? this.pc.addTransceiver('audio', { direction: 'sendonly' }).sender : undefined;
+    // Browsers line up (lip-sync) only the tracks of one stream, by holding the picture back to meet the
+    // sound: one stream with lip-sync, else a stream each, so the picture never waits.
+    const streams = options.lipSync ? [new MediaStream({ id: 'svc' })] : undefined;
+    this.videoSender = this.pc.addTransceiver('video', { direction: 'sendonly', streams }).sender;
+    this.audioSender = options.audio ? this.pc.addTransceiver('audio', { direction: 'sendonly', streams }).sender : undefined;
     // Reliable and ordered: a lost key press would be a visible bug; pointer moves are coalesced per
     // animation frame by the client, so retransmission rarely has anything to do.
     this.inputChannel = this.pc.createDataChannel(INPUT_CHANNEL_LABEL, { ordered: true });

@@ -258,6 +258,7 @@ export class StreamingSession {
         bindAddress: config.bindAddress,
         codec: encoder.codec,
         audio: this.#options.audio !== undefined,
+        lipSync: config.lipSync,
         log: this.#log,
         onCandidate: (candidate) => { if (peer === this.#peer) this.#channel?.send({ type: 'candidate', candidate }); },
         onState: (state) => { if (peer === this.#peer) this.#peerState(peer, state); },

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
 import { createSocket } from 'node:dgram';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -136,12 +136,14 @@ async function startCoturn(): Promise<Coturn> {
   const relay = await freeUdpRange(20);
   const secret = randomBytes(16).toString('hex');
   const logFile = join(dir, 'turn.log');
-  const child: ChildProcess = spawn(which('turnserver') ?? 'turnserver', [
-    '-n', '--listening-ip=127.0.0.1', '--relay-ip=127.0.0.1', `--listening-port=${port}`,
-    `--min-port=${relay.min}`, `--max-port=${relay.max}`, '--use-auth-secret', `--static-auth-secret=${secret}`,
-    '--realm=svc.test', '--allow-loopback-peers', '--no-cli', '--no-tls', '--no-dtls', '--fingerprint',
-    `--log-file=${logFile}`, '--simple-log', '--no-stdout-log', `--pidfile=${join(dir, 'turn.pid')}`, '--verbose',
-  ], { stdio: 'ignore' });
+  // The secret goes in a 0600 file, as the platform passes it: never on a command line.
+  const configFile = join(dir, 'turnserver.conf');
+  await writeFile(configFile, [
+    'listening-ip=127.0.0.1', 'relay-ip=127.0.0.1', `listening-port=${port}`, `min-port=${relay.min}`, `max-port=${relay.max}`,
+    'use-auth-secret', `static-auth-secret=${secret}`, 'realm=svc.test', 'allow-loopback-peers', 'no-cli', 'no-tls', 'no-dtls',
+    'fingerprint', `log-file=${logFile}`, 'simple-log', 'no-stdout-log', `pidfile=${join(dir, 'turn.pid')}`, 'verbose', '',
+  ].join('\n'), { mode: 0o600 });
+  const child: ChildProcess = spawn(which('turnserver') ?? 'turnserver', ['-c', configFile], { stdio: 'ignore' });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   // Ready once it answers a STUN binding request.
   const deadline = Date.now() + 10_000;

@@ -67,7 +67,7 @@ test('the process stops at once with exactly one readable line on stderr', async
   assert.match(lines[0], /^streaming-app: invalid configuration: STREAMING_PORT_BINDING_RANGE: /);
 });
 
-test('the frame source: auto streams the app when Xvfb can be found, else the scene; x11 and pipe need an app', () => {
+test('the frame source: auto streams the app when it and Xvfb can be found, else the scene; x11 and pipe need an app', () => {
   const base = { STREAMING_BIND_ADDRESS: '192.0.2.10' };
   const noTools = { ...base, PATH: '/nonexistent' };
   assert.equal(loadConfig(noTools).source.kind, 'scene', 'no app command: the test scene');
@@ -75,10 +75,19 @@ test('the frame source: auto streams the app when Xvfb can be found, else the sc
   assert.equal(fallback.source.kind, 'scene');
   assert.match(fallback.source.reason, /Xvfb is not installed/);
   assert.equal(fallback.appCommand, undefined);
-  const existing = loadConfig({ ...noTools, STREAMING_APP_COMMAND: 'xterm', STREAMING_DISPLAY: ':3' });
+  const existing = loadConfig({ ...noTools, STREAMING_APP_COMMAND: `exec ${process.execPath}`, STREAMING_DISPLAY: ':3' });
   assert.deepEqual([existing.source.kind, existing.display, existing.barcode, existing.audio.enabled], ['x11', ':3', false, false]);
   assert.equal(loadConfig({ ...noTools, STREAMING_SOURCE: 'pipe', STREAMING_APP_COMMAND: 'renderer' }).source.kind, 'pipe');
   assert.equal(loadConfig(noTools).barcode, true, 'the scene carries the barcode by default');
+  // With a display to be had, auto also wants the command's program (npm start's demo on a machine
+  // with Xvfb but no xterm); builtins and anything beyond a plain command are left to the shell.
+  const withXvfb = { ...noTools, XVFB_PATH: process.execPath };
+  const noProgram = loadConfig({ ...withXvfb, STREAMING_APP_COMMAND: 'exec no-such-app-xyz -geometry 80x24' });
+  assert.equal(noProgram.source.kind, 'scene');
+  assert.match(noProgram.source.reason, /starts no-such-app-xyz, which is not installed/);
+  for (const command of [`exec ${process.execPath} app.js`, "trap 'exit 3' USR1; no-such-app-xyz", 'FOO=1 no-such-app-xyz', '"$APP"']) {
+    assert.equal(loadConfig({ ...withXvfb, STREAMING_APP_COMMAND: command }).source.kind, 'x11', command);
+  }
 
   const cases: [Record<string, string>, RegExp][] = [
     [{ STREAMING_SOURCE: 'desktop' }, /STREAMING_SOURCE/],

@@ -64,6 +64,22 @@ export function darkPixels(page: Page, x: number, y: number, w: number, h: numbe
   })()`) as Promise<number>;
 }
 
+/** An app command: a 440 Hz tone into the container's sound server (PULSE_SERVER, PULSE_SINK), for ever. */
+export const TONE = 'ffmpeg -hide_banner -loglevel error -re -f lavfi -i sine=frequency=440:sample_rate=48000 -f pulse tone';
+
+export type AudioStats = { packetsReceived?: number; totalAudioEnergy?: number; codec?: string };
+
+/** The client page's received audio: its inbound-rtp statistics, with its codec's MIME type. */
+export function audioStats(page: Page): Promise<AudioStats> {
+  return page.evaluate(`svcStream.client.peerConnection?.getStats().then((report) => {
+    let inbound = {};
+    const codecs = {};
+    report.forEach((s) => { if (s.type === 'codec') codecs[s.id] = s.mimeType; });
+    report.forEach((s) => { if (s.type === 'inbound-rtp' && s.kind === 'audio') inbound = { ...s, codec: codecs[s.codecId] }; });
+    return inbound;
+  }) ?? {}`) as Promise<AudioStats>;
+}
+
 /** Page script: Enter, then Ctrl+D, which ends a `cat` in a terminal (and the terminal with it). */
 export const END_OF_INPUT = `(() => {
   svcStream.sendKeyCode('Enter', 'Enter', true, 0);

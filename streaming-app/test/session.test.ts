@@ -5,6 +5,8 @@ import assert from 'node:assert/strict';
 import { createSocket, type Socket } from 'node:dgram';
 import { describe, test } from 'node:test';
 import { CloseCode } from '../client/protocol.ts';
+import { chooseEncoder } from '../src/encoder.ts';
+import { createLogger } from '../src/logger.ts';
 import { BIND_ADDRESS, decodeFrames, FFMPEG, freeUdpRange, missingTools, SignalingClient, startApp, udpPortsOf, WeriftViewer } from './helpers.ts';
 
 const skip = missingTools([FFMPEG]);
@@ -174,6 +176,29 @@ describe('streaming session', { skip }, () => {
     await new Promise<void>((resolve) => squatter.close(() => resolve()));
     await new Promise((r) => setTimeout(r, 1100));
     assert.equal(await app.readyStatus(), 200);
+  });
+
+  test('encoder auto: without an NVIDIA device h264_nvenc is not tried, and the log says why', async () => {
+    const lines: { msg: string; encoder?: string; reason?: string }[] = [];
+    const log = createLogger('info', { write: (line: string) => { lines.push(JSON.parse(line)); } });
+    const settings = await chooseEncoder('auto', { width: 320, height: 180, fps: 30, bitrateKbps: 800, keyframeIntervalFrames: 300, ffmpegPath: 'ffmpeg' },
+      log, ['/nonexistent/nvidiactl']);
+    assert.equal(settings.encoder, 'libx264');
+    const skipped = lines.filter((line) => line.msg === 'video encoder unavailable').map((line) => [line.encoder, line.reason]);
+    assert.deepEqual(skipped, [['h264_nvenc', 'no NVIDIA device (/nonexistent/nvidiactl)']]);
+  });
+
+  test('STREAMING_LIP_SYNC=true puts the tracks in one stream without a zero playout delay; by default neither (the picture never waits)', async (t) => {
+    for (const lipSync of ['false', 'true']) {
+      const app = await startApp({ STREAMING_LIP_SYNC: lipSync });
+      t.after(() => app.stop());
+      const viewer = new WeriftViewer(app.signalingUrl());
+      t.after(() => viewer.close());
+      await viewer.hello();
+      const offer = await viewer.signaling.next('offer');
+      assert.equal(/^a=msid:svc \S+/m.test(offer.sdp), lipSync === 'true', `the tracks in stream "svc" with STREAMING_LIP_SYNC=${lipSync}`);
+      assert.equal(/^a=extmap:\d+ \S*playout-delay/m.test(offer.sdp), lipSync === 'false', `STREAMING_LIP_SYNC=${lipSync}`);
+    }
   });
 
   test('a crashed encoder ends the process with a non-zero code', async (t) => {

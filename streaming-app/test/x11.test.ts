@@ -1,7 +1,7 @@
 // The x11 source against real X11 applications: an xterm on Xvfb streamed to headless Chromium, where
-// typed keys and text and a double-click visibly change the picture and Ctrl+D ends the app and with it
-// the session; an app that crashes mid-session closes the browser's connection with 4502 and leaves no
-// process behind; an app that plays a tone is heard in the browser (Opus packets with energy in getStats);
+// typed keys and text and a double-click visibly change the picture, the mouse wheel scrolls it, and
+// Ctrl+D ends the app and with it the session; an app that crashes mid-session closes the browser's
+// connection with 4502 and leaves no process behind; an app that plays a tone is heard in the browser (Opus packets with energy in getStats);
 // start-up failures (no such app, no display) stop the container with one line.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -14,7 +14,8 @@ import { bgrxToI420 } from '../src/x11-capture.ts';
 import { startXvfb, XConnection } from '../src/x11-display.ts';
 import { X11Input } from '../src/x11-input.ts';
 import {
-  alive, CHROMIUM, CHROMIUM_ARGS, darkPixels, descendants, END_OF_INPUT, FFMPEG, freeTcpPort, missingTools, PULSEAUDIO, runToExit, startApp, WeriftViewer, XTERM, XVFB,
+  alive, audioStats, CHROMIUM, CHROMIUM_ARGS, darkPixels, descendants, END_OF_INPUT, FFMPEG, freeTcpPort, missingTools, PULSEAUDIO, runToExit, startApp, TONE,
+  WeriftViewer, XTERM, XVFB,
   type AppProcess,
 } from './helpers.ts';
 
@@ -121,7 +122,7 @@ describe('x11 source', { skip }, () => {
       svcStream.sendKeyCode('KeyI', 'i', false, 0);
       svcStream.sendText(' streaming world');
     })()`);
-    const typed = await until('the typed text on screen', textArea, (dark) => dark > blank + 200);
+    const typed = await until('the typed text on screen', textArea, (dark) => dark > blank + 150);
     t.diagnostic(`dark pixels: ${blank} blank, ${typed} after typing`);
 
     // The pointer's cursor is drawn into the picture (an I-beam over the xterm's white background).
@@ -157,6 +158,29 @@ describe('x11 source', { skip }, () => {
     assert.deepEqual(alive(helpers), [], 'no helper process outlives the container');
   });
 
+  test('wheel events reach the application: the mouse wheel over an xterm scrolls its history back into view', async (t) => {
+    // Thirty numbered lines, then blank ones until only blanks are left on the xterm's six rows.
+    const app = await startApp({ ...X11_ENV, STREAMING_APP_COMMAND: `exec xterm -geometry 40x6+0+40 -fa Monospace -fs 14 -bg white -fg black -e sh -c 'seq 1 30; printf "\\n\\n\\n\\n\\n\\n"; exec cat'` });
+    t.after(() => app.stop());
+    const page = await context.newPage();
+    t.after(() => page.close());
+    await page.goto(clientUrl(app));
+    await until('a frame with a readable barcode', () => page.evaluate('svcStream.snapshot()') as Promise<Snapshot>, (s) => s.framesDecodedFromBarcode >= 1);
+    // The xterm's first columns, where the numbers were (away from the pointer, which is drawn in).
+    const numbers = (): Promise<number> => darkPixels(page, 0, 40, 40, 100);
+    // The real wheel of the page's mouse over the xterm (the video fills the page at twice its size).
+    const box = await page.locator('video').boundingBox();
+    assert.ok(box);
+    const scale = Math.min(box.width / WIDTH, box.height / HEIGHT);
+    await page.mouse.move(box.x + (box.width - WIDTH * scale) / 2 + 200 * scale, box.y + (box.height - HEIGHT * scale) / 2 + 80 * scale);
+    const blank = await numbers();
+    await page.mouse.wheel(0, -500);
+    const scrolled = await until('the numbered lines back on screen', numbers, (dark) => dark > blank + 150);
+    t.diagnostic(`dark pixels: ${blank} at the bottom of the history, ${scrolled} after the wheel`);
+    await page.evaluate('svcStream.bye("test done")');
+    assert.equal((await app.exited).code, 0);
+  });
+
   test('a still screen answers a PLI with a keyframe; an application crash closes the connection with 4502; nothing is left behind', async (t) => {
     // The shell is the application: told to (SIGUSR1), it exits 3 while the xterm it started is still up.
     const app = await startApp({ ...X11_ENV, STREAMING_APP_COMMAND: "trap 'exit 3' USR1; xterm -geometry 20x4+0+40 & while :; do sleep 0.1; done" });
@@ -180,26 +204,30 @@ describe('x11 source', { skip }, () => {
   });
 
   test('the sound of the application reaches the browser as Opus', { skip: missingTools([PULSEAUDIO]) }, async (t) => {
-    // A window to wait for, and a 440 Hz tone played into the container's sound server.
-    const tone = 'ffmpeg -hide_banner -loglevel error -re -f lavfi -i sine=frequency=440:sample_rate=48000 -f pulse tone';
-    const app = await startApp({ ...X11_ENV, STREAMING_AUDIO: 'true', STREAMING_APP_COMMAND: `xterm -geometry 20x4+0+40 & exec ${tone}` });
+    // A window to wait for, and a tone played into the container's sound server.
+    const app = await startApp({ ...X11_ENV, STREAMING_AUDIO: 'true', STREAMING_APP_COMMAND: `xterm -geometry 20x4+0+40 & exec ${TONE}` });
     t.after(() => app.stop());
     const page = await context.newPage();
     t.after(() => page.close());
     await page.goto(clientUrl(app));
-    type AudioStats = { packetsReceived?: number; totalAudioEnergy?: number; codec?: string };
-    const audioStats = (): Promise<AudioStats> => page.evaluate(`svcStream.client.peerConnection?.getStats().then((report) => {
-      let inbound = {};
-      const codecs = {};
-      report.forEach((s) => { if (s.type === 'codec') codecs[s.id] = s.mimeType; });
-      report.forEach((s) => { if (s.type === 'inbound-rtp' && s.kind === 'audio') inbound = { ...s, codec: codecs[s.codecId] }; });
-      return inbound;
-    }) ?? {}`) as Promise<AudioStats>;
-    const stats = await until('100 audio packets with sound in them', audioStats, (s) => (s.packetsReceived ?? 0) >= 100 && (s.totalAudioEnergy ?? 0) > 0);
+    const stats = await until('100 audio packets with sound in them', () => audioStats(page), (s) => (s.packetsReceived ?? 0) >= 100 && (s.totalAudioEnergy ?? 0) > 0);
     t.diagnostic(`audio: ${stats.packetsReceived} packets, codec ${stats.codec}, energy ${stats.totalAudioEnergy}`);
     assert.equal(stats.codec?.toLowerCase(), 'audio/opus');
     await page.evaluate('svcStream.bye("test done")');
     assert.equal((await app.exited).code, 0);
+  });
+
+  test('with STREAMING_LIP_SYNC=true the page holds the picture back to meet the sound as heard', { skip: missingTools([PULSEAUDIO]) }, async (t) => {
+    const app = await startApp({ ...X11_ENV, STREAMING_AUDIO: 'true', STREAMING_LIP_SYNC: 'true', STREAMING_APP_COMMAND: `xterm -geometry 20x4+0+40 & exec ${TONE}` });
+    t.after(() => app.stop());
+    const page = await context.newPage();
+    t.after(() => page.close());
+    await page.goto(clientUrl(app));
+    // The sound plays through the browser's output buffer and jitter buffer; the picture at once: it waits.
+    const holdMs = await until('the picture held back', () => page.evaluate(`svcStream.client.peerConnection?.getReceivers()
+      .find((receiver) => receiver.track.kind === 'video')?.jitterBufferTarget ?? 0`) as Promise<number>, (ms) => ms > 0, 20_000);
+    t.diagnostic(`picture held ${holdMs} ms`);
+    await page.evaluate('svcStream.bye("test done")');
   });
 
   test('start-up failures stop the container with one line, before it ever listens', async () => {

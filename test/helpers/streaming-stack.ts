@@ -33,27 +33,33 @@ export interface Snapshot {
   inputReady: boolean;
 }
 
-/** page.goto, again if Chromium saw the host's network change meanwhile (containers coming and going on it). */
+/**
+ * page.goto, again if Chromium saw the host's network change meanwhile (containers coming and going on it):
+ * the change can fail the navigation itself or only the client's module, and then the page has no svcStream.
+ */
 export async function goto(page: Page, url: string): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     try {
       await page.goto(url);
+      await page.waitForFunction('typeof svcStream === "object"', undefined, { timeout: 10_000 });
       return;
     } catch (error) {
-      if (attempt >= 3 || !String(error).includes('ERR_NETWORK_CHANGED')) throw error;
+      if (attempt >= 3) throw error;
     }
   }
 }
 
 export async function waitForSnapshot(page: Page, what: string, done: (s: Snapshot) => boolean, timeoutMs = 30_000): Promise<Snapshot> {
   let last: Snapshot | undefined;
+  let failure = 'no answer';
   try {
     return await until(what, async () => {
-      last = await (page.evaluate('svcStream.snapshot()') as Promise<Snapshot>).catch(() => undefined);
-      return last && done(last) ? last : undefined;
+      const snapshot = await (page.evaluate('svcStream.snapshot()') as Promise<Snapshot>).catch((error: Error) => { failure = error.message; });
+      last = snapshot ?? last;
+      return snapshot && done(snapshot) ? snapshot : undefined;
     }, timeoutMs);
   } catch {
-    throw new Error(`timed out waiting for ${what}; last: ${JSON.stringify(last)}`);
+    throw new Error(`timed out waiting for ${what}; last: ${last ? JSON.stringify(last) : failure}`);
   }
 }
 

@@ -2,6 +2,8 @@
 // source (in-process, or Prometheus with SVC_PROMETHEUS_URL), the deployment path, the loops, the status
 // route, the timeseries_db_client health component, and what placement reads (desired counts, waking).
 import type { Kysely } from 'kysely';
+import { createDeploymentsRepo } from '../control/deployments/repo.ts';
+import { createFunctionsRepo } from '../control/functions/repo.ts';
 import type { HealthComponent } from '../control/health/service.ts';
 import type { PlatformMetrics } from '../http/metrics.ts';
 import type { Logger } from '../logger.ts';
@@ -43,7 +45,10 @@ export function createAutoscalerPlane(options: AutoscalerPlaneOptions) {
     ? createPrometheusSource({ url: settings.prometheusUrl, token: settings.prometheusToken, timeoutMs: settings.prometheusTimeoutMs, now: () => now().getTime() })
     : createInProcessSource(options.metrics, () => now().getTime()), metrics);
   const appliedListeners: (() => void)[] = [];
-  const platform = createScalingPlatform(options.db, repo, metrics, () => appliedListeners.forEach((listener) => listener()));
+  const platform = createScalingPlatform({
+    deployments: createDeploymentsRepo(options.db, options.log), versions: createFunctionsRepo(options.db), repo, metrics,
+    applied: () => appliedListeners.forEach((listener) => listener()),
+  });
   const autoscaler = settings.enabled
     ? createAutoscaler({ repo, source, platform, metrics, settings, log: options.log, now, replicaId: options.replicaId })
     : undefined;

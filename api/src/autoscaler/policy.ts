@@ -163,6 +163,15 @@ export function sustained(samples: Sample[], now: number, past: (sample: Sample)
 
 const percent = (value: number) => (Number.isFinite(value) ? `${Math.round(value)}%` : 'unbounded (work waiting, no instance)');
 
+/**
+ * When the version last had work: its last invocation, or a sample with requests in flight after it. The idle
+ * window counts from the later, so a request that runs longer than the window is not followed by zero at once.
+ */
+function lastActiveAt({ lastInvocationAt, samples }: Inputs): number {
+  const busy = samples.findLast((sample) => sample.demand > 0)?.at ?? Number.NEGATIVE_INFINITY;
+  return Math.max(lastInvocationAt ?? Number.NEGATIVE_INFINITY, busy);
+}
+
 export function decide(policy: Policy, inputs: Inputs): Outcome {
   const { now, min, max, current, concurrency, samples } = inputs;
   const clamp = (count: number) => Math.min(max, Math.max(min, count));
@@ -189,7 +198,7 @@ export function decide(policy: Policy, inputs: Inputs): Outcome {
     return { desired, reason: 'scale-up', detail: bounded(wanted, why), utilization };
   }
 
-  const idleFor = inputs.lastInvocationAt === undefined ? Number.POSITIVE_INFINITY : now - inputs.lastInvocationAt;
+  const idleFor = now - lastActiveAt(inputs);
   if (min === 0 && latest.demand === 0 && idleFor >= inputs.idleMs) {
     const since = Number.isFinite(idleFor) ? `${Math.round(idleFor / 1000)}s` : 'ever';
     return { desired: 0, reason: 'scale-to-zero', detail: `no invocation for ${since} (idle window ${inputs.idleMs / 1000}s)`, utilization };
@@ -206,8 +215,8 @@ export function decide(policy: Policy, inputs: Inputs): Outcome {
       return { desired: clamp(wanted), reason: 'scale-down', detail: `utilization ${percent(utilization)} below ${policy.down.threshold}% (${policy.source} policy): ${current} → ${wanted}`, utilization };
     }
     if (min === 0 && current > 0) {
-      const since = Number.isFinite(idleFor) ? `last invocation ${Math.round(idleFor / 1000)}s ago` : 'no invocation known';
-      return { desired: clamp(current), reason: 'keep-warm', detail: `${since}; to zero after ${inputs.idleMs / 1000}s without one`, utilization };
+      const since = Number.isFinite(idleFor) ? `idle for ${Math.round(idleFor / 1000)}s` : 'no invocation known';
+      return { desired: clamp(current), reason: 'keep-warm', detail: `${since}; to zero after ${inputs.idleMs / 1000}s idle`, utilization };
     }
   }
 

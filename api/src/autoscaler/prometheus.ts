@@ -1,6 +1,7 @@
 // The Prometheus MetricsSource: PromQL over the HTTP API's /api/v1/query_range (Prometheus, Thanos, Mimir,
 // VictoriaMetrics), reading the series every api replica exports at /metrics, summed across replicas.
-import type { FunctionRef } from '../http/metrics.ts';
+import { z } from 'zod';
+import type { FunctionRef } from '../domain/load.ts';
 import type { Sample } from './policy.ts';
 import { TimeseriesError, type MetricsSource, type VersionLoad } from './source.ts';
 
@@ -13,10 +14,16 @@ export interface PrometheusOptions {
   now: () => number;
 }
 
-interface Series {
-  metric: Record<string, string>;
-  values: [number, string][];
-}
+const seriesSchema = z.object({ metric: z.record(z.string(), z.string()), values: z.array(z.tuple([z.number(), z.string()])) });
+
+/** The query API's answer, as far as this source reads it. */
+const answerSchema = z.object({
+  status: z.string().optional(),
+  error: z.string().optional(),
+  data: z.object({ resultType: z.string(), result: z.array(seriesSchema) }).optional(),
+});
+
+type Series = z.infer<typeof seriesSchema>;
 
 const BY_REF = 'nca_id, function_id, function_version_id';
 /** Prometheus refuses more than 11,000 points per series. */
@@ -47,16 +54,19 @@ export function createPrometheusSource(options: PrometheusOptions): MetricsSourc
     const text = await response.text();
     if (response.status === 401 || response.status === 403) throw new TimeseriesError('auth', `Prometheus refused the credentials (${response.status})`);
     if (response.status >= 500) throw new TimeseriesError('server', `Prometheus failed the query (${response.status})`);
-    let body: { status?: string; error?: string; data?: { resultType?: string; result?: Series[] } };
+    let value: unknown;
     try {
-      body = JSON.parse(text);
+      value = JSON.parse(text);
     } catch {
       throw new TimeseriesError('client', `Prometheus answered ${response.status} without JSON`);
     }
-    if (!response.ok || body.status !== 'success' || body.data?.resultType !== 'matrix') {
-      throw new TimeseriesError('client', `Prometheus refused the query (${response.status}): ${String(body.error ?? '').slice(0, 200)}`);
+    const answer = answerSchema.safeParse(value);
+    if (!answer.success) throw new TimeseriesError('client', `Prometheus answered ${response.status} with JSON the query API does not give`);
+    const { status, error, data } = answer.data;
+    if (!response.ok || status !== 'success' || data?.resultType !== 'matrix') {
+      throw new TimeseriesError('client', `Prometheus refused the query (${response.status}): ${(error ?? '').slice(0, 200)}`);
     }
-    return body.data.result ?? [];
+    return data.result;
   }
 
   return {

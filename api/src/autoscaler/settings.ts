@@ -52,13 +52,3 @@ export const autoscalerEnvSettings: Record<string, keyof AutoscalerSettings> = {
   SVC_PROMETHEUS_URL: 'prometheusUrl',
   SVC_PROMETHEUS_TOKEN: 'prometheusToken',
 };
-
-/** The settings from the environment alone (what config.ts does once it mounts the schema under `autoscaler`). */
-export function autoscalerSettingsFromEnv(env: NodeJS.ProcessEnv): AutoscalerSettings {
-  const given: Record<string, string> = {};
-  for (const [name, setting] of Object.entries(autoscalerEnvSettings)) {
-    const value = env[name];
-    if (value !== undefined && value !== '') given[setting] = value;
-  }
-  return autoscalerSettingsSchema.parse(given);
-}

@@ -1,7 +1,8 @@
 // MetricsSource: where the autoscaler reads load from. Two implementations read the same series
 // (http/metrics.ts): in-process from this platform's registry (the embedded default), or Prometheus'
 // HTTP API when SVC_PROMETHEUS_URL is set (N replicas behind one timeseries database).
-import type { FunctionRef, PlatformMetrics } from '../http/metrics.ts';
+import type { PlatformMetrics } from '../http/metrics.ts';
+import type { FunctionRef } from '../domain/load.ts';
 import type { AutoscalerMetrics } from './metrics.ts';
 import type { Sample } from './policy.ts';
 

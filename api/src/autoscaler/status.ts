@@ -4,23 +4,7 @@ import type { PlatformMetrics } from '../http/metrics.ts';
 import type { DeployedVersion, ScalingPlatform } from './platform.ts';
 import { platformPolicy, policyFor, type AutoscalingConfiguration } from './policy.ts';
 import type { AutoscalerRepo } from './repo.ts';
-
-export interface FunctionScaling {
-  functionId: string;
-  functionVersionId: string;
-  functionName: string;
-  functionStatus: string;
-  instances: { running: number; starting: number };
-  desiredInstances: number;
-  minInstances: number;
-  maxInstances: number;
-  policy: 'PLATFORM' | 'CUSTOM';
-  reason: string;
-  detail: string;
-  utilization: number | null;
-  decidedAt: string | null;
-  lastInvocationAt: string | null;
-}
+import type { FunctionScaling } from './schema.ts';
 
 export function createScalingStatus(repo: AutoscalerRepo, platform: ScalingPlatform, metrics: PlatformMetrics, platformOverride?: AutoscalingConfiguration) {
   const defaults = platformPolicy(platformOverride);

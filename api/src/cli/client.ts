@@ -2,6 +2,7 @@
 // node:http rather than fetch, because fetch derives Host from the URL and will not let it be set.
 import http from 'node:http';
 import https from 'node:https';
+import { z } from 'zod';
 import type { CliState } from './state.ts';
 
 export class CliError extends Error {
@@ -16,7 +17,12 @@ export interface CallOptions {
   headers?: Record<string, string>;
 }
 
-export async function call(state: CliState, host: Host, method: string, path: string, options: CallOptions = {}) {
+/**
+ * Sends one request and decodes its answer with `answer`: the route's own response schema where the command
+ * reads the record, `nothing` for a 204. An answer that does not decode ends the command in one line.
+ */
+export async function call<S extends z.ZodType>(state: CliState, host: Host, method: string, path: string, answer: S,
+  options: CallOptions = {}): Promise<z.output<S>> {
   const url = new URL(path, state.server);
   const headers: Record<string, string> = {
     host: `${host === 'api' ? 'api' : 'api-keys'}.${state.gatewayAddress}${url.port ? `:${url.port}` : ''}`,
@@ -32,12 +38,43 @@ export async function call(state: CliState, host: Host, method: string, path: st
     const cause = (error as { code?: string }).code ?? (error as Error).message;
     throw new CliError(`cannot reach ${state.server} (${cause}); is \`svc serve\` running?`);
   }
-  const body = response.text ? parseJson(response.text) : undefined;
-  if (response.status >= 400) {
-    const detail = (body as { detail?: string } | undefined)?.detail ?? response.text.slice(0, 200);
-    throw new CliError(`${method} ${path} failed (${response.status}): ${detail}`);
-  }
-  return body;
+  if (response.status >= 400) throw new CliError(`${method} ${path} failed (${response.status}): ${failureDetail(response.text)}`);
+  return decode(answer, response.text, `${method} ${path}`, state.server);
+}
+
+/** Every item of a listing on the api host: `path` with `query`, then each next page by its cursor. */
+export async function everyPage<Page extends { cursor?: string }, Item>(state: CliState, path: string, query: URLSearchParams,
+  page: z.ZodType<Page>, itemsOf: (page: Page) => Item[], bearer: string): Promise<Item[]> {
+  const items: Item[] = [];
+  const next = new URLSearchParams(query);
+  let cursor: string | undefined;
+  do {
+    if (cursor) next.set('cursor', cursor);
+    const answer = await call(state, 'api', 'GET', `${path}?${next}`, page, { bearer });
+    items.push(...itemsOf(answer));
+    cursor = answer.cursor;
+  } while (cursor);
+  return items;
+}
+
+/** The answer of a call whose body is not read: a 204, no body at all. */
+export const nothing = z.undefined();
+
+function decode<S extends z.ZodType>(answer: S, text: string, request: string, server: string): z.output<S> {
+  // Most likely the server is not an svc gateway, or not one of this CLI's version.
+  const hint = `is ${server} an svc gateway of this CLI's version?`;
+  const json = text ? parseJson(text) : { value: undefined };
+  if (!json) throw new CliError(`${request} answered something that is not JSON (${JSON.stringify(text.slice(0, 40))}); ${hint}`);
+  const decoded = answer.safeParse(json.value);
+  if (!decoded.success) throw new CliError(`${request} answered what svc does not (${firstIssue(decoded.error)}); ${hint}`);
+  return decoded.data;
+}
+
+/** The first thing wrong with an answer, on one line, and how many more there are. */
+function firstIssue(error: z.ZodError): string {
+  const [issue, ...more] = error.issues;
+  const where = issue.path.length ? `${issue.path.join('.')}: ` : '';
+  return `${where}${issue.message}${more.length ? `; ${more.length} more` : ''}`;
 }
 
 function send(url: URL, method: string, headers: Record<string, string>, body?: string): Promise<{ status: number; text: string }> {
@@ -54,10 +91,19 @@ function send(url: URL, method: string, headers: Record<string, string>, body?: 
   });
 }
 
-function parseJson(text: string): unknown {
+const problemBody = z.object({ detail: z.string() });
+
+/** What a failed response says: its problem's detail, else the start of its text. */
+export function failureDetail(text: string): string {
+  const problem = problemBody.safeParse(parseJson(text)?.value);
+  return problem.success ? problem.data.detail : text.slice(0, 200);
+}
+
+/** The JSON value of `text`, or undefined when `text` is not JSON. */
+function parseJson(text: string): { value: unknown } | undefined {
   try {
-    return JSON.parse(text);
+    return { value: JSON.parse(text) };
   } catch {
-    return text;
+    return undefined;
   }
 }

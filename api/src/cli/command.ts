@@ -3,7 +3,8 @@ import type { ParseArgsOptionsConfig } from 'node:util';
 import type { CliState } from './state.ts';
 
 export interface CommandContext {
-  values: Record<string, string | boolean | undefined>;
+  /** As parseArgs gives them: a `multiple` option is an array. */
+  values: Record<string, string | boolean | (string | boolean)[] | undefined>;
   positionals: string[];
   env: NodeJS.ProcessEnv;
   state: CliState;

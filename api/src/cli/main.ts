@@ -5,6 +5,7 @@ import { autoscalerCommands } from './commands/autoscaler.ts';
 import { foundationCommands } from './commands/foundation.ts';
 import { functionCommands } from './commands/functions.ts';
 import { taskCommands } from './commands/tasks.ts';
+import { loadConfig } from '../config.ts';
 import { guardRole } from '../process/guard.ts';
 import { loadState } from './state.ts';
 
@@ -38,12 +39,12 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     const parsed = parseArgs({
       args: argv, options: { ...globalOptions, ...command.options }, allowPositionals: true, strict: true,
     });
-    const values = parsed.values as CommandContext['values'];
+    const values: CommandContext['values'] = parsed.values;
     if (values.help) {
       console.log(`svc ${name}${command.usage ? ` ${command.usage}` : ''}\n  ${command.summary}`);
       return 0;
     }
-    if (command.role) guardRole(env);
+    if (command.role) guard(env);
     const state = loadState(env);
     if (typeof values.server === 'string') state.server = values.server;
     await command.run({
@@ -61,4 +62,15 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     console.error(`svc ${name}: ${(error as Error).message.split('\n')[0]}`);
     return 1;
   }
+}
+
+/** A role runs guarded; a configuration that does not load is left for the command to refuse in one line. */
+function guard(env: NodeJS.ProcessEnv) {
+  let config;
+  try {
+    config = loadConfig(env);
+  } catch {
+    return;
+  }
+  guardRole(config.guard, config.log.level, env);
 }

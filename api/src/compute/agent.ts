@@ -1,7 +1,8 @@
 // The worker agent: holds the desired set the control plane sent, and reconciles it with what runs.
-// Each desired instance id gets one supervisor (supervisor.ts: start, health, restart with back-off);
-// ids that leave the desired set are stopped and forgotten. An id is never started twice while it runs:
-// a re-sent desired set (after a reconnect) changes nothing for the ids it still holds.
+// Each desired instance id gets one supervisor (supervisor.ts: start, health, restart with back-off, a
+// start failing again and again final); ids that leave the desired set are stopped and forgotten. An id
+// is never started twice while it runs: a re-sent desired set (after a reconnect) changes nothing for the
+// ids it still holds.
 //
 // The agent runs instances through a Runtime and knows nothing of the link: the link (link.ts), or an
 // in-process control plane, calls applyDesired and listens to onReport/onProgress.
@@ -41,6 +42,8 @@ export interface Agent {
   applyDesired(specs: InstanceSpec[]): void;
   /** The current report of every instance this agent holds (for `hello` after a reconnect). */
   reports(): InstanceReport[];
+  /** Where a running instance's requests get their directories (SVC-LARGE-OUTPUT-DIR's parent). */
+  outputDirOf(instanceId: string): string | undefined;
   /** Called on every state change of every instance. Returns an unsubscribe function. */
   onReport(listener: Listener<InstanceReport>): () => void;
   onProgress(listener: Listener<ProgressReport>): () => void;
@@ -92,6 +95,11 @@ class WorkerAgent implements Agent {
     // Leaving instances count until they have ended; then they are gone for the control plane too.
     const leaving = [...this.#leaving.values()].map((entry) => entry.supervisor).filter((supervisor) => !supervisor.ended);
     return [...this.#supervisors.values(), ...leaving].map((supervisor) => supervisor.report);
+  }
+
+  outputDirOf(instanceId: string): string | undefined {
+    const report = this.#supervisors.get(instanceId)?.report;
+    return report?.state === 'RUNNING' ? report.endpoint?.outputDir : undefined;
   }
 
   onReport(listener: Listener<InstanceReport>): () => void {

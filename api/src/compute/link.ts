@@ -12,7 +12,7 @@ import type { Logger } from '../logger.ts';
 import type { Agent } from './agent.ts';
 import type { TaskRunner } from './task-runner.ts';
 import { backoffDelay, type BackoffSettings } from './backoff.ts';
-import { AGENT_LINK_PATH, type AgentMessage, type ControlMessage, type GpuOffer } from './protocol.ts';
+import { AGENT_LINK_PATH, controlMessageSchema, decodeMessage, type AgentMessage, type ControlMessage, type GpuOffer, type StageRequest } from './protocol.ts';
 
 export interface AgentLinkOptions {
   /** Base URL of the platform, e.g. http://127.0.0.1:8080 or https://gateway.example:443. */
@@ -31,6 +31,8 @@ export interface AgentLinkOptions {
   log: Logger;
   reconnect?: Partial<BackoffSettings>;
   pingIntervalMs?: number;
+  /** Puts a request's input assets in place (compute/assets.ts); without it `stage` is answered with an error. */
+  stage?(request: StageRequest): Promise<void>;
   /** Called on each `welcome` (the control plane accepted this agent). */
   onWelcome?(welcome: Extract<ControlMessage, { type: 'welcome' }>): void;
 }
@@ -114,24 +116,24 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
   }
 
   function receive(text: string): void {
-    let message: ControlMessage;
-    try {
-      message = JSON.parse(text) as ControlMessage;
-    } catch {
-      log.warn('agent link: a message that is not JSON was ignored');
-      return;
-    }
+    const decoded = decodeMessage(controlMessageSchema, text);
+    if ('error' in decoded) return log.warn({ reason: decoded.error }, 'agent link: a message that does not decode was ignored');
+    const message = decoded.message;
     if (message.type === 'welcome') {
       attempt = 0; // accepted: after a later drop, back-off starts over
       log.info({ clusterId: message.clusterId, clusterName: message.clusterName }, 'agent link welcomed');
       options.onWelcome?.(message);
-    } else if (message.type === 'desired' && Array.isArray(message.instances)) {
+    } else if (message.type === 'desired') {
       options.agent.applyDesired(message.instances);
-    } else if (message.type === 'tasks' && Array.isArray(message.desired) && Array.isArray(message.specs)) {
+    } else if (message.type === 'tasks') {
       if (options.tasks) options.tasks.applyDesired(message.desired, message.specs);
       else log.warn('agent link: tasks sent to an agent that runs none; ignored');
-    } else {
-      log.warn({ type: (message as { type?: unknown }).type }, 'agent link: unknown message ignored');
+    } else if (message.type === 'stage') {
+      const staged = options.stage?.(message) ?? Promise.reject(new Error('this agent does not stage assets'));
+      staged.then(() => send({ type: 'staged', requestId: message.requestId }), (error: Error) => {
+        log.warn({ reqId: message.requestId, reason: error.message }, 'input assets could not be put in place');
+        send({ type: 'staged', requestId: message.requestId, error: error.message });
+      });
     }
   }
 

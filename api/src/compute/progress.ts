@@ -8,6 +8,7 @@ import { readdir, readFile, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '../logger.ts';
 import type { ProgressReport } from './protocol.ts';
+import { z } from 'zod';
 
 export interface ProgressWatchOptions {
   instanceId: string;
@@ -102,7 +103,10 @@ export function watchProgress(options: ProgressWatchOptions): ProgressWatch {
   };
 }
 
-/** {percent, partialResponse} from a progress file, or undefined when it is not (yet) valid JSON. */
+/** A request's progress file (wire-reference 5), read leniently: a number or a numeric string. */
+const progressFile = z.object({ progress: z.unknown(), partialResponse: z.unknown() }).partial();
+
+/** {percent, partialResponse} from a progress file, or undefined when it is not (yet) a JSON object. */
 export function parseProgress(text: string): { percent: number; partialResponse?: unknown } | undefined {
   let body: unknown;
   try {
@@ -110,8 +114,9 @@ export function parseProgress(text: string): { percent: number; partialResponse?
   } catch {
     return undefined;
   }
-  if (!body || typeof body !== 'object') return undefined;
-  const { progress, partialResponse } = body as { progress?: unknown; partialResponse?: unknown };
+  const file = progressFile.safeParse(body);
+  if (!file.success) return undefined;
+  const { progress, partialResponse } = file.data;
   const value = Number(progress ?? 0);
   const percent = Number.isFinite(value) ? Math.min(100, Math.max(0, value)) : 0;
   return partialResponse === undefined ? { percent } : { percent, partialResponse };

@@ -1,175 +1,229 @@
 // The agent link: what the control plane and a cluster's worker agent say to each other over one
 // WebSocket (GET /v1/agents/link on the api host, bearer = the cluster's agent credential). The control
 // plane always sends the whole desired set, so a reconnecting agent resyncs from one message.
+// One zod schema per message, decoded by both ends (control/agents/hub.ts, link.ts): the types are
+// what the schemas accept.
+import { z } from 'zod';
 
 export const AGENT_LINK_PATH = '/v1/agents/link';
 
-export interface InstanceTypeOffer {
-  name: string;
-  description?: string;
-  default?: boolean;
-}
+/** Where a remote agent uploads a task's result files (PUT, bearer = the cluster's agent credential). */
+export const TASK_RESULT_UPLOAD_PATH = '/v1/agents/tasks/{taskId}/results';
 
-export interface GpuOffer {
-  name: string;
-  capacity?: number;
-  instanceTypes: InstanceTypeOffer[];
-}
+const instanceTypeOffer = z.object({ name: z.string(), description: z.string().optional(), default: z.boolean().optional() });
+
+export const gpuOfferSchema = z.object({
+  name: z.string(),
+  capacity: z.number().int().optional(),
+  instanceTypes: z.array(instanceTypeOffer),
+});
 
 /** Where an instance listens, as reachable from the invocation plane. */
-export interface PortMap {
-  inference: number;
-  health: number;
+const portMapSchema = z.object({
+  inference: z.number().int(),
+  health: z.number().int(),
   /** STREAMING functions: the control server (CONTROL_SERVER_PORT). */
-  control?: number;
+  control: z.number().int().optional(),
   /** STREAMING functions: the signaling server (STREAMING_SERVER_PORT). */
-  streaming?: number;
+  streaming: z.number().int().optional(),
   /** STREAMING functions: UDP media ports, inclusive (STREAMING_PORT_BINDING_RANGE). */
-  udpRange?: [number, number];
-}
+  udpRange: z.tuple([z.number().int(), z.number().int()]).optional(),
+});
 
-export interface Endpoint {
-  host: string;
-  ports: PortMap;
-  /** Directory on the agent's host under which each request gets <requestId>/ for progress and large output. */
-  outputDir?: string;
-}
+export const endpointSchema = z.object({
+  host: z.string(),
+  ports: portMapSchema,
+  /** Directory on the agent's host under which each request gets <requestId>/ for progress, assets and large output. */
+  outputDir: z.string().optional(),
+});
 
-export interface HealthCheck {
-  protocol: 'HTTP' | 'GRPC';
-  uri: string;
-  port: number;
+const healthCheckSchema = z.object({
+  protocol: z.enum(['HTTP', 'GRPC']),
+  uri: z.string(),
+  port: z.number().int(),
   /** ISO 8601 duration, e.g. PT10S. */
-  timeout: string;
-  expectedStatusCode: number;
-}
+  timeout: z.string(),
+  expectedStatusCode: z.number().int(),
+});
+
+const environmentSchema = z.array(z.object({ key: z.string(), value: z.string() }));
+const secretsSchema = z.array(z.object({ name: z.string(), value: z.unknown() }));
+const registryAuthSchema = z.object({ hostname: z.string(), secret: z.string() });
 
 /** One instance the control plane wants running on this agent's cluster. */
-export interface InstanceSpec {
-  instanceId: string;
-  ncaId: string;
-  functionId: string;
-  functionVersionId: string;
-  functionName: string;
-  functionType: 'DEFAULT' | 'STREAMING';
-  gpu: string;
-  instanceType: string;
+export const instanceSpecSchema = z.object({
+  instanceId: z.string(),
+  ncaId: z.string(),
+  functionId: z.string(),
+  functionVersionId: z.string(),
+  functionName: z.string(),
+  functionType: z.enum(['DEFAULT', 'STREAMING']),
+  gpu: z.string(),
+  instanceType: z.string(),
   /** Cluster group name (the reference's backend). */
-  backend: string;
-  containerImage?: string;
-  containerArgs?: string;
-  containerEnvironment: { key: string; value: string }[];
-  secrets: { name: string; value: unknown }[];
-  inferenceUrl: string;
-  inferencePort: number;
-  health: HealthCheck;
+  backend: z.string(),
+  containerImage: z.string().optional(),
+  containerArgs: z.string().optional(),
+  containerEnvironment: environmentSchema,
+  secrets: secretsSchema,
+  inferenceUrl: z.string(),
+  inferencePort: z.number().int(),
+  health: healthCheckSchema,
   /** How long a starting instance may take to pass its first health check. */
-  startupGracePeriodMs: number;
+  startupGracePeriodMs: z.number(),
   /** Credential for the registry of containerImage, when the account has one (docker runtime pulls). */
-  registryAuth?: { hostname: string; secret: string };
+  registryAuth: registryAuthSchema.optional(),
   /**
    * 'task': a run-to-completion task (its TaskSpec turned into an instance for the runtime): no ports are
    * allocated or published, no health check runs, and the port contract is not in its environment.
    */
-  workload?: 'function' | 'task';
-}
+  workload: z.enum(['function', 'task']).optional(),
+});
 
-export type InstanceState =
-  | 'STARTING' // launched, not yet healthy
-  | 'RUNNING' // healthy: takes requests
-  | 'UNHEALTHY' // was healthy, failing checks; about to be restarted
-  | 'RESTARTING' // waiting out the back-off before the next start
-  | 'FAILED' // cannot be started (unknown image, bad spec); not retried
-  | 'EXITED' // ended on its own with code 0 (a streaming container after its session)
-  | 'STOPPED'; // stopped because it is no longer desired
+export const instanceStates = [
+  'STARTING', // launched, not yet healthy
+  'RUNNING', // healthy: takes requests
+  'UNHEALTHY', // was healthy, failing checks; about to be restarted
+  'RESTARTING', // waiting out the back-off before the next start
+  'FAILED', // cannot be started (unknown image, bad spec); not retried
+  'EXITED', // ended on its own with code 0 (a streaming container after its session)
+  'STOPPED', // stopped because it is no longer desired
+] as const;
 
-export interface InstanceReport {
-  instanceId: string;
-  functionVersionId: string;
-  state: InstanceState;
-  endpoint?: Endpoint;
-  restarts: number;
-  exitCode?: number | null;
+const timestamp = z.string();
+/** Last lines an instance or task wrote, on failure. */
+const logTail = z.array(z.string()).optional();
+
+export const instanceReportSchema = z.object({
+  instanceId: z.string(),
+  functionVersionId: z.string(),
+  state: z.enum(instanceStates),
+  endpoint: endpointSchema.optional(),
+  restarts: z.number().int(),
+  exitCode: z.number().int().nullable().optional(),
   /** Why, in one line (never a secret). */
-  message?: string;
-  /** Last lines the instance wrote, on failure. */
-  logTail?: string[];
-  updatedAt: string;
-}
+  message: z.string().optional(),
+  logTail,
+  updatedAt: timestamp,
+});
 
-export interface ProgressReport {
-  requestId: string;
-  instanceId: string;
-  percent: number;
-  partialResponse?: unknown;
-}
+const progressReportSchema = z.object({
+  requestId: z.string(),
+  instanceId: z.string(),
+  percent: z.number(),
+  partialResponse: z.unknown().optional(),
+});
 
 /** One task the control plane wants run to completion on this agent's cluster (wire-reference 7). */
-export interface TaskSpec {
-  taskId: string;
+export const taskSpecSchema = z.object({
+  taskId: z.string(),
   /** The task's instance id: the runtime's instance, and SVC_INSTANCE_ID. */
-  instanceId: string;
-  ncaId: string;
-  name: string;
-  gpu: string;
-  instanceType: string;
-  backend: string;
-  containerImage: string;
-  containerArgs?: string;
-  containerEnvironment: { key: string; value: string }[];
-  secrets: { name: string; value: unknown }[];
+  instanceId: z.string(),
+  ncaId: z.string(),
+  name: z.string(),
+  gpu: z.string(),
+  instanceType: z.string(),
+  backend: z.string(),
+  containerImage: z.string(),
+  containerArgs: z.string().optional(),
+  containerEnvironment: environmentSchema,
+  secrets: secretsSchema,
   /** Stop it (SIGTERM, kill after the grace period) once it has run this long; none when absent. */
-  maxRuntimeMs?: number;
-  terminationGracePeriodMs: number;
+  maxRuntimeMs: z.number().optional(),
+  terminationGracePeriodMs: z.number(),
   /** UPLOAD: files under SVC_RESULTS_DIR are uploaded before the task is reported ended; NONE: nothing kept. */
-  resultHandlingStrategy: 'UPLOAD' | 'NONE';
+  resultHandlingStrategy: z.enum(['UPLOAD', 'NONE']),
   /** Grows when the spec changes under the same id (secrets updated): the agent refreshes the secrets file. */
-  revision: number;
-  registryAuth?: { hostname: string; secret: string };
-}
+  revision: z.number().int(),
+  registryAuth: registryAuthSchema.optional(),
+});
 
-export type TaskRunState =
-  | 'STARTING' // received; the runtime is starting it
-  | 'RUNNING' // its process (container) runs
-  | 'COMPLETED' // exited with code 0 (results uploaded)
-  | 'ERRORED' // could not start, exited non-zero or was killed
-  | 'EXCEEDED_MAX_RUNTIME_DURATION' // stopped by the agent after maxRuntimeMs
-  | 'STOPPED'; // stopped because it is no longer desired (canceled or deleted)
+export const taskRunStates = [
+  'STARTING', // received; the runtime is starting it
+  'RUNNING', // its process (container) runs
+  'COMPLETED', // exited with code 0 (results uploaded)
+  'ERRORED', // could not start, exited non-zero or was killed
+  'EXCEEDED_MAX_RUNTIME_DURATION', // stopped by the agent after maxRuntimeMs
+  'STOPPED', // stopped because it is no longer desired (canceled or deleted)
+] as const;
 
-export interface TaskReport {
-  taskId: string;
-  instanceId: string;
-  state: TaskRunState;
+export const taskReportSchema = z.object({
+  taskId: z.string(),
+  instanceId: z.string(),
+  state: z.enum(taskRunStates),
   /** 0-100 from the task's progress file, when it wrote one. */
-  percentComplete?: number;
+  percentComplete: z.number().optional(),
   /** When the agent last saw the progress file change. */
-  lastHeartbeatAt?: string;
-  exitCode?: number | null;
-  /** Why, in one line (never a secret). */
-  message?: string;
-  /** Last lines the task wrote, on failure. */
-  logTail?: string[];
+  lastHeartbeatAt: timestamp.optional(),
+  exitCode: z.number().int().nullable().optional(),
+  message: z.string().optional(),
+  logTail,
   /** Results uploaded (UPLOAD), reported with the final state. */
-  results?: number;
-  updatedAt: string;
-}
+  results: z.number().int().optional(),
+  updatedAt: timestamp,
+});
 
-export type AgentMessage =
-  | { type: 'hello'; agentVersion: string; runtime: string; gpus: GpuOffer[]; instances: InstanceReport[]; tasks?: TaskReport[] }
-  | { type: 'instance'; report: InstanceReport }
-  | { type: 'progress'; progress: ProgressReport }
-  | { type: 'task'; report: TaskReport };
+/**
+ * Input assets of one request, to be put in <outputDir>/<requestId>/assets/<assetId> of the instance before
+ * the request reaches it. `path` is a signed download path on the api host (no credential needed).
+ */
+const stageSchema = z.object({
+  type: z.literal('stage'),
+  requestId: z.string(),
+  instanceId: z.string(),
+  assets: z.array(z.object({ assetId: z.string(), path: z.string() })),
+});
 
-export type ControlMessage =
-  | { type: 'welcome'; clusterId: string; clusterName: string }
-  | { type: 'desired'; instances: InstanceSpec[] }
+export const agentMessageSchema = z.discriminatedUnion('type', [
+  z.object({
+    type: z.literal('hello'), agentVersion: z.string(), runtime: z.string(), gpus: z.array(gpuOfferSchema),
+    instances: z.array(instanceReportSchema), tasks: z.array(taskReportSchema).optional(),
+  }),
+  z.object({ type: z.literal('instance'), report: instanceReportSchema }),
+  z.object({ type: z.literal('progress'), progress: progressReportSchema }),
+  z.object({ type: z.literal('task'), report: taskReportSchema }),
+  /** The answer to `stage`: the files are in place, or why not. */
+  z.object({ type: z.literal('staged'), requestId: z.string(), error: z.string().optional() }),
+]);
+
+export const controlMessageSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('welcome'), clusterId: z.string(), clusterName: z.string() }),
+  z.object({ type: z.literal('desired'), instances: z.array(instanceSpecSchema) }),
   /**
    * The whole desired set of tasks by id, like `desired`; `specs` carries only the specs this link has not
    * been sent yet (or whose revision changed), so a set of a thousand tasks is not resent on every change.
    * Ids the agent does not know and gets no spec for are ignored; ids missing from `desired` are stopped
    * (if still running) and forgotten.
    */
-  | { type: 'tasks'; desired: string[]; specs: TaskSpec[] };
+  z.object({ type: z.literal('tasks'), desired: z.array(z.string()), specs: z.array(taskSpecSchema) }),
+  stageSchema,
+]);
 
-/** Where a remote agent uploads a task's result files (PUT, bearer = the cluster's agent credential). */
-export const TASK_RESULT_UPLOAD_PATH = '/v1/agents/tasks/{taskId}/results';
+export type GpuOffer = z.infer<typeof gpuOfferSchema>;
+export type PortMap = z.infer<typeof portMapSchema>;
+export type Endpoint = z.infer<typeof endpointSchema>;
+export type HealthCheck = z.infer<typeof healthCheckSchema>;
+export type InstanceSpec = z.infer<typeof instanceSpecSchema>;
+export type InstanceState = (typeof instanceStates)[number];
+export type InstanceReport = z.infer<typeof instanceReportSchema>;
+export type ProgressReport = z.infer<typeof progressReportSchema>;
+export type TaskSpec = z.infer<typeof taskSpecSchema>;
+export type TaskRunState = (typeof taskRunStates)[number];
+export type TaskReport = z.infer<typeof taskReportSchema>;
+export type StageRequest = z.infer<typeof stageSchema>;
+export type AgentMessage = z.infer<typeof agentMessageSchema>;
+export type ControlMessage = z.infer<typeof controlMessageSchema>;
+
+/** A frame of the link decoded by `schema`, or why not (text that is not JSON, or a shape the schema refuses). */
+export function decodeMessage<T>(schema: z.ZodType<T>, text: string): { message: T } | { error: string } {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return { error: 'not JSON' };
+  }
+  const result = schema.safeParse(parsed);
+  if (result.success) return { message: result.data };
+  const issue = result.error.issues[0];
+  return { error: `${issue.path.join('.') || 'message'}: ${issue.message}` };
+}

@@ -4,7 +4,8 @@
 //      │  ▲                  │                               ├─► RESTARTING ──back-off──► STARTING
 //      │  └──────────────────┼── crash (non-zero exit) ──────┤
 //      ├── never healthy within the grace period ────────────┘
-//      ├── cannot start at all (UnstartableError) ──► FAILED    (terminal, not retried)
+//      ├── cannot start at all (UnstartableError, or START_ATTEMPTS failed starts in a row) ──► FAILED
+//      │                                                              (terminal, not retried)
 //      └── exits 0 on its own (also from RUNNING) ──► EXITED    (terminal: a streaming container after
 //                                                                its session; the control plane replaces it)
 //   any state ── no longer desired ──► STOPPED (SIGTERM, kill after the grace period)
@@ -12,13 +13,18 @@
 // A RUNNING STREAMING instance is UNHEALTHY only when its control port stops accepting connections: its
 // ready check answers 500 during a session by design (health.ts).
 // Back-off doubles from initialMs to maxMs per failure in a row, and starts over once an instance has
-// stayed RUNNING for resetAfterMs. `restarts` counts every restart of this instance id.
+// stayed RUNNING for resetAfterMs. `restarts` counts every restart of this instance id. A start that keeps
+// failing (an engine that is down, a pool of UDP ports others hold) is an answer, not a reason to retry for
+// ever: after START_ATTEMPTS in a row (about a minute with the default back-off, enough for an engine
+// restarting) the last failure is final.
 import { withoutSecrets, type Logger } from '../logger.ts';
 import { backoffDelay, type BackoffSettings } from './backoff.ts';
 import { healthTarget, livenessTarget, pause, waitUntilHealthy, watchUntilUnhealthy, type ProbeSettings } from './health.ts';
 import { prepareInstance } from './instance-env.ts';
 import type { InstanceReport, InstanceSpec } from './protocol.ts';
 import { UnstartableError, type ExitStatus, type Runtime, type RuntimeInstance } from './runtime.ts';
+
+export const START_ATTEMPTS = 7;
 
 export interface SupervisorSettings {
   backoff: BackoffSettings & { resetAfterMs: number };
@@ -92,6 +98,7 @@ export class InstanceSupervisor {
     const { spec, runtime, workDir, settings, log } = this.#options;
     const signal = this.#stopping.signal;
     let failuresInRow = 0;
+    let failedStarts = 0;
     let instance: RuntimeInstance | undefined;
     this.#emit();
 
@@ -100,11 +107,16 @@ export class InstanceSupervisor {
       try {
         const prepared = await prepareInstance(spec, workDir);
         instance = await runtime.start(spec, { workDir, env: prepared.env, log });
+        failedStarts = 0;
       } catch (error) {
         if (signal.aborted) break;
         const message = (error as Error).message;
         if (error instanceof UnstartableError) {
           this.#set({ state: 'FAILED', message });
+          return;
+        }
+        if (++failedStarts >= START_ATTEMPTS) {
+          this.#set({ state: 'FAILED', message: `${message} (${START_ATTEMPTS} starts in a row failed; not retried)` });
           return;
         }
         this.#set({ state: 'RESTARTING', restarts: this.#report.restarts + 1, message: `start failed: ${message}` });

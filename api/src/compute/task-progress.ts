@@ -4,6 +4,7 @@
 // when its size or mtime changed) and hands changes to the task: percentComplete, and the file's mtime as
 // lastHeartbeatAt. A half-written file is skipped and read again on the next tick.
 import { readFile, stat } from 'node:fs/promises';
+import { z } from 'zod';
 
 export interface TaskProgress {
   percent: number;
@@ -16,6 +17,9 @@ interface Seen {
   size: number;
 }
 
+/** A task's progress file: lenient, as tasks write it (a number or a numeric string, either name). */
+const taskProgressFile = z.object({ progress: z.unknown(), percentComplete: z.unknown() }).partial();
+
 /** {percent} from a progress file's text, or undefined when it is not (yet) a JSON object. */
 export function parseTaskProgress(text: string): number | undefined {
   let body: unknown;
@@ -24,8 +28,9 @@ export function parseTaskProgress(text: string): number | undefined {
   } catch {
     return undefined;
   }
-  if (!body || typeof body !== 'object' || Array.isArray(body)) return undefined;
-  const { progress, percentComplete } = body as { progress?: unknown; percentComplete?: unknown };
+  const file = taskProgressFile.safeParse(body);
+  if (!file.success) return undefined;
+  const { progress, percentComplete } = file.data;
   const value = Number(percentComplete ?? progress ?? 0);
   return Number.isFinite(value) ? Math.round(Math.min(100, Math.max(0, value))) : 0;
 }

@@ -9,6 +9,7 @@ import { lstat, readdir } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
 import path from 'node:path';
+import { z } from 'zod';
 import { TASK_RESULT_UPLOAD_PATH } from './protocol.ts';
 
 export interface ResultFile {
@@ -99,9 +100,12 @@ export function httpResultUploader(options: HttpUploaderOptions): ResultUploader
   };
 }
 
+const problemDetail = z.object({ detail: z.string() });
+
+/** The control plane's problem detail, or the start of whatever else it answered. */
 function describe(text: string): string {
   try {
-    return String((JSON.parse(text) as { detail?: unknown }).detail ?? '').slice(0, 300);
+    return problemDetail.safeParse(JSON.parse(text)).data?.detail.slice(0, 300) ?? '';
   } catch {
     return text.slice(0, 120);
   }

@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto';
 import path from 'node:path';
 import type { Logger } from '../logger.ts';
 import { startAgent, type Agent } from './agent.ts';
+import { httpAssetFetcher, stageAssets } from './assets.ts';
 import { discoverGpus } from './gpus.ts';
 import { connectAgentLink, type AgentLink } from './link.ts';
 import type { GpuOffer } from './protocol.ts';
@@ -58,8 +59,10 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     runtime, stateDir, log, progressIntervalMs: options.settings.taskProgressIntervalMs,
     uploader: options.link && httpResultUploader(options.link),
   });
-  const link = options.link && connectAgentLink({
-    ...options.link, agent, tasks, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log,
+  const server = options.link;
+  const link = server && connectAgentLink({
+    ...server, agent, tasks, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log,
+    stage: (request) => stageAssets(agent.outputDirOf(request.instanceId), request, httpAssetFetcher(server)),
   });
   return {
     agent,

@@ -1,4 +1,5 @@
-// The one listener. Routes by Host: api.<address> → main API, api-keys.<address> → key service; a
+// The one listener. Routes by Host: api.<address> → main API, api-keys.<address> → key service,
+// invocation.<address> and *.invocation.<address> → invocation (host-routed functions, then by path); a
 // bare loopback host (localhost:<port>) reaches the main API for local use; anything else is a 404
 // problem naming the hosts served.
 import { randomUUID } from 'node:crypto';
@@ -8,7 +9,8 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { Problem, PROBLEM_CONTENT_TYPE } from '../http/problem.ts';
+import { hostnameOf } from '../http/host.ts';
+import { Problem, PROBLEM_CONTENT_TYPE } from '../domain/problem.ts';
 import { rejectUpgrade } from '../http/upgrade.ts';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
@@ -18,6 +20,8 @@ export interface GatewayOptions {
   address: string;
   api: Handler;
   keys: Handler;
+  /** invocation.<address> and its subdomains (invocation/host-routing.ts). */
+  invocation: Handler;
   /** WebSocket upgrades on the api host (agent links, streaming sessions). */
   apiUpgrade?: UpgradeHandler;
   tls?: { cert: string; key: string };
@@ -25,28 +29,28 @@ export interface GatewayOptions {
 
 const loopbackHosts = new Set(['localhost', '127.0.0.1', '[::1]', '::1']);
 
-export function hostnameOf(hostHeader: string | undefined): string {
-  if (!hostHeader) return '';
-  const host = hostHeader.toLowerCase();
-  if (host.startsWith('[')) return host.slice(0, host.indexOf(']') + 1);
-  const colon = host.lastIndexOf(':');
-  return colon === -1 ? host : host.slice(0, colon);
+/** The host names served for a gateway `address`. */
+export function hostsOf(address: string) {
+  return { api: `api.${address}`, keys: `api-keys.${address}`, invocation: `invocation.${address}` };
 }
 
 export function createGateway(options: GatewayOptions) {
-  const apiHost = `api.${options.address}`;
-  const keysHost = `api-keys.${options.address}`;
+  const hosts = hostsOf(options.address);
+  const { api: apiHost, keys: keysHost, invocation: invocationHost } = hosts;
 
   const isApiHost = (req: IncomingMessage) => {
     const host = hostnameOf(req.headers.host);
     return host === apiHost || loopbackHosts.has(host);
   };
-  const unknownHost = (req: IncomingMessage) =>
-    new Problem('not-found', `Unknown host '${hostnameOf(req.headers.host)}'; this gateway serves ${apiHost} and ${keysHost}`);
+  const isInvocationHost = (host: string) => host === invocationHost || host.endsWith(`.${invocationHost}`);
+  const unknownHost = (req: IncomingMessage) => new Problem('not-found',
+    `Unknown host '${hostnameOf(req.headers.host)}'; this gateway serves ${apiHost}, ${keysHost} and ${invocationHost} (with <function id>.${invocationHost})`);
 
   function dispatch(req: IncomingMessage, res: ServerResponse) {
     if (isApiHost(req)) return options.api(req, res);
-    if (hostnameOf(req.headers.host) === keysHost) return options.keys(req, res);
+    const host = hostnameOf(req.headers.host);
+    if (host === keysHost) return options.keys(req, res);
+    if (isInvocationHost(host)) return options.invocation(req, res);
     const requestId = randomUUID();
     const problem = unknownHost(req);
     res.writeHead(404, { 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8`, 'x-request-id': requestId });
@@ -66,7 +70,7 @@ export function createGateway(options: GatewayOptions) {
 
   return {
     server,
-    hosts: { api: apiHost, keys: keysHost },
+    hosts,
     async listen(port: number, host: string): Promise<number> {
       await once(server.listen(port, host), 'listening');
       return (server.address() as AddressInfo).port;

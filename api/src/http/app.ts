@@ -4,9 +4,9 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import { redactUrl, type Logger } from '../logger.ts';
-import type { CredentialVerifier } from './auth.ts';
+import type { CredentialVerifier } from '../domain/principal.ts';
 import { leanRouter } from './lean.ts';
-import { Problem } from './problem.ts';
+import { Problem } from '../domain/problem.ts';
 import { asProblem, writeProblem } from './problem-response.ts';
 import { expressPath, handlerFor, type Route } from './route.ts';
 

@@ -1,27 +1,7 @@
 // Bearer credentials → principal, and the access rule each route declares (spec 5.3).
-import { forbidden, unauthorized } from './problem.ts';
-import type { Scope } from './scopes.ts';
-
-/**
- * token: SVC_TOKEN (management JWT); api-key: SVC_API_KEY; task-key: SVC_TASK_API_KEY;
- * admin: account-administration JWT (spec 5.4); bootstrap: the installation's bootstrap secret;
- * anonymous: the caller of a public route.
- */
-export type CredentialKind = 'token' | 'api-key' | 'task-key' | 'admin' | 'bootstrap' | 'anonymous';
-
-export interface Principal {
-  credentialId: string;
-  kind: CredentialKind;
-  /** Account the credential acts for; '*' for installation-wide credentials (admin, bootstrap). */
-  ncaId: string;
-  ownerId: string;
-  scopes: ReadonlySet<string>;
-}
-
-/** The one verifier every bearer goes through. Rejects with a 401 Problem. */
-export interface CredentialVerifier {
-  verify(bearer: string): Promise<Principal>;
-}
+import { anonymous, type CredentialKind, type CredentialVerifier, type Principal } from '../domain/principal.ts';
+import { forbidden, unauthorized } from '../domain/problem.ts';
+import type { Scope } from '../domain/scopes.ts';
 
 export type Access =
   | { public: true }
@@ -35,8 +15,6 @@ const kindNames: Record<CredentialKind, string> = {
   bootstrap: 'the installation bootstrap secret',
   anonymous: 'no credential',
 };
-
-export const anonymous: Principal = { credentialId: 'anonymous', kind: 'anonymous', ncaId: '', ownerId: '', scopes: new Set() };
 
 export const access = {
   public: { public: true } as Access,

@@ -4,18 +4,24 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { redactUrl, type Logger } from '../logger.ts';
-import type { CredentialVerifier, Principal } from './auth.ts';
+import type { CredentialVerifier, Principal } from '../domain/principal.ts';
 import { asProblem, writeProblem } from './problem-response.ts';
 import { runRoute, type Route } from './route.ts';
 
-export interface LeanOptions {
-  routes: Route[];
+export interface LeanServerOptions {
   verifier: CredentialVerifier;
   log: Logger;
   requestIdHeader?: string;
   metrics?: { observeHttp(host: string, method: string, route: string, status: number, seconds: number): void };
   host?: string;
 }
+
+export interface LeanOptions extends LeanServerOptions {
+  routes: Route[];
+}
+
+/** Serves one route outside Express: its params were found by the caller (a path pattern, a Host name). */
+export type LeanServe = (route: Route, params: unknown, req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
 interface LeanRoute {
   route: Route;
@@ -44,33 +50,38 @@ function paramsOf(lean: LeanRoute, match: RegExpExecArray): Record<string, strin
   return params;
 }
 
-/** Returns a handler that serves a lean route and answers true, or answers false (Express takes it). */
-export function leanRouter(options: LeanOptions): ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined {
-  const routes = options.routes.filter((route) => route.lean).map(compile);
-  if (routes.length === 0) return undefined;
+/** Runs a route with the request id, access log, metrics and problem+json errors of the Express app. */
+export function leanServer(options: LeanServerOptions): LeanServe {
   const context = { verifier: options.verifier, log: options.log };
   const requestIdHeader = options.requestIdHeader ?? 'x-request-id';
   const host = options.host ?? 'api';
 
-  async function serve(lean: LeanRoute, params: Record<string, string>, req: IncomingMessage, res: ServerResponse) {
+  return async (route, params, req, res) => {
     const requestId = randomUUID();
     const started = performance.now();
     let principal: Principal | undefined;
     res.setHeader(requestIdHeader, requestId);
     res.once('finish', () => {
       const ms = performance.now() - started;
-      options.metrics?.observeHttp(host, req.method!, lean.route.path, res.statusCode, ms / 1000);
+      options.metrics?.observeHttp(host, req.method!, route.path, res.statusCode, ms / 1000);
       if (options.log.isLevelEnabled('info')) {
         options.log.info({ reqId: requestId, method: req.method, url: redactUrl(req.url ?? ''), status: res.statusCode, ms, credentialId: principal?.credentialId }, 'request');
       }
     });
     try {
-      const reply = await runRoute(lean.route, context, { req, params, requestId, identified: (who) => { principal = who; } }, res);
-      if (reply) throw new Error(`lean route ${lean.route.path} must write its own response`);
+      const reply = await runRoute(route, context, { req, params, requestId, identified: (who) => { principal = who; } }, res);
+      if (reply) throw new Error(`lean route ${route.path} must write its own response`);
     } catch (error) {
       writeProblem(res, asProblem(error, options.log, requestId), req.url ?? '', requestId);
     }
-  }
+  };
+}
+
+/** Returns a handler that serves a lean route and answers true, or answers false (Express takes it). */
+export function leanRouter(options: LeanOptions): ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined {
+  const routes = options.routes.filter((route) => route.lean).map(compile);
+  if (routes.length === 0) return undefined;
+  const serve = leanServer(options);
 
   return (req, res) => {
     const path = req.url!.split('?', 1)[0];
@@ -79,7 +90,7 @@ export function leanRouter(options: LeanOptions): ((req: IncomingMessage, res: S
       const match = lean.pattern.exec(path);
       const params = match && paramsOf(lean, match);
       if (!params) continue;
-      void serve(lean, params, req, res);
+      void serve(lean.route, params, req, res);
       return true;
     }
     return false;

@@ -8,8 +8,9 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import { z } from 'zod';
+import type { FunctionInstances, FunctionLoad, FunctionRef } from '../domain/load.ts';
+import { unauthorized } from '../domain/problem.ts';
 import { access } from './auth.ts';
-import { unauthorized } from './problem.ts';
 import { RequestMetrics } from './request-metrics.ts';
 import { route } from './route.ts';
 
@@ -21,27 +22,6 @@ export const metricsSettingsSchema = z.object({
 export type MetricsSettings = z.infer<typeof metricsSettingsSchema>;
 
 export const metricsEnvSettings: Record<string, keyof MetricsSettings> = { SVC_METRICS_TOKEN: 'token' };
-
-/** A function version as its metric labels name it. */
-export interface FunctionRef {
-  ncaId: string;
-  functionId: string;
-  versionId: string;
-}
-
-/** The invocation plane's load on one version now. */
-export interface FunctionLoad extends FunctionRef {
-  queued: number;
-  inflight: number;
-  /** Ms since epoch of the latest request; undefined when none since start. */
-  lastRequestAt?: number;
-}
-
-/** Placement's instances of one version now. */
-export interface FunctionInstances extends FunctionRef {
-  running: number;
-  starting: number;
-}
 
 export interface HealthSnapshot {
   status: 'healthy' | 'unhealthy';

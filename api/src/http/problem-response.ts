@@ -2,7 +2,7 @@
 // they are, known body-parser failures mapped, anything else logged and hidden behind a 500.
 import type { ServerResponse } from 'node:http';
 import type { Logger } from '../logger.ts';
-import { Problem, PROBLEM_CONTENT_TYPE } from './problem.ts';
+import { Problem, PROBLEM_CONTENT_TYPE } from '../domain/problem.ts';
 
 /** Maps anything thrown to a catalogue problem; unexpected errors are logged and hidden. */
 export function asProblem(error: unknown, log: Logger, requestId: string): Problem {

@@ -4,8 +4,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Request, Response } from 'express';
 import { z } from 'zod';
 import type { Logger } from '../logger.ts';
-import { authorize, type Access, type CredentialVerifier, type Principal } from './auth.ts';
-import { invalid, type InvalidField } from './problem.ts';
+import { authorize, type Access } from './auth.ts';
+import { type CredentialVerifier, type Principal } from '../domain/principal.ts';
+import { invalid, type InvalidField } from '../domain/problem.ts';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 

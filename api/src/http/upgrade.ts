@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { PROBLEM_CONTENT_TYPE, type Problem } from './problem.ts';
+import { PROBLEM_CONTENT_TYPE, type Problem } from '../domain/problem.ts';
 
 export function rejectUpgrade(req: IncomingMessage, socket: Duplex, problem: Problem, extraHeaders: Record<string, string> = {}) {
   const requestId = randomUUID();

@@ -91,8 +91,9 @@ export class Dispatcher {
         events.finished(outcome, error);
       },
     });
+    const { body, passThrough } = invocation.request;
     this.#pool(origin, instance).dispatch({
-      path: invocation.target.inferenceUrl, method: 'POST', body: invocation.body,
+      path: passThrough?.path ?? invocation.target.inferenceUrl, method: passThrough?.method ?? 'POST', body,
       headers: containerHeaders(invocation, instance, this.#maxResultBytes),
     }, exchange);
   }

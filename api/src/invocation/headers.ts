@@ -9,15 +9,18 @@ const HOP_BY_HOP = new Set([
   'transfer-encoding', 'upgrade', 'host', 'content-length',
 ]);
 
-/** Client headers that go to the container. The bearer is ours, not the function's, so it stays here. */
-export function forwardedRequestHeaders(headers: IncomingHttpHeaders): Record<string, string> {
+/**
+ * Client headers that go to the container. The bearer is ours, not the function's, so it stays here. A
+ * pexec body without a type is JSON (the reference's default); a host-routed request passes as it came.
+ */
+export function forwardedRequestHeaders(headers: IncomingHttpHeaders, passThrough = false): Record<string, string> {
   const forwarded: Record<string, string> = {};
   for (const name in headers) {
     const value = headers[name];
     if (value === undefined || HOP_BY_HOP.has(name) || name === 'authorization' || name.startsWith('svc-')) continue;
     forwarded[name] = Array.isArray(value) ? value.join(', ') : value;
   }
-  forwarded['content-type'] ??= 'application/json';
+  if (!passThrough) forwarded['content-type'] ??= 'application/json';
   return forwarded;
 }
 
@@ -26,7 +29,8 @@ export function containerHeaders(invocation: Invocation, instance: ReadyInstance
   const { target } = invocation;
   const outputDir = instance.endpoint.outputDir ? `${instance.endpoint.outputDir}/${invocation.id}` : '';
   const headers: string[] = [];
-  for (const name in invocation.headers) headers.push(name, invocation.headers[name]);
+  const { request } = invocation;
+  for (const name in request.headers) headers.push(name, request.headers[name]);
   headers.push(
     'svc-reqid', invocation.id,
     'svc-sub', invocation.subject,
@@ -42,6 +46,7 @@ export function containerHeaders(invocation: Invocation, instance: ReadyInstance
     'svc-region', instance.region,
     'svc-env', 'svc',
   );
+  if (request.assets?.length) headers.push('svc-function-asset-ids', request.assets.join(','));
   return headers;
 }
 

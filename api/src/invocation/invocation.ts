@@ -1,5 +1,5 @@
 // One request in flight through the invocation plane, and the shapes that cross its parts.
-import { Problem } from '../http/problem.ts';
+import { Problem } from '../domain/problem.ts';
 import type { Target } from './resolver.ts';
 
 export interface StoredResult {
@@ -37,14 +37,39 @@ export interface ClientSink {
 
 export type InvocationState = 'queued' | 'running' | 'done';
 
+/**
+ * A host-routed request (wire-reference 5, `<functionId>.invocation.<domain>`) reaches the container with
+ * the client's own method and path (with its query), instead of POST to the function's inferenceUrl.
+ */
+export interface PassThrough {
+  method: string;
+  path: string;
+}
+
+/** What the client sent, as the container gets it (also stored with a 202). */
+export interface InvocationRequest {
+  headers: Record<string, string>;
+  body: Buffer;
+  sse: boolean;
+  passThrough?: PassThrough;
+  /** Input assets (SVC-INPUT-ASSET-REFERENCES), put in the instance's SVC-ASSET-DIR before the request reaches it. */
+  assets?: string[];
+}
+
+/**
+ * A container's error becomes problem+json (wire-reference 5) unless it is an event stream or a host-routed
+ * request, which the reference passes through untouched.
+ */
+export function rewrapsErrors(request: Pick<InvocationRequest, 'sse' | 'passThrough'>): boolean {
+  return !request.sse && !request.passThrough;
+}
+
 export class Invocation {
   readonly id: string;
   readonly target: Target;
   /** SVC-SUB: the owner of the credential that invoked. */
   readonly subject: string;
-  readonly headers: Record<string, string>;
-  readonly body: Buffer;
-  readonly sse: boolean;
+  readonly request: InvocationRequest;
   state: InvocationState = 'queued';
   /** Answered 202, so kept in the store until its result is collected. */
   durable = false;
@@ -65,13 +90,11 @@ export class Invocation {
   /** The 202's record being written: later writes of this request wait for it. */
   stored: Promise<void> | undefined;
 
-  constructor(id: string, target: Target, subject: string, headers: Record<string, string>, body: Buffer, sse: boolean) {
+  constructor(id: string, target: Target, subject: string, request: InvocationRequest) {
     this.id = id;
     this.target = target;
     this.subject = subject;
-    this.headers = headers;
-    this.body = body;
-    this.sse = sse;
+    this.request = request;
   }
 
   get versionId(): string {

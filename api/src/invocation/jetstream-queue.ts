@@ -3,10 +3,11 @@
 // to the instance. NATS JetStream decides the order and the slot:
 // - a ticket {id, replica} per waiting request in the version's work-queue stream (FIFO; max_msgs is the
 //   queue limit, so a full queue is refused by the broker for every replica at once);
-// - one durable consumer per version with max_ack_pending 1: exactly one replica at a time holds the
-//   head ticket. It takes a slot lease (leases.ts), hands the grant to the ticket's replica over NATS
-//   request/reply, and acks; a ticket whose replica is gone is adopted when its request is a stored 202
-//   (at most once, by a conditional claim in the store), else dropped (its client went with the replica);
+// - one durable consumer per version, pulled only by the replica holding the version's head (head-lock.ts):
+//   it takes up to HEAD_WINDOW tickets in order, their slot leases in one write (leases.ts), hands each
+//   grant in order to the ticket's replica over NATS request/reply, and acks; a ticket whose replica is
+//   gone is adopted when its request is a stored 202 (at most once, by a conditional claim in the store),
+//   else dropped (its client went with the replica);
 // - ready instances are published by the placement replica in the KV bucket svc_ready and watched by all.
 import { randomUUID } from 'node:crypto';
 import { connect, nanos, type Msg, type NatsConnection, type RequestError, type Subscription } from '@nats-io/transport-node';
@@ -16,10 +17,12 @@ import {
 } from '@nats-io/jetstream';
 import { Kvm, KvWatchInclude, type KV } from '@nats-io/kv';
 import { z } from 'zod';
+import { endpointSchema } from '../compute/protocol.ts';
 import type { ReadyInstance } from '../control/instances/service.ts';
-import { Problem } from '../http/problem.ts';
+import { Problem } from '../domain/problem.ts';
 import type { Logger } from '../logger.ts';
 import type { Invocation } from './invocation.ts';
+import { HEAD_TTL_MS, HeadLock } from './head-lock.ts';
 import { SlotLeases, type Lease } from './leases.ts';
 import { grantOnce, type Grant, type SharedQueue } from './queue.ts';
 
@@ -30,19 +33,16 @@ const GRANT_ATTEMPTS = 5;
 /** Grants taken, remembered so a grant asked again (its answer was lost or late) is answered the same. */
 const TAKEN_REMEMBERED = 10_000;
 const DEPTH_REFRESH_MS = 1_000;
+/** Tickets the head holder takes ahead: granted in order, as slots allow. */
+const HEAD_WINDOW = 256;
+/** How often a replica that does not hold a version's head tries to take it. */
+const HEAD_RETRY_MS = 500;
 
 const ticketSchema = z.object({ id: z.string(), replica: z.string() });
 const readyInstanceSchema = z.object({
-  instanceId: z.string(), versionId: z.string(), maxRequestConcurrency: z.number().int(), gpu: z.string(), instanceType: z.string(),
+  instanceId: z.string(), versionId: z.string(), clusterId: z.string(), maxRequestConcurrency: z.number().int(), gpu: z.string(), instanceType: z.string(),
   backend: z.string(), region: z.string(),
-  endpoint: z.object({
-    host: z.string(),
-    ports: z.object({
-      inference: z.number().int(), health: z.number().int(), control: z.number().int().optional(), streaming: z.number().int().optional(),
-      udpRange: z.tuple([z.number().int(), z.number().int()]).optional(),
-    }),
-    outputDir: z.string().optional(),
-  }),
+  endpoint: endpointSchema,
 });
 const readySchema = z.array(readyInstanceSchema);
 const grantSchema = z.object({ id: z.string(), lease: z.object({ id: z.string(), versionId: z.string(), instance: readyInstanceSchema }) });
@@ -73,6 +73,7 @@ export class JetStreamQueue implements SharedQueue {
   readonly #jsm: JetStreamManager;
   readonly #ready: KV;
   readonly #slots: KV;
+  readonly #headLocks: KV;
   readonly #leases: SlotLeases;
   readonly #options: JetStreamQueueOptions;
   /** This replica's requests with a ticket, until granted or removed. */
@@ -90,12 +91,13 @@ export class JetStreamQueue implements SharedQueue {
   #seen: (versionId: string, instances: ReadyInstance[]) => void = () => {};
   #refresher: NodeJS.Timeout | undefined;
 
-  private constructor(nc: NatsConnection, jsm: JetStreamManager, kvs: { ready: KV; slots: KV }, options: JetStreamQueueOptions) {
+  private constructor(nc: NatsConnection, jsm: JetStreamManager, kvs: { ready: KV; slots: KV; heads: KV }, options: JetStreamQueueOptions) {
     this.#nc = nc;
     this.#js = jetstream(nc);
     this.#jsm = jsm;
     this.#ready = kvs.ready;
     this.#slots = kvs.slots;
+    this.#headLocks = kvs.heads;
     this.#leases = new SlotLeases(kvs.slots, this.replicaId);
     this.#options = options;
   }
@@ -112,8 +114,10 @@ export class JetStreamQueue implements SharedQueue {
     try {
       const jsm = await jetstreamManager(nc);
       const kvm = new Kvm(nc);
-      const [ready, slots] = await Promise.all([kvm.create('svc_ready', { history: 1 }), kvm.create('svc_slots', { history: 1 })]);
-      const queue = new JetStreamQueue(nc, jsm, { ready, slots }, options);
+      const [ready, slots, heads] = await Promise.all([
+        kvm.create('svc_ready', { history: 1 }), kvm.create('svc_slots', { history: 1 }), kvm.create('svc_heads', { history: 1, ttl: HEAD_TTL_MS }),
+      ]);
+      const queue = new JetStreamQueue(nc, jsm, { ready, slots, heads }, options);
       await queue.#start();
       options.log.info({ natsUrl: options.url, replicaId: queue.replicaId }, 'invocation queue on NATS JetStream');
       return queue;
@@ -121,6 +125,11 @@ export class JetStreamQueue implements SharedQueue {
       await nc.close();
       throw new Error(`NATS at ${options.url} has no usable JetStream: ${(error as Error).message}`);
     }
+  }
+
+  /** The replica's NATS connection, for the other exchanges between replicas (stage-relay.ts). */
+  get connection(): NatsConnection {
+    return this.#nc;
   }
 
   onGrant(run: (invocation: Invocation, grant: Grant) => void) {
@@ -286,23 +295,24 @@ export class JetStreamQueue implements SharedQueue {
       name, subjects: [subjectOf(versionId)], retention: RetentionPolicy.Workqueue, storage: StorageType.File,
       max_msgs: this.#options.maxDepth, discard: DiscardPolicy.New,
     }));
-    await this.#jsm.consumers.add(name, {
-      durable_name: 'head', ack_policy: AckPolicy.Explicit, max_ack_pending: 1, ack_wait: nanos(ACK_WAIT_MS), max_deliver: -1,
-    });
+    const head = { durable_name: 'head', ack_policy: AckPolicy.Explicit, max_ack_pending: HEAD_WINDOW, ack_wait: nanos(ACK_WAIT_MS), max_deliver: -1 };
+    // A stream made before the head lock has its consumer at max_ack_pending 1: raised in place.
+    await this.#jsm.consumers.add(name, head).catch(() => this.#jsm.consumers.update(name, 'head', { max_ack_pending: HEAD_WINDOW }));
   }
 
+  /** Tries for the version's head until stopped; while holding it, serves its tickets. */
   #headLoop(versionId: string): Head {
     const head: Head = { stopped: false, done: Promise.resolve(), stop: () => {} };
     head.done = (async () => {
       while (!head.stopped) {
         try {
           await this.#stream(versionId);
-          const consumer = await this.#js.consumers.get(streamOf(versionId), 'head');
-          // One pull kept open: with max_ack_pending 1 the server hands the next ticket once this one is acked.
-          const tickets = await consumer.consume({ max_messages: 1 });
-          head.stop = () => tickets.stop();
-          if (head.stopped) tickets.stop();
-          for await (const msg of tickets) await this.#serveHead(versionId, msg, () => head.stopped);
+          const lock = await HeadLock.take(this.#headLocks, versionId, this.replicaId);
+          if (lock) await this.#holdHead(versionId, lock, head).finally(() => lock.release());
+          else await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, HEAD_RETRY_MS);
+            head.stop = () => { clearTimeout(timer); resolve(); };
+          });
         } catch (error) {
           if (head.stopped) break;
           this.#options.log.warn({ err: error, versionId }, 'invocation queue head failed; retrying');
@@ -313,23 +323,62 @@ export class JetStreamQueue implements SharedQueue {
     return head;
   }
 
-  /** Holds the head ticket: a slot for it, the grant to its replica, then the ack that frees the next. */
-  async #serveHead(versionId: string, msg: JsMsg, stopped: () => boolean) {
-    const ticket = ticketSchema.safeParse(msg.json());
-    if (!ticket.success) return msg.term('not a ticket');
-    const keepAlive = setInterval(() => msg.working(), ACK_WAIT_MS / 3);
+  /** Pulls the version's tickets while this replica holds its head; what it could not grant goes back. */
+  async #holdHead(versionId: string, lock: HeadLock, head: Head) {
+    const consumer = await this.#js.consumers.get(streamOf(versionId), 'head');
+    const tickets = await consumer.consume({ max_messages: HEAD_WINDOW });
+    const held: JsMsg[] = [];
+    let arrived = () => {};
+    let ended = false;
+    const stop = () => {
+      tickets.stop();
+      arrived();
+    };
+    head.stop = stop;
+    lock.onLost(stop);
+    const stopped = () => head.stopped || lock.lost || ended;
+    if (head.stopped) stop();
+    const pulling = (async () => {
+      for await (const msg of tickets) {
+        held.push(msg);
+        arrived();
+      }
+      ended = true;
+      arrived();
+    })();
+    // Held tickets stay this replica's while they wait for slots.
+    const keepAlive = setInterval(() => held.forEach((msg) => msg.working()), ACK_WAIT_MS / 3);
     try {
-      const lease = await this.#leases.acquire(versionId, () => this.#usable(versionId), stopped);
-      if (!lease) return msg.nak();
-      if (!await this.#deliver(ticket.data, lease)) await this.#leases.release(lease);
-      msg.ack();
-      this.#depths.set(versionId, Math.max(0, (this.#depths.get(versionId) ?? 1) - 1));
+      while (!stopped()) {
+        if (!held.length) await new Promise<void>((resolve) => (arrived = resolve));
+        else await this.#grantHeld(versionId, held, stopped);
+      }
     } finally {
       clearInterval(keepAlive);
+      await pulling;
+      for (const msg of held.splice(0)) msg.nak();
     }
   }
 
-  /** True once the ticket's request runs with the lease (here or on its replica). */
+  /**
+   * Slots for as many held tickets as there is room, in one write; each granted in order, then all acked
+   * together (one write to NATS). A ticket stays in `held` (kept alive) until acked.
+   */
+  async #grantHeld(versionId: string, held: JsMsg[], stopped: () => boolean) {
+    const leases = await this.#leases.acquireMany(versionId, held.length, () => this.#usable(versionId), stopped);
+    const tickets: boolean[] = [];
+    for (const [index, lease] of (leases ?? []).entries()) {
+      const ticket = ticketSchema.safeParse(held[index].json());
+      if (!ticket.success || !await this.#deliver(ticket.data, lease)) await this.#leases.release(lease);
+      tickets.push(ticket.success);
+    }
+    for (const [index, msg] of held.splice(0, tickets.length).entries()) {
+      if (tickets[index]) msg.ack();
+      else msg.term('not a ticket');
+    }
+    this.#depths.set(versionId, Math.max(0, (this.#depths.get(versionId) ?? tickets.length) - tickets.length));
+  }
+
   /**
    * True once the ticket's request runs with the lease (here or on its replica). A replica that is slow
    * to answer is asked again (a grant is answered the same way twice); one with no responder is gone.
@@ -339,7 +388,9 @@ export class JetStreamQueue implements SharedQueue {
     for (let asked = 1; ; asked++) {
       try {
         const reply = await this.#nc.request(grantSubject(ticket.replica), JSON.stringify({ id: ticket.id, lease }), { timeout: GRANT_TIMEOUT_MS });
-        return reply.string() === 'taken';
+        if (reply.string() !== 'taken') return false;
+        this.#leases.handOver(lease);
+        return true;
       } catch (error) {
         if (!(error as RequestError).isNoResponders?.() && asked < GRANT_ATTEMPTS) continue;
       }
@@ -357,6 +408,7 @@ export class JetStreamQueue implements SharedQueue {
     this.#waiting.delete(requestId);
     this.#taken.set(requestId, lease.id);
     if (this.#taken.size > TAKEN_REMEMBERED) this.#taken.delete(this.#taken.keys().next().value!);
+    this.#leases.hold(lease);
     this.#run(waiting.invocation, this.#grant(lease));
     return true;
   }

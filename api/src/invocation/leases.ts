@@ -56,15 +56,30 @@ export class SlotLeases {
    * Undefined once `stopped()` says so.
    */
   async acquire(versionId: string, instances: () => ReadyInstance[], stopped: () => boolean): Promise<Lease | undefined> {
+    return (await this.acquireMany(versionId, 1, instances, stopped))?.[0];
+  }
+
+  /** Up to `count` slots in one write (at least one, waiting while all are full); undefined once stopped. */
+  async acquireMany(versionId: string, count: number, instances: () => ReadyInstance[], stopped: () => boolean): Promise<Lease[] | undefined> {
     while (!stopped()) {
-      const lease = await this.#change(versionId, (leases) => this.#take(versionId, leases, instances()));
-      if (lease) {
-        this.#held(versionId).add(lease.id);
-        return lease;
+      const taken = await this.#change(versionId, (leases) => this.#takeMany(versionId, leases, instances(), count));
+      if (taken.length) {
+        for (const lease of taken) this.#held(versionId).add(lease.id);
+        return taken;
       }
       await this.#nextChange(versionId, 1000);
     }
     return undefined;
+  }
+
+  /** A lease taken for a request that runs here (granted by the head's replica): renewed here from now on. */
+  hold(lease: Lease) {
+    this.#held(lease.versionId).add(lease.id);
+  }
+
+  /** A lease handed to the replica whose request it serves: renewed there, and expiring if that one dies. */
+  handOver(lease: Lease) {
+    this.#held(lease.versionId).delete(lease.id);
   }
 
   async release(lease: Lease) {
@@ -96,6 +111,16 @@ export class SlotLeases {
     const id = randomUUID();
     leases[id] = { instanceId: free.ready.instanceId, replica: this.#replica, until: Date.now() + LEASE_MS };
     return { id, versionId, instance: free.ready };
+  }
+
+  #takeMany(versionId: string, leases: Leases, instances: ReadyInstance[], count: number): Lease[] {
+    const taken: Lease[] = [];
+    while (taken.length < count) {
+      const lease = this.#take(versionId, leases, instances);
+      if (!lease) break;
+      taken.push(lease);
+    }
+    return taken;
   }
 
   #renew(leases: Leases, held: Set<string>) {

@@ -1,7 +1,7 @@
 // The embedded InvocationQueue: FIFO per function version and per-instance slots, in this process. One
 // API replica only: a second replica would keep its own queue and fill the same instances again.
 import type { ReadyInstance } from '../control/instances/service.ts';
-import { Problem } from '../http/problem.ts';
+import { Problem } from '../domain/problem.ts';
 import type { Invocation } from './invocation.ts';
 import { Fifo, grantOnce, type Grant, type InvocationQueue } from './queue.ts';
 import { Slots, type Slot } from './slots.ts';

@@ -1,11 +1,14 @@
 // The HTTP side of an invocation: writes what the plane hands a waiting client (the function's response
 // as it streams, a finished result, a 202) and what a status poll returns, in the reference's shapes.
 import { STATUS_CODES, type ServerResponse } from 'node:http';
-import { PROBLEM_CONTENT_TYPE } from '../http/problem.ts';
+import { z } from 'zod';
+import { PROBLEM_CONTENT_TYPE } from '../domain/problem.ts';
 import { asProblem, writeProblem } from '../http/problem-response.ts';
+import { absoluteUrl } from '../http/host.ts';
+import { isLargeResultPath } from './large-results.ts';
 import type { Logger } from '../logger.ts';
 import { forwardedResponseHeaders, svcStatus } from './headers.ts';
-import type { BodyWriter, ClientSink, Invocation, Progress, StoredResult } from './invocation.ts';
+import { rewrapsErrors, type BodyWriter, type ClientSink, type Invocation, type Progress, type StoredResult } from './invocation.ts';
 
 const EXPOSED = 'svc-reqid, svc-status, svc-percent-complete';
 /** Bodies up to this size are read whole and sent in one write; larger ones and SSE stream through. */
@@ -21,27 +24,35 @@ function kebab(status: number): string {
   return (STATUS_CODES[status] ?? 'error').toLowerCase().replace(/[^a-z0-9]+/g, '-');
 }
 
+/** What a container's error body may say (Triton's shape): `{"error": "..."}`. */
+const containerError = z.object({ error: z.string() });
+
+function parseJson(body: Buffer): unknown {
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
 /** A container's 4xx/5xx as problem+json (wire-reference 5): detail from its JSON `error`, else "Inference error". */
 function containerProblem(status: number, body: Buffer, instance: string, requestId: string): string {
-  let detail = 'Inference error';
-  try {
-    const error = (JSON.parse(body.toString('utf8')) as { error?: unknown }).error;
-    if (typeof error === 'string' && error) detail = error;
-  } catch {
-    // not JSON: keep the generic detail
-  }
+  const detail = containerError.safeParse(parseJson(body)).data?.error || 'Inference error';
   return JSON.stringify({ type: `urn:inference-service:problem-details:${kebab(status)}`, title: STATUS_CODES[status] ?? 'Error', status, detail, instance, requestId });
 }
 
-/** A whole answer in one write; a container's error (not SSE) rewrapped as problem+json. */
-export function sendResult(res: ServerResponse, request: { id: string; sse: boolean }, result: StoredResult, instance: string) {
+/** A whole answer in one write; a container's error rewrapped as problem+json when `rewrap` (rewrapsErrors). */
+export function sendResult(res: ServerResponse, request: { id: string; rewrap: boolean }, result: StoredResult, instance: string) {
   const headers = invocationHeaders(request.id, result.status);
-  if (result.status >= 400 && !request.sse && !String(result.headers['content-type'] ?? '').startsWith(PROBLEM_CONTENT_TYPE)) {
+  if (result.status >= 400 && request.rewrap && !String(result.headers['content-type'] ?? '').startsWith(PROBLEM_CONTENT_TYPE)) {
     res.writeHead(result.status, { ...headers, 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8` });
     res.end(containerProblem(result.status, result.body, instance, request.id));
     return;
   }
-  res.writeHead(result.status, { ...forwardedResponseHeaders(result.headers), ...headers, 'content-length': String(result.body.length) });
+  const forwarded = forwardedResponseHeaders(result.headers);
+  // A large result's Location is the platform's own signed path: made absolute, on the host the client reached.
+  if (result.status === 302 && isLargeResultPath(forwarded.location)) forwarded.location = absoluteUrl(res.req, forwarded.location);
+  res.writeHead(result.status, { ...forwarded, ...headers, 'content-length': String(result.body.length) });
   res.end(result.body);
 }
 
@@ -82,9 +93,9 @@ class ResponseWriter implements BodyWriter {
     this.#status = status;
     this.#headers = headers;
     this.#instance = instance;
-    this.#rewrap = status >= 400 && !invocation.sse;
+    this.#rewrap = status >= 400 && rewrapsErrors(invocation.request);
     // Event streams must reach the client as produced: the headers go out before the first event.
-    if (invocation.sse) this.#stream();
+    if (invocation.request.sse) this.#stream();
   }
 
   data(chunk: Buffer): boolean {
@@ -105,7 +116,7 @@ class ResponseWriter implements BodyWriter {
       const headers: Record<string, string | string[]> = {};
       for (const name in this.#headers) if (this.#headers[name] !== undefined) headers[name] = this.#headers[name];
       const body = this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks);
-      sendResult(this.#res, this.#invocation, { status: this.#status, headers, body }, this.#instance);
+      sendResult(this.#res, { id: this.#invocation.id, rewrap: this.#rewrap }, { status: this.#status, headers, body }, this.#instance);
     }
     this.#answered(this.#status);
   }
@@ -149,7 +160,7 @@ export class ClientReply implements ClientSink {
   }
 
   result(invocation: Invocation, result: StoredResult) {
-    sendResult(this.#res, invocation, result, this.#instance);
+    sendResult(this.#res, { id: invocation.id, rewrap: rewrapsErrors(invocation.request) }, result, this.#instance);
     this.#answered(result.status);
   }
 

@@ -4,6 +4,7 @@
 import type { Kysely, Selectable } from 'kysely';
 import { z } from 'zod';
 import type { Database, InvocationsTable } from '../store/schema.ts';
+import { decodeJson } from '../store/json.ts';
 import { targetSchema } from './resolver.ts';
 import type { InvocationState, StoredResult } from './invocation.ts';
 
@@ -11,6 +12,8 @@ import type { InvocationState, StoredResult } from './invocation.ts';
 const storedRequest = z.object({
   headers: z.record(z.string(), z.string()),
   sse: z.boolean(),
+  passThrough: z.object({ method: z.string(), path: z.string() }).optional(),
+  assets: z.array(z.string()).optional(),
   subject: z.string(),
   target: targetSchema,
   /** The API replica holding it (several replicas on NATS): its death is noticed by the others. */
@@ -37,14 +40,17 @@ export interface DurableRecord {
 
 type InvocationRow = Selectable<InvocationsTable>;
 
+const column = (row: { request_id: string }, name: 'request' | 'result') => ({ table: 'invocations', key: row.request_id, column: name });
+const requestOf = (row: { request_id: string; request: string }) => decodeJson(storedRequest, row.request, column(row, 'request'));
+
 function decode(row: InvocationRow): DurableRecord {
   const record: DurableRecord = {
     requestId: row.request_id,
     state: storedState.parse(row.state),
-    request: storedRequest.parse(JSON.parse(row.request)),
+    request: requestOf(row),
     body: Buffer.from(row.body),
   };
-  if (row.state === 'done' && row.result) record.result = { ...storedResult.parse(JSON.parse(row.result)), body: Buffer.from(row.result_body ?? []) };
+  if (row.state === 'done' && row.result) record.result = { ...decodeJson(storedResult, row.result, column(row, 'result')), body: Buffer.from(row.result_body ?? []) };
   return record;
 }
 
@@ -80,9 +86,10 @@ export function createInvocationsRepo(db: Kysely<Database>) {
     },
     /** Hands a queued record of replica `from` to `to`; false when another replica took it first. */
     async reassign(requestId: string, from: string, to: string): Promise<boolean> {
-      const row = await db.selectFrom('invocations').select('request').where('request_id', '=', requestId).where('state', '=', 'queued').executeTakeFirst();
-      if (!row || storedRequest.parse(JSON.parse(row.request)).replica !== from) return false;
-      const request = JSON.stringify({ ...storedRequest.parse(JSON.parse(row.request)), replica: to });
+      const row = await db.selectFrom('invocations').select(['request_id', 'request']).where('request_id', '=', requestId).where('state', '=', 'queued').executeTakeFirst();
+      const stored = row && requestOf(row);
+      if (!row || stored?.replica !== from) return false;
+      const request = JSON.stringify({ ...stored, replica: to });
       const result = await db.updateTable('invocations').set({ request })
         .where('request_id', '=', requestId).where('state', '=', 'queued').where('request', '=', row.request).executeTakeFirst();
       return result.numUpdatedRows === 1n;

@@ -1,10 +1,9 @@
 // Which version of a function takes a request, and why not. The one place that knows the rules: the
 // invocation plane, the autoscaler and the streaming broker ask here instead of keeping their own copy.
 import { z } from 'zod';
-import type { Principal } from '../http/auth.ts';
-import { notFound, Problem } from '../http/problem.ts';
-import type { FunctionsRepo, VersionRow } from '../control/functions/repo.ts';
-import { documentOf } from '../control/functions/service.ts';
+import type { Principal } from '../domain/principal.ts';
+import { notFound, Problem } from '../domain/problem.ts';
+import { documentOf, type FunctionsRepo, type VersionRow } from '../control/functions/repo.ts';
 
 /** Statuses in which a version takes requests (DEPLOYING: its first instances are starting). */
 export const TAKING_REQUESTS: ReadonlySet<string> = new Set(['ACTIVE', 'DEPLOYING', 'DEGRADING']);

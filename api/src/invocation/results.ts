@@ -22,9 +22,10 @@ export class DurableResults {
   /** The 202: the request is written before its client is told. */
   persist(invocation: Invocation, replica?: string): Promise<void> {
     invocation.durable = true;
+    const { body, ...request } = invocation.request;
     invocation.stored = this.#repo.insert({
-      requestId: invocation.id, state: invocation.state, body: invocation.body,
-      request: { headers: invocation.headers, sse: invocation.sse, subject: invocation.subject, target: invocation.target, replica },
+      requestId: invocation.id, state: invocation.state, body,
+      request: { ...request, subject: invocation.subject, target: invocation.target, replica },
     }, this.#at());
     return invocation.stored;
   }
@@ -126,8 +127,8 @@ export class DurableResults {
 }
 
 function revive(record: DurableRecord): Invocation {
-  const { request } = record;
-  const invocation = new Invocation(record.requestId, request.target, request.subject, request.headers, record.body, request.sse);
+  const { target, subject, replica: _replica, ...request } = record.request;
+  const invocation = new Invocation(record.requestId, target, subject, { ...request, body: record.body });
   invocation.durable = true;
   if (record.result) {
     invocation.state = 'done';
@@ -136,42 +137,59 @@ function revive(record: DurableRecord): Invocation {
   return invocation;
 }
 
-/** Buffers a response nobody is waiting on (a 202'd request) into a result of at most `limit` bytes. */
+/**
+ * Buffers a response nobody is waiting on (a 202'd request) into a result of at most `limit` bytes. Past
+ * it the response goes on into `spill` (large-results.ts) when given, else the request ends 502.
+ * `done(result, abort)`: `abort` when the instance must stop sending.
+ */
 export class ResultCollector implements BodyWriter {
   readonly #status: number;
   readonly #headers: Record<string, string | string[]>;
   readonly #limit: number;
-  readonly #done: (result: StoredResult, overflowed: boolean) => void;
+  readonly #done: (result: StoredResult, abort: boolean) => void;
+  readonly #spill: ((held: Buffer[]) => BodyWriter) | undefined;
   #chunks: Buffer[] = [];
   #size = 0;
   #over = false;
+  #spilled: BodyWriter | undefined;
 
-  constructor(status: number, headers: Record<string, string | string[] | undefined>, limit: number, done: (result: StoredResult, overflowed: boolean) => void) {
+  constructor(status: number, headers: Record<string, string | string[] | undefined>, limit: number,
+    done: (result: StoredResult, abort: boolean) => void, spill?: (held: Buffer[]) => BodyWriter) {
     this.#status = status;
     this.#headers = {};
     for (const name in headers) if (headers[name] !== undefined) this.#headers[name] = headers[name];
     this.#limit = limit;
     this.#done = done;
+    this.#spill = spill;
   }
 
   data(chunk: Buffer): boolean {
+    if (this.#spilled) return this.#spilled.data(chunk);
     if (this.#over) return true;
     this.#size += chunk.length;
-    if (this.#size <= this.#limit) {
-      this.#chunks.push(chunk);
+    this.#chunks.push(chunk);
+    if (this.#size <= this.#limit) return true;
+    const held = this.#chunks;
+    this.#chunks = [];
+    if (this.#spill) {
+      this.#spilled = this.#spill(held);
       return true;
     }
     this.#over = true;
-    this.#chunks = [];
     this.#done(problemResult(502, 'bad-gateway', `The response exceeded ${this.#limit} bytes, the most a polled result may hold`), true);
     return true;
   }
 
   end() {
-    if (!this.#over) this.#done({ status: this.#status, headers: this.#headers, body: Buffer.concat(this.#chunks) }, false);
+    if (this.#spilled) this.#spilled.end();
+    else if (!this.#over) this.#done({ status: this.#status, headers: this.#headers, body: Buffer.concat(this.#chunks) }, false);
   }
 
-  error() {}
+  error() {
+    this.#spilled?.error();
+  }
 
-  onDrain() {}
+  onDrain(resume: () => void) {
+    this.#spilled?.onDrain(resume);
+  }
 }

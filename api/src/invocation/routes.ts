@@ -1,13 +1,21 @@
 // Invocation endpoints (spec 4.1, 5.3; wire-reference 5): pexec and its status, and queue details.
 // pexec is the hot path: declared `lean`, it is served before Express (http/lean.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { access } from '../http/auth.ts';
-import { Problem } from '../http/problem.ts';
+import { type Principal } from '../domain/principal.ts';
+import { Problem } from '../domain/problem.ts';
 import { route } from '../http/route.ts';
+import { assetReferencesHeader } from '../control/assets/schema.ts';
 import { functionParams, versionParams } from '../control/functions/schema.ts';
-import type { FunctionRef } from '../http/metrics.ts';
+import type { FunctionRef } from '../domain/load.ts';
 import type { Logger } from '../logger.ts';
+import { signedQuery } from '../domain/signed-paths.ts';
+import { forwardedRequestHeaders } from './headers.ts';
+import { largeResultPath, type LargeResults } from './large-results.ts';
+import type { FunctionRouting } from './host-routing.ts';
+import type { PassThrough } from './invocation.ts';
 import { ClientReply, sendPending, sendResult } from './reply.ts';
 import type { VersionResolver } from './resolver.ts';
 import type { InvocationService } from './service.ts';
@@ -16,7 +24,7 @@ import type { InvocationService } from './service.ts';
 export type InvocationObserver = (ref: FunctionRef, status: number, seconds: number) => void;
 
 const tag = 'Invocation';
-const invoke = access.functions('invoke_function');
+const invokeAccess = access.functions('invoke_function');
 const queueDetails = access.functions('queue_details');
 
 export interface PollLimits {
@@ -66,6 +74,7 @@ const anything = { schema: z.unknown(), contentType: '*/*' };
 const invocationResponses = {
   200: { description: "The function's response, streamed as produced (text/event-stream too)", ...anything },
   202: { description: 'Not finished within SVC-POLL-SECONDS: poll GET /v2/svc/pexec/status/{SVC-REQID}; the body is the partial response, if any', ...anything },
+  302: { description: 'A polled result larger than invocation.maxResultBytes: Location is a signed URL of a zip holding it' },
 };
 const queueSchema = z.object({
   functionId: z.string(),
@@ -76,33 +85,78 @@ export interface InvocationRouteOptions {
   limits: PollLimits & { maxRequestBytes: number };
   log: Logger;
   observe?: InvocationObserver;
+  /** A 404 Problem unless the account has every asset named (control/assets). */
+  checkAssets(ncaId: string, assetIds: string[]): Promise<void>;
+  largeResults: LargeResults;
+}
+
+interface InvokeInput {
+  principal: Principal;
+  params: FunctionRouting;
+  headers: { 'svc-poll-seconds'?: number; accept?: string; 'svc-input-asset-references'?: string[] };
+  req: IncomingMessage;
+  requestId: string;
+}
+
+/** Resolves, reads the body and queues; the plane answers the client's sink. */
+function invoker(service: InvocationService, options: InvocationRouteOptions) {
+  const { limits, observe } = options;
+  return async (input: InvokeInput, res: ServerResponse, passThrough?: PassThrough) => {
+    const { principal, params: ids, headers: given, req, requestId } = input;
+    const started = performance.now();
+    const sse = given.accept !== undefined && given.accept.includes('text/event-stream');
+    // Metrics only for versions that resolved: labels never carry an id a caller made up.
+    const target = await service.resolve(principal, ids.functionId, ids.functionVersionId);
+    const seen = (status: number) => observe?.(target, status, (performance.now() - started) / 1000);
+    try {
+      const assets = given['svc-input-asset-references'];
+      if (assets?.length) await options.checkAssets(principal.ncaId, assets);
+      const body = await readBody(req, limits.maxRequestBytes);
+      const request = { headers: forwardedRequestHeaders(req.headers, passThrough !== undefined), body, sse, passThrough, assets };
+      const sink = new ClientReply(res, pathOf(req), requestId, options.log, seen);
+      // The longer default for event streams is pexec's alone (the reference keeps it for old clients).
+      const invocation = await service.submit(target, principal, request, sink, pollMs(given['svc-poll-seconds'], sse && !passThrough, limits));
+      res.once('close', () => {
+        if (!res.writableFinished) void service.cancel(invocation);
+      });
+    } catch (error) {
+      seen((error as { status?: number }).status ?? 500);
+      throw error;
+    }
+  };
+}
+
+/**
+ * Host-routed invocation (host-routing.ts finds the function): the client's method, path and query reach
+ * the container, errors are not rewrapped; auth, queueing, 202 and SSE as pexec. Served lean, not in the
+ * OpenAPI document (a Host cannot be described there; docs/api.md does).
+ */
+export function hostRoutedRoute(service: InvocationService, options: InvocationRouteOptions) {
+  const invoke = invoker(service, options);
+  return route({
+    method: 'POST', path: '/{path}', summary: 'Invoke the function named by the Host, with any method and path', tag, access: invokeAccess,
+    params: z.object({ functionId: z.string(), functionVersionId: z.string().optional() }), headers: pollHeaders(options.limits),
+    responses: invocationResponses, lean: true,
+    handle: async (input, res: ServerResponse) => {
+      await invoke(input, res, { method: input.req.method ?? 'GET', path: input.req.url ?? '/' });
+      return undefined;
+    },
+  });
 }
 
 export function invocationRoutes(service: InvocationService, resolver: VersionResolver, options: InvocationRouteOptions) {
-  const { limits, observe } = options;
+  const { limits } = options;
   const headers = pollHeaders(limits);
+  // Only pexec stages input assets: a host-routed request passes through as it came, as the reference's.
+  const pexecHeaders = headers.extend({ 'svc-input-asset-references': assetReferencesHeader.optional() });
+  const invoke = invoker(service, options);
 
   const pexec = (path: string, params: typeof functionParams | typeof versionParams) => route({
-    method: 'POST', path, summary: 'Invoke a function; the body and headers pass through to its inferenceUrl', tag, access: invoke,
-    params, headers, responses: invocationResponses, lean: true,
+    method: 'POST', path, summary: 'Invoke a function; the body and headers pass through to its inferenceUrl', tag, access: invokeAccess,
+    params, headers: pexecHeaders, responses: invocationResponses, lean: true,
     // Lean: Node's own response object, so its type here is ServerResponse, not Express's.
-    handle: async ({ principal, params: ids, headers: given, req, requestId }, res: ServerResponse) => {
-      const started = performance.now();
-      const sse = given.accept !== undefined && given.accept.includes('text/event-stream');
-      // Metrics only for versions that resolved: labels never carry an id a caller made up.
-      const target = await service.resolve(principal, ids.functionId, 'functionVersionId' in ids ? ids.functionVersionId as string : undefined);
-      const seen = (status: number) => observe?.(target, status, (performance.now() - started) / 1000);
-      try {
-        const body = await readBody(req, limits.maxRequestBytes);
-        const sink = new ClientReply(res, pathOf(req), requestId, options.log, seen);
-        const invocation = await service.submit(target, principal, req.headers, body, sse, sink, pollMs(given['svc-poll-seconds'], sse, limits));
-        res.once('close', () => {
-          if (!res.writableFinished) void service.cancel(invocation);
-        });
-      } catch (error) {
-        seen((error as { status?: number }).status ?? 500);
-        throw error;
-      }
+    handle: async (input, res: ServerResponse) => {
+      await invoke(input, res);
       return undefined;
     },
   });
@@ -119,12 +173,25 @@ export function invocationRoutes(service: InvocationService, resolver: VersionRe
     pexec('/v2/svc/pexec/functions/{functionId}/versions/{functionVersionId}', versionParams),
     route({
       method: 'GET', path: '/v2/svc/pexec/status/{requestId}', summary: 'Poll a request answered 202; the final answer comes once', tag,
-      access: invoke, params: statusParams, headers,
+      access: invokeAccess, params: statusParams, headers,
       responses: invocationResponses,
       handle: async ({ principal, params, headers: given, req }, res) => {
         const outcome = await service.status(principal, params.requestId, pollMs(given['svc-poll-seconds'], false, limits));
         if ('pending' in outcome) sendPending(res, outcome.pending);
-        else sendResult(res, { sse: false, id: params.requestId }, outcome.result, pathOf(req));
+        else sendResult(res, { id: params.requestId, rewrap: outcome.rewrap }, outcome.result, pathOf(req));
+        return undefined;
+      },
+    }),
+    route({
+      method: 'GET', path: largeResultPath('{requestId}'), summary: 'Download a large result (the signed Location of its 302)', tag,
+      access: access.public, params: statusParams, query: signedQuery,
+      responses: { 200: { description: 'A zip holding <requestId>.response', contentType: 'application/zip', schema: z.unknown() } },
+      handle: async ({ params, query }, res) => {
+        const blob = await options.largeResults.download(params.requestId, query);
+        res.writeHead(200, {
+          'content-type': 'application/zip', 'content-length': String(blob.size), 'content-disposition': `attachment; filename="${params.requestId}.zip"`,
+        });
+        await pipeline(blob.body, res);
         return undefined;
       },
     }),

@@ -4,16 +4,17 @@
 // client gets 202 and the request becomes durable (results.ts): it ends fulfilled or errored, never
 // silently lost, and never runs twice.
 import { randomUUID } from 'node:crypto';
-import type { IncomingHttpHeaders } from 'node:http';
-import type { Principal } from '../http/auth.ts';
-import type { FunctionLoad } from '../http/metrics.ts';
-import { notFound } from '../http/problem.ts';
+import type { Principal } from '../domain/principal.ts';
+import type { FunctionLoad } from '../domain/load.ts';
+import { notFound } from '../domain/problem.ts';
 import type { Logger } from '../logger.ts';
 import type { ReadyInstance } from '../control/instances/service.ts';
 import type { ProgressReport } from '../compute/protocol.ts';
 import type { Dispatcher, ExchangeOutcome } from './dispatcher.ts';
-import { forwardedRequestHeaders } from './headers.ts';
-import { Invocation, problemResult, type BodyWriter, type ClientSink, type Progress, type StoredResult } from './invocation.ts';
+import type { LargeResults } from './large-results.ts';
+import {
+  Invocation, problemResult, rewrapsErrors, type BodyWriter, type ClientSink, type InvocationRequest, type Progress, type StoredResult,
+} from './invocation.ts';
 import { isShared, type Grant, type InvocationQueue, type SharedQueue } from './queue.ts';
 import { ResultCollector, type DurableResults } from './results.ts';
 import type { Target, VersionResolver } from './resolver.ts';
@@ -25,6 +26,10 @@ export interface InvocationOptions {
   resolver: VersionResolver;
   /** Placement's view of demand: a version with work never scales below one instance. */
   demand: { setDemand(versionId: string, count: number): void };
+  /** Where results over maxResultBytes go (a 302 to a zip); without it they end 502. */
+  largeResults?: LargeResults;
+  /** Puts a request's input assets in the instance's SVC-ASSET-DIR (its agent fetches them) before it is sent. */
+  stageAssets?(invocation: Invocation, instance: ReadyInstance): Promise<void>;
   log: Logger;
   maxResultBytes: number;
   /** How long an uncollected result of a 202'd request is kept. */
@@ -77,8 +82,8 @@ export class InvocationService {
    * Queues a request whose client waits on `sink` for up to `pollMs`; 429 when its version's queue is
    * full. The sink is answered with the response, a result, or a 202.
    */
-  async submit(target: Target, principal: Principal, headers: IncomingHttpHeaders, body: Buffer, sse: boolean, sink: ClientSink, pollMs: number): Promise<Invocation> {
-    const invocation = new Invocation(randomUUID(), target, principal.ownerId, forwardedRequestHeaders(headers), body, sse);
+  async submit(target: Target, principal: Principal, request: InvocationRequest, sink: ClientSink, pollMs: number): Promise<Invocation> {
+    const invocation = new Invocation(randomUUID(), target, principal.ownerId, request);
     invocation.sink = sink;
     this.#invocations.set(invocation.id, invocation);
     this.#noteRequest(target);
@@ -107,7 +112,7 @@ export class InvocationService {
   }
 
   /** GET /pexec/status/{id}: the result once (then the id is forgotten), else 202 after `pollMs`. */
-  async status(principal: Principal, requestId: string, pollMs: number): Promise<{ result: StoredResult } | { pending: Pending }> {
+  async status(principal: Principal, requestId: string, pollMs: number): Promise<{ result: StoredResult; rewrap: boolean } | { pending: Pending }> {
     if (this.#shared) return this.#sharedStatus(this.#shared, principal, requestId, pollMs);
     const invocation = this.#invocations.get(requestId);
     if (!invocation || !invocation.durable || invocation.target.ncaId !== principal.ncaId) throw gone(requestId);
@@ -115,7 +120,7 @@ export class InvocationService {
     if (!invocation.result) return { pending: invocation };
     if (!this.#invocations.has(requestId)) throw gone(requestId);
     this.#forget(invocation);
-    return { result: invocation.result };
+    return { result: invocation.result, rewrap: rewrapsErrors(invocation.request) };
   }
 
   /** Queue position; 0 once an instance is working on it. */
@@ -172,6 +177,7 @@ export class InvocationService {
         if (invocation.finishedAt !== undefined && invocation.finishedAt < cutoff) this.#invocations.delete(invocation.id);
       }
       this.#results.sweep(cutoff);
+      this.#options.largeResults?.sweep(cutoff).catch((error) => this.#log.warn({ err: error }, 'could not sweep large results'));
     }, SWEEP_MS);
     sweeper.unref();
     this.#timers.push(sweeper);
@@ -189,20 +195,45 @@ export class InvocationService {
     await this.#dispatcher.close();
   }
 
-  /** A slot is granted: mark it running (in the store too once durable: at-most-once), then send. */
+  /**
+   * A slot is granted: mark it running (in the store too once durable: at-most-once), put its assets in
+   * place, then send. What fails before the send gives the slot back and ends the request.
+   */
   #run(invocation: Invocation, grant: Grant) {
     invocation.state = 'running';
     this.#count(invocation.versionId, 1);
-    if (!invocation.durable) return this.#send(invocation, grant);
+    if (!invocation.durable && !invocation.request.assets?.length) return this.#send(invocation, grant);
     const unsent = (result?: StoredResult) => {
       this.#count(invocation.versionId, -1);
       grant.release('done');
       if (result) void this.#complete(invocation, result);
     };
-    this.#results.claim(invocation).then((mine) => (mine ? this.#send(invocation, grant) : unsent()), (error) => {
-      this.#log.error({ reqId: invocation.id, err: error }, 'could not mark a request running; it was not sent');
-      unsent(problemResult(500, 'internal', 'The platform could not record the request as running; it was not sent'));
+    this.#prepare(invocation, grant.instance).then((mine) => (mine ? this.#send(invocation, grant) : unsent()), (failure: Failure) => {
+      this.#log.error({ reqId: invocation.id, err: failure.error }, `${failure.what}; the request was not sent`);
+      unsent(problemResult(500, 'internal', `${failure.what}; the request was not sent`));
     });
+  }
+
+  /** False when another replica claimed the stored request first (it runs there). */
+  async #prepare(invocation: Invocation, instance: ReadyInstance): Promise<boolean> {
+    if (invocation.durable) {
+      let mine: boolean;
+      try {
+        mine = await this.#results.claim(invocation);
+      } catch (error) {
+        throw new Failure('The platform could not record the request as running', error);
+      }
+      if (!mine) return false;
+    }
+    if (invocation.request.assets?.length) {
+      if (!this.#options.stageAssets) throw new Failure('This API replica cannot put input assets in place (it links no agents)');
+      try {
+        await this.#options.stageAssets(invocation, instance);
+      } catch (error) {
+        throw new Failure(`The input assets could not be put in place: ${(error as Error).message}`, error);
+      }
+    }
+    return true;
   }
 
   #send(invocation: Invocation, grant: Grant) {
@@ -216,17 +247,23 @@ export class InvocationService {
   #started(invocation: Invocation, status: number, headers: Record<string, string | string[] | undefined>): BodyWriter {
     const sink = detachSink(invocation);
     if (sink) return sink.start(invocation, status, headers);
-    return new ResultCollector(status, headers, this.#options.maxResultBytes, (result, overflowed) => {
+    const done = (result: StoredResult, abort: boolean) => {
       void this.#complete(invocation, result);
-      if (overflowed) invocation.abort?.();
-    });
+      if (abort) invocation.abort?.();
+    };
+    // The reference zips large results, but not errors (they are rewrapped) nor host-routed responses.
+    const { largeResults } = this.#options;
+    const spill = largeResults && status < 400 && !invocation.request.passThrough
+      ? (held: Buffer[]) => largeResults.writer(invocation.id, held, done) : undefined;
+    return new ResultCollector(status, headers, this.#options.maxResultBytes, done, spill);
   }
 
   #finished(invocation: Invocation, grant: Grant, outcome: ExchangeOutcome, error?: Error) {
     this.#count(invocation.versionId, -1);
     const failed = outcome !== 'done' && !invocation.cancelled && invocation.state !== 'done';
     grant.release(failed ? 'failed' : 'done');
-    if (invocation.cancelled || (outcome === 'done' && !invocation.result)) this.#forget(invocation);
+    // Done without a 202: its client has the answer. A 202'd one keeps its result (a large one arrives later).
+    if (invocation.cancelled || (outcome === 'done' && !invocation.durable)) this.#forget(invocation);
     else if (failed && outcome === 'unreachable') {
       // The instance went away before the request reached it: it waits for the next free slot.
       invocation.state = 'queued';
@@ -315,7 +352,7 @@ export class InvocationService {
     if (!record.result) return { pending: this.#invocations.get(requestId) ?? { id: requestId, progress: undefined } };
     if (!await this.#results.collect(requestId)) throw gone(requestId);
     this.#invocations.delete(requestId);
-    return { result: record.result };
+    return { result: record.result, rewrap: rewrapsErrors(record.request) };
   }
 
   /**
@@ -333,6 +370,17 @@ export class InvocationService {
     }, ORPHAN_CHECK_MS);
     watcher.unref();
     this.#timers.push(watcher);
+  }
+}
+
+/** A step before the send failed: `what` is said to the client, `error` only logged. */
+class Failure {
+  readonly what: string;
+  readonly error: unknown;
+
+  constructor(what: string, error?: unknown) {
+    this.what = what;
+    this.error = error;
   }
 }
 

@@ -82,6 +82,8 @@ export async function startAuxiliary(options: AuxiliaryOptions): Promise<Auxilia
   child.stdin!.on('error', () => {});
   (child.stdin as Socket).unref();
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => {
+    // A watchdog killed on its own leaves its program running: the group goes too, then its pid file.
+    signalGroup(pid, 'SIGKILL');
     rmSync(pidFile, { force: true });
     resolve(code);
   }));

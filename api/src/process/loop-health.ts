@@ -1,8 +1,8 @@
 // The event loop as a health component: a timer that measures how late it fires. A turn of the loop
 // that took `blockedMs` or more makes readiness fail for `unreadySeconds` afterwards, so a load balancer
 // stops sending traffic to a process that has just stalled (while it stalls it answers nothing at all;
-// the watchdog thread, watchdog.ts, says where it is stuck).
-import type { HealthComponent } from '../control/health/service.ts';
+// the watchdog thread, watchdog.ts, says where it is stuck). It is shaped as control/health's component
+// (a name and a probe) without importing it: process/ sits below the features.
 
 export interface LoopHealthSettings {
   blockedMs: number;
@@ -11,7 +11,14 @@ export interface LoopHealthSettings {
 
 const TICK_MS = 100;
 
-export function watchEventLoop(settings: LoopHealthSettings): HealthComponent & { stop(): void } {
+export interface EventLoopProbe {
+  name: 'event_loop';
+  /** Rejects while readiness should fail after a block. */
+  probe(): Promise<void>;
+  stop(): void;
+}
+
+export function watchEventLoop(settings: LoopHealthSettings): EventLoopProbe {
   let last = performance.now();
   let block: { ms: number; at: number } | undefined;
   const timer = setInterval(() => {

@@ -10,7 +10,7 @@ import { healthRoutes } from '../control/health/routes.ts';
 import { createHealthService } from '../control/health/service.ts';
 import { createApp } from '../http/app.ts';
 import { createMetrics, metricsRoute, type MetricsSettings } from '../http/metrics.ts';
-import { unauthorized } from '../http/problem.ts';
+import { unauthorized } from '../domain/problem.ts';
 import { createLogger } from '../logger.ts';
 import { openDatabase } from '../database.ts';
 import type { StoreOptions } from '../store/store.ts';

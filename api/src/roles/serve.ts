@@ -31,6 +31,7 @@ function banner(platform: Platform, proxy: DemoProxy | undefined, components: St
     'svc is running',
     `  API            ${platform.url}   (Host ${platform.hosts.api})`,
     `  Key service    Host ${platform.hosts.keys} on port ${platform.port}`,
+    `  Invocation     Host <function id>.${platform.hosts.invocation} on port ${platform.port} (any method and path)`,
     `  OpenAPI        ${platform.url}/v3/openapi`,
     `  Health         ${platform.url}/health`,
   ];

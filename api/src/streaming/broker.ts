@@ -17,13 +17,13 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { access, authorize, type CredentialVerifier, type Principal } from '../http/auth.ts';
-import type { FunctionLoad } from '../http/metrics.ts';
-import { notFound, Problem } from '../http/problem.ts';
+import { access, authorize } from '../http/auth.ts';
+import { type CredentialVerifier, type Principal } from '../domain/principal.ts';
+import type { FunctionLoad } from '../domain/load.ts';
+import { notFound, Problem } from '../domain/problem.ts';
 import { rejectUpgrade } from '../http/upgrade.ts';
 import type { Logger } from '../logger.ts';
-import type { FunctionsRepo } from '../control/functions/repo.ts';
-import { documentOf } from '../control/functions/service.ts';
+import { documentOf, type FunctionsRepo } from '../control/functions/repo.ts';
 import type { InstancesService, ReadyInstance } from '../control/instances/service.ts';
 import { takesSessions } from '../invocation/resolver.ts';
 import type { TurnService } from '../turn/server.ts';

@@ -3,7 +3,7 @@
 // (`POST /v1/streaming/creds`).
 import { request } from 'undici';
 import type { ReadyInstance } from '../control/instances/service.ts';
-import { Problem } from '../http/problem.ts';
+import { Problem } from '../domain/problem.ts';
 import type { SessionCredentials } from '../turn/server.ts';
 
 /**

@@ -7,7 +7,7 @@ import type { ClientRequest, IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
-import { Problem } from '../http/problem.ts';
+import { Problem } from '../domain/problem.ts';
 import { rejectUpgrade } from '../http/upgrade.ts';
 import type { Logger } from '../logger.ts';
 import { applicationItems, SESSION_COOKIE, SESSION_HEADER } from './request.ts';

@@ -4,7 +4,7 @@
 // `svc-reqid` query parameter, which a browser tab can set for its own session where the shared
 // `svc-request-id` cookie would name another tab's.
 import type { IncomingMessage } from 'node:http';
-import { Problem } from '../http/problem.ts';
+import { Problem } from '../domain/problem.ts';
 
 export const SESSION_COOKIE = 'svc-request-id';
 export const SESSION_HEADER = 'svc-reqid';

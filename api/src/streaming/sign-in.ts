@@ -6,7 +6,7 @@
 //           their socket only on 200)
 //   GET     the function's name and how many instances are free, for a start screen
 import type { NextFunction, Request, Response } from 'express';
-import { Problem } from '../http/problem.ts';
+import { Problem } from '../domain/problem.ts';
 import type { StreamingBroker } from './broker.ts';
 import { CLEAR_SESSION_COOKIE, sessionCookie } from './pipe.ts';
 import { isSignIn, namedBy, SESSION_HEADER } from './request.ts';

@@ -6,8 +6,7 @@
 // - none: sessions get no STUN/TURN at all (host candidates only).
 import { randomBytes } from 'node:crypto';
 import { createSocket } from 'node:dgram';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Turn from 'node-turn';
@@ -56,8 +55,11 @@ export async function startTurn(settings: TurnSettings, log: Logger): Promise<Tu
 
   if (kind === 'coturn') {
     // Everything, the shared secret above all, goes in a 0600 file in a 0700 directory: a command line
-    // is readable by every local user (ps).
-    workDir = mkdtempSync(path.join(os.tmpdir(), 'svc-coturn-'));
+    // is readable by every local user (ps). The directory is the data dir's, made afresh at each start, so
+    // what a killed run left there is replaced, not left in /tmp.
+    workDir = path.join(settings.runDir, 'coturn');
+    rmSync(workDir, { recursive: true, force: true });
+    mkdirSync(workDir, { recursive: true, mode: 0o700 });
     const configFile = path.join(workDir, 'turnserver.conf');
     writeFileSync(configFile, coturnConfig(settings, workDir), { mode: 0o600 });
     coturn = await startAuxiliary({ name: 'coturn', command: settings.coturnBinary, args: ['-c', configFile], runDir: settings.runDir, log });

@@ -1,19 +1,22 @@
 // The docker runtime against a stand-in of Docker's daemon on a unix socket (fixtures/docker-engine.ts):
 // the exact Engine API requests (pull auth, env, port bindings, labels, mounts), published ports in the
-// endpoint, demultiplexed logs, exit, stop, removal, cleanup. Fast and exact about what is sent; the same
-// runtime against a real engine (podman) is docker-podman.test.ts.
+// endpoint, demultiplexed logs, exit, stop, removal, cleanup, and an agent's bounded starts when the engine
+// is gone. Fast and exact about what is sent; the same runtime against a real engine (podman) is
+// docker-podman.test.ts.
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { startAgent } from '../../src/compute/agent.ts';
 import { prepareInstance } from '../../src/compute/instance-env.ts';
 import type { InstanceSpec } from '../../src/compute/protocol.ts';
 import { UnstartableError, type Runtime } from '../../src/compute/runtime.ts';
 import { dockerSocketPath, FrameDemuxer } from '../../src/compute/runtimes/docker-api.ts';
+import { START_ATTEMPTS } from '../../src/compute/supervisor.ts';
 import { createDockerRuntime } from '../../src/compute/runtimes/docker.ts';
 import { registryAuthHeader } from '../../src/compute/runtimes/docker-image.ts';
 import { DockerEngineStandIn } from './fixtures/docker-engine.ts';
-import { captureLog, eventually, freeUdpRange, instanceSpec, streamingSpec, tempDir } from './helpers.ts';
+import { captureLog, eventually, freeUdpRange, instanceSpec, ReportLog, streamingSpec, tempDir } from './helpers.ts';
 
 describe('docker runtime', () => {
   const { log } = captureLog();
@@ -150,6 +153,24 @@ describe('docker runtime', () => {
     assert.deepEqual([...engine.containers.values()].map((c) => c.body.Labels['svc.agent']), ['agent-b']);
     await mine.instance.exited;
     await theirs.stop(1000);
+  });
+
+  test('an engine that stops answering: an agent tries an instance START_ATTEMPTS times, then it is FAILED with the reason', async () => {
+    const gone = new DockerEngineStandIn(path.join(state.dir, 'gone.sock'));
+    await gone.listen();
+    const agent = await startAgent({
+      runtime: createDockerRuntime({ socketPath: gone.socketPath, agentName: 'agent-gone', log }), stateDir: path.join(state.dir, 'gone-agent'), log,
+      backoff: { initialMs: 10, maxMs: 20 },
+    });
+    await gone.close();
+    const reports = new ReportLog(agent);
+    const spec = instanceSpec('app:1');
+    agent.applyDesired([spec]);
+    const failed = await reports.waitForState(spec.instanceId, 'FAILED');
+    assert.match(failed.message!, new RegExp(`^container engine at unix://${gone.socketPath} is not answering: \\w+ \\(${START_ATTEMPTS} starts in a row failed; not retried\\)$`));
+    assert.equal(reports.states(spec.instanceId).filter((state) => state === 'RESTARTING').length, START_ATTEMPTS - 1);
+    assert.match(reports.all.find((report) => report.state === 'RESTARTING')!.message!, /^start failed: container engine at/);
+    await agent.stop();
   });
 
   test('frames of the multiplexed log stream survive any chunking', () => {

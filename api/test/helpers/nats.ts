@@ -40,7 +40,7 @@ export async function forgetVersion(versionId: string) {
     const jsm = await jetstreamManager(nc);
     await jsm.streams.delete(`SVC_Q_${versionId}`).catch(() => {});
     const kvm = new Kvm(nc);
-    for (const bucket of ['svc_ready', 'svc_slots']) await (await kvm.open(bucket)).purge(versionId).catch(() => {});
+    for (const bucket of ['svc_ready', 'svc_slots', 'svc_heads']) await (await kvm.open(bucket)).purge(versionId).catch(() => {});
   } finally {
     await nc.close();
   }

@@ -12,6 +12,7 @@ test('the client headers minus hop-by-hop ones, the bearer and any SVC-*; JSON b
   });
   assert.deepEqual(forwarded, { 'x-custom': 'kept', accept: 'text/plain', 'x-list': 'a, b', 'content-type': 'application/json' });
   assert.equal(forwardedRequestHeaders({ 'content-type': 'text/csv' })['content-type'], 'text/csv');
+  assert.deepEqual(forwardedRequestHeaders({ accept: '*/*' }, true), { accept: '*/*' }, 'a host-routed request gets no type it did not have');
 });
 
 test('response headers minus hop-by-hop ones and the container\'s SVC-*', () => {
@@ -22,9 +23,9 @@ test('response headers minus hop-by-hop ones and the container\'s SVC-*', () => 
 
 test('the container gets the platform\'s SVC-* headers after the client\'s', () => {
   const target = { ncaId: 'acct', functionId: 'f1', versionId: 'v1', functionName: 'echo', inferenceUrl: '/echo' };
-  const invocation = new Invocation('req-1', target, 'owner', { 'x-custom': 'kept' }, Buffer.alloc(0), false);
+  const invocation = new Invocation('req-1', target, 'owner', { headers: { 'x-custom': 'kept' }, body: Buffer.alloc(0), sse: false });
   const instance = {
-    instanceId: 'i1', versionId: 'v1', maxRequestConcurrency: 1, gpu: 'L40', instanceType: 'gl40_1.br20_2xlarge', backend: 'my-cluster', region: 'eu',
+    instanceId: 'i1', versionId: 'v1', clusterId: 'c1', maxRequestConcurrency: 1, gpu: 'L40', instanceType: 'gl40_1.br20_2xlarge', backend: 'my-cluster', region: 'eu',
     endpoint: { host: '10.0.0.2', ports: { inference: 8000 }, outputDir: '/data/out' },
   } as ReadyInstance;
   const list = containerHeaders(invocation, instance, 1024);

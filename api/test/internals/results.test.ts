@@ -16,7 +16,7 @@ after(async () => {
   await database.drop();
 });
 const target = { ncaId: 'acct', functionId: 'f', versionId: 'v1', functionName: 'fn', inferenceUrl: '/echo' };
-const request = (id: string) => new Invocation(id, target, 'owner', { 'x-a': '1' }, Buffer.from(`body of ${id}`), false);
+const request = (id: string) => new Invocation(id, target, 'owner', { headers: { 'x-a': '1' }, body: Buffer.from(`body of ${id}`), sse: false });
 
 test('after a restart: queued ones wait again, a running one ends 502 (never run twice), a done one keeps its result', async () => {
   const results = new DurableResults({ repo: createInvocationsRepo(store.db), log: createLogger('silent'), now: () => new Date() });
@@ -35,8 +35,8 @@ test('after a restart: queued ones wait again, a running one ends 502 (never run
   const back = recovered.get(queued.id)!;
   assert.equal(back.state, 'queued');
   assert.equal(back.durable, true);
-  assert.deepEqual(back.headers, { 'x-a': '1' });
-  assert.equal(back.body.toString(), `body of ${queued.id}`);
+  assert.deepEqual(back.request.headers, { 'x-a': '1' });
+  assert.equal(back.request.body.toString(), `body of ${queued.id}`);
   assert.deepEqual(back.target, target);
   const ended = recovered.get(running.id)!;
   assert.equal(ended.result?.status, 502);

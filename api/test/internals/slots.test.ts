@@ -9,11 +9,11 @@ import type { Grant } from '../../src/invocation/queue.ts';
 import { leastLoaded, Slots } from '../../src/invocation/slots.ts';
 
 const instance = (instanceId: string, maxRequestConcurrency: number, versionId = 'v1'): ReadyInstance => ({
-  instanceId, versionId, maxRequestConcurrency, gpu: 'L40', instanceType: 'x', backend: 'b', region: 'r',
+  instanceId, versionId, clusterId: 'c1', maxRequestConcurrency, gpu: 'L40', instanceType: 'x', backend: 'b', region: 'r',
   endpoint: { host: '127.0.0.1', ports: { inference: 9000 + Number(instanceId.slice(1)) } } as ReadyInstance['endpoint'],
 });
 const target = { ncaId: 'acct', functionId: 'f', versionId: 'v1', functionName: 'fn', inferenceUrl: '/echo' };
-const request = (id: string) => new Invocation(id, target, 'me', {}, Buffer.alloc(0), false);
+const request = (id: string) => new Invocation(id, target, 'me', { headers: {}, body: Buffer.alloc(0), sse: false });
 
 function recorder(queue: LocalQueue) {
   const grants: { id: string; instanceId: string; grant: Grant }[] = [];

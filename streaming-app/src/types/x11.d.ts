@@ -66,9 +66,10 @@ declare module 'x11' {
     /** revertTo: 0 None, 1 PointerRoot, 2 Parent. */
     SetInputFocus(window: number, revertTo: number): void;
     QueryPointer(window: number, callback: Callback<{ rootX: number; rootY: number; keyMask: number }>): void;
-    /** class 2: InputOnly (depth and visual 0). */
+    /** class 1: InputOutput, 2: InputOnly (depth and visual 0: the parent's). */
     CreateWindow(id: number, parent: number, x: number, y: number, width: number, height: number, borderWidth: number,
-      depth: number, windowClass: number, visual: number, values: Record<string, never>): void;
+      depth: number, windowClass: number, visual: number, values: { backgroundPixel?: number }): void;
+    MapWindow(window: number): void;
     InternAtom(onlyIfExists: boolean, name: string, callback: Callback<number>): void;
     SetSelectionOwner(owner: number, selection: number, time: number): void;
     ConvertSelection(requestor: number, selection: number, target: number, property: number, time: number): void;

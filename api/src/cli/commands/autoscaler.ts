@@ -1,9 +1,7 @@
 // Autoscaler commands: run the autoscaler role on its own, and show why each function version has the
 // instances it has.
-import { autoscalerSettingsFromEnv, type AutoscalerSettings } from '../../autoscaler/settings.ts';
-import type { FunctionScaling } from '../../autoscaler/status.ts';
+import { functionScalingResponse } from '../../autoscaler/schema.ts';
 import { loadConfig } from '../../config.ts';
-import type { MetricsSettings } from '../../http/metrics.ts';
 import { call, CliError } from '../client.ts';
 import { startAutoscalerRole } from '../../roles/autoscaler.ts';
 import { untilStopped } from '../../roles/stopped.ts';
@@ -14,8 +12,8 @@ const autoscaler: Command = {
   summary: 'Run the function autoscaler on its own (discovery under the store lock, scaling, health, /metrics)',
   role: true,
   async run({ env }) {
-    const config = loadConfig(env) as ReturnType<typeof loadConfig> & { autoscaler?: AutoscalerSettings; metrics?: MetricsSettings };
-    const settings = config.autoscaler ?? autoscalerSettingsFromEnv(env);
+    const config = loadConfig(env);
+    const settings = config.autoscaler;
     const role = await startAutoscalerRole({ store: config.store, settings, metrics: config.metrics, logLevel: config.log.level });
     console.log([
       `svc autoscaler running as ${role.replicaId}`,
@@ -36,7 +34,7 @@ const status: Command = {
     const { state, values } = context;
     const bearer = state.apiKey ?? state.token;
     if (!bearer) throw new CliError('no credential: run `svc init` (and `svc api-key generate`), or set SVC_TOKEN / SVC_API_KEY');
-    const { functions } = await call(state, 'api', 'GET', '/v2/svc/autoscaler/functions', { bearer }) as { functions: FunctionScaling[] };
+    const { functions } = await call(state, 'api', 'GET', '/v2/svc/autoscaler/functions', functionScalingResponse, { bearer });
     const shown = functions.filter((fn) => !values['function-id'] || fn.functionId === values['function-id']);
     const rows = shown.map((fn) => ({
       name: fn.functionName, versionId: fn.functionVersionId, status: fn.functionStatus,

@@ -3,8 +3,10 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { loadConfig } from '../../config.ts';
+import { accountListResponse, accountResponse } from '../../control/accounts/schema.ts';
+import { keySchema } from '../../control/keys/schema.ts';
 import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../control/keys/signing.ts';
-import { functionKeyScopes, taskKeyScopes } from '../../http/scopes.ts';
+import { functionKeyScopes, taskKeyScopes } from '../../domain/scopes.ts';
 import { runAgent } from '../../roles/agent.ts';
 import { serve as runServe } from '../../roles/serve.ts';
 import { call, CliError } from '../client.ts';
@@ -45,21 +47,11 @@ const init: Command = {
     const secret = (values.secret as string | undefined) ?? env.SVC_BOOTSTRAP_SECRET ?? await prompt('Bootstrap secret: ');
     if (!secret) throw new CliError('a bootstrap secret is required (--secret, SVC_BOOTSTRAP_SECRET, or type it)');
     const body = values.account ? { ncaId: values.account } : {};
-    const token = await call(state, 'keys', 'POST', '/v1/admin/keys', { bearer: secret, body }) as KeyResponse;
+    const token = await call(state, 'keys', 'POST', '/v1/admin/keys', keySchema, { bearer: secret, body });
     saveState(env, { server: state.server, gatewayAddress: state.gatewayAddress, token: token.value, tokenExpiresAt: token.expires_at });
     print(`Management token saved for account ${token.nca_id} (expires ${token.expires_at})`, token);
   },
 };
-
-interface KeyResponse {
-  id: string;
-  value?: string;
-  nca_id: string;
-  type: string;
-  status: string;
-  expires_at: string;
-  authorizations: { policies: { scopes: string[] }[] };
-}
 
 const generateKey: Command = {
   summary: 'Create an API key (SVC_API_KEY, or SVC_TASK_API_KEY with --task) and save it',
@@ -79,7 +71,7 @@ const generateKey: Command = {
     const seconds = parseDuration(values['expires-in'] as string, '--expires-in');
     const expiresAt = new Date(Date.now() + seconds * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
     const serviceId = env.SVC_KEYS_SERVICE_ID ?? 'svc-api';
-    const key = await call(state, 'keys', 'POST', '/v1/keys', {
+    const key = await call(state, 'keys', 'POST', '/v1/keys', keySchema, {
       bearer: state.token,
       headers: {
         'key-issuer-service': task ? 'svct-api' : 'svc-api',
@@ -99,7 +91,7 @@ const generateKey: Command = {
           }],
         },
       },
-    }) as KeyResponse;
+    });
     saveState(env, task ? { taskApiKey: key.value } : { apiKey: key.value });
     print(`${key.type} saved (expires ${key.expires_at}):\n${key.value}`, key);
   },
@@ -158,9 +150,9 @@ const accountGet: Command = {
   summary: 'Show an account and its limits',
   usage: '[ncaId]',
   async run(context) {
-    const { account } = await call(context.state, 'api', 'GET', `/v2/svc/accounts/${encodeURIComponent(accountId(context))}`, {
+    const { account } = await call(context.state, 'api', 'GET', `/v2/svc/accounts/${encodeURIComponent(accountId(context))}`, accountResponse, {
       bearer: await adminBearer(context),
-    }) as { account: Record<string, unknown> };
+    });
     context.print(fields(account), { account });
   },
 };
@@ -168,9 +160,9 @@ const accountGet: Command = {
 const accountList: Command = {
   summary: 'List accounts',
   async run(context) {
-    const { accounts } = await call(context.state, 'api', 'GET', '/v2/svc/accounts', { bearer: await adminBearer(context) }) as {
-      accounts: Record<string, unknown>[];
-    };
+    const { accounts } = await call(context.state, 'api', 'GET', '/v2/svc/accounts', accountListResponse, {
+      bearer: await adminBearer(context),
+    });
     context.print(table(accounts, limitColumns), { accounts });
   },
 };
@@ -188,9 +180,9 @@ const accountSetLimits: Command = {
       body[field] = Number(value);
     }
     if (Object.keys(body).length === 0) throw new CliError(`give at least one of ${Object.keys(limitFlags).map((f) => `--${f}`).join(', ')}`);
-    const { account } = await call(context.state, 'api', 'PATCH', `/v2/svc/accounts/${encodeURIComponent(accountId(context))}`, {
+    const { account } = await call(context.state, 'api', 'PATCH', `/v2/svc/accounts/${encodeURIComponent(accountId(context))}`, accountResponse, {
       bearer: await adminBearer(context), body,
-    }) as { account: Record<string, unknown> };
+    });
     context.print(fields(account), { account });
   },
 };
@@ -202,9 +194,9 @@ const accountCreate: Command = {
   async run(context) {
     const ncaId = context.positionals[0];
     if (!ncaId) throw new CliError('give the new account id');
-    const { account } = await call(context.state, 'api', 'POST', `/v2/svc/accounts/${encodeURIComponent(ncaId)}`, {
+    const { account } = await call(context.state, 'api', 'POST', `/v2/svc/accounts/${encodeURIComponent(ncaId)}`, accountResponse, {
       bearer: await adminBearer(context), body: context.values.name ? { name: context.values.name } : {},
-    }) as { account: Record<string, unknown> };
+    });
     context.print(fields(account), { account });
   },
 };

@@ -1,6 +1,12 @@
 // Function lifecycle commands: functions, deployments, registry credentials, clusters.
 import { readFileSync } from 'node:fs';
-import { call, CliError } from '../client.ts';
+import { z } from 'zod';
+import { clusterCreatedSchema, clusterGroupsResponse, clusterSchema } from '../../control/clusters/schema.ts';
+import { deploymentResponse, gpuSpecificationResponse, type Deployment } from '../../control/deployments/schema.ts';
+import { functionListResponse, functionResponse } from '../../control/functions/schema.ts';
+import { whoamiSchema } from '../../control/keys/schema.ts';
+import { registryCredentialListResponse, registryCredentialResponse } from '../../control/registry/schema.ts';
+import { call, CliError, everyPage, nothing } from '../client.ts';
 import { fields, table } from '../format.ts';
 import type { Command, CommandContext } from '../command.ts';
 
@@ -50,7 +56,7 @@ const functionCreate: Command = {
     };
     const path = typeof values['function-id'] === 'string'
       ? `/v2/svc/functions/${encodeURIComponent(values['function-id'])}/versions` : '/v2/svc/functions';
-    const { function: fn } = await call(context.state, 'api', 'POST', path, { bearer: bearer(context, 'manage'), body }) as { function: Record<string, unknown> };
+    const { function: fn } = await call(context.state, 'api', 'POST', path, functionResponse, { bearer: bearer(context, 'manage'), body });
     context.print(fields(pick(fn, functionColumns)), { function: fn });
   },
 };
@@ -63,20 +69,11 @@ const functionList: Command = {
   summary: 'List function versions (every page)',
   options: { visibility: { type: 'string' } },
   async run(context) {
-    const functions: Record<string, unknown>[] = [];
-    let cursor: string | undefined;
-    do {
-      const query = new URLSearchParams({ limit: '1000' });
-      if (typeof context.values.visibility === 'string') query.set('visibility', context.values.visibility);
-      if (cursor) query.set('cursor', cursor);
-      const page = await call(context.state, 'api', 'GET', `/v2/svc/functions?${query}`, { bearer: bearer(context, 'read') }) as {
-        functions: Record<string, unknown>[]; cursor?: string;
-      };
-      functions.push(...page.functions);
-      cursor = page.cursor;
-    } while (cursor);
+    const query = new URLSearchParams({ limit: '1000' });
+    if (typeof context.values.visibility === 'string') query.set('visibility', context.values.visibility);
+    const functions = await everyPage(context.state, '/v2/svc/functions', query, functionListResponse, (page) => page.functions, bearer(context, 'read'));
     // Why a version has fewer instances than it should, while placement cannot give them (quota, capacity).
-    const rows = functions.map((fn) => ({ ...fn, reason: (fn.healthInfo as { error: string }[] | undefined)?.map((issue) => issue.error).join('; ') }));
+    const rows = functions.map((fn) => ({ ...fn, reason: fn.healthInfo?.map((issue) => issue.error).join('; ') }));
     context.print(table(rows, [...functionColumns, 'reason']), { functions });
   },
 };
@@ -88,15 +85,14 @@ const functionGet: Command = {
     const [functionId] = need(context, 1, 'svc function get <functionId> [versionId]');
     const versionId = context.positionals[1];
     if (!versionId) {
-      const { functions } = await call(context.state, 'api', 'GET', `/v2/svc/functions/${functionId}/versions`, { bearer: bearer(context, 'read') }) as {
-        functions: Record<string, unknown>[];
-      };
+      const { functions } = await call(context.state, 'api', 'GET', `/v2/svc/functions/${functionId}/versions`, functionListResponse, {
+        bearer: bearer(context, 'read'),
+      });
       context.print(table(functions, functionColumns), { functions });
       return;
     }
-    const { function: fn } = await call(context.state, 'api', 'GET', `/v2/svc/functions/${functionId}/versions/${encodeURIComponent(versionId)}`, {
-      bearer: bearer(context, 'read'),
-    }) as { function: Record<string, unknown> };
+    const { function: fn } = await call(context.state, 'api', 'GET', `/v2/svc/functions/${functionId}/versions/${encodeURIComponent(versionId)}`,
+      functionResponse, { bearer: bearer(context, 'read') });
     context.print(fields(fn), { function: fn });
   },
 };
@@ -108,9 +104,9 @@ const functionUpdate: Command = {
   async run(context) {
     const [functionId, versionId] = need(context, 2, 'svc function update <functionId> <versionId> [--tags a,b] [--description text]');
     const body = { tags: list(context.values.tags), description: context.values.description };
-    const { function: fn } = await call(context.state, 'api', 'PUT', `/v2/svc/functions/${functionId}/versions/${versionId}`, {
+    const { function: fn } = await call(context.state, 'api', 'PUT', `/v2/svc/functions/${functionId}/versions/${versionId}`, functionResponse, {
       bearer: bearer(context, 'manage'), body,
-    }) as { function: Record<string, unknown> };
+    });
     context.print(fields(pick(fn, [...functionColumns, 'tags', 'description'])), { function: fn });
   },
 };
@@ -120,16 +116,16 @@ const functionDelete: Command = {
   usage: '<functionId> <versionId>',
   async run(context) {
     const [functionId, versionId] = need(context, 2, 'svc function delete <functionId> <versionId>');
-    await call(context.state, 'api', 'DELETE', `/v2/svc/functions/${functionId}/versions/${versionId}`, { bearer: bearer(context, 'manage') });
+    await call(context.state, 'api', 'DELETE', `/v2/svc/functions/${functionId}/versions/${versionId}`, nothing, { bearer: bearer(context, 'manage') });
     context.print(`Deleted version ${decodeURIComponent(versionId)}`, { deleted: decodeURIComponent(versionId) });
   },
 };
 
 const specColumns = ['gpuSpecificationId', 'gpu', 'instanceType', 'minInstances', 'maxInstances', 'maxRequestConcurrency'];
 
-function printDeployment(context: CommandContext, deployment: Record<string, unknown>) {
+function printDeployment(context: CommandContext, deployment: Deployment) {
   const { deploymentSpecifications, ...rest } = deployment;
-  context.print(`${fields(rest)}\n\n${table(deploymentSpecifications as Record<string, unknown>[], specColumns)}`, { deployment });
+  context.print(`${fields(rest)}\n\n${table(deploymentSpecifications, specColumns)}`, { deployment });
 }
 
 const deploymentCreate: Command = {
@@ -149,9 +145,9 @@ const deploymentCreate: Command = {
         clusters: list(values.clusters),
       }],
     };
-    const { deployment } = await call(context.state, 'api', 'POST', `/v2/svc/deployments/functions/${functionId}/versions/${versionId}`, {
+    const { deployment } = await call(context.state, 'api', 'POST', `/v2/svc/deployments/functions/${functionId}/versions/${versionId}`, deploymentResponse, {
       bearer: bearer(context, 'manage'), body,
-    }) as { deployment: Record<string, unknown> };
+    });
     printDeployment(context, deployment);
   },
 };
@@ -161,9 +157,9 @@ const deploymentGet: Command = {
   usage: '<functionId> <versionId>',
   async run(context) {
     const [functionId, versionId] = need(context, 2, 'svc deployment get <functionId> <versionId>');
-    const { deployment } = await call(context.state, 'api', 'GET', `/v2/svc/deployments/functions/${functionId}/versions/${versionId}`, {
+    const { deployment } = await call(context.state, 'api', 'GET', `/v2/svc/deployments/functions/${functionId}/versions/${versionId}`, deploymentResponse, {
       bearer: bearer(context, 'manage'),
-    }) as { deployment: Record<string, unknown> };
+    });
     printDeployment(context, deployment);
   },
 };
@@ -175,9 +171,7 @@ const deploymentUpdate: Command = {
   async run(context) {
     const [functionId, versionId] = need(context, 2, 'svc deployment update <functionId> <versionId> --min N --max N');
     const path = `/v2/svc/deployments/functions/${functionId}/versions/${versionId}`;
-    const current = await call(context.state, 'api', 'GET', path, { bearer: bearer(context, 'manage') }) as {
-      deployment: { deploymentSpecifications: { gpuSpecificationId: string; minInstances: number; maxInstances: number }[] };
-    };
+    const current = await call(context.state, 'api', 'GET', path, deploymentResponse, { bearer: bearer(context, 'manage') });
     const body = {
       deploymentSpecifications: current.deployment.deploymentSpecifications.map((spec) => ({
         gpuSpecificationId: spec.gpuSpecificationId,
@@ -186,7 +180,7 @@ const deploymentUpdate: Command = {
         maxRequestConcurrency: integer(context.values.concurrency, 'concurrency'),
       })),
     };
-    const { deployment } = await call(context.state, 'api', 'PUT', path, { bearer: bearer(context, 'manage'), body }) as { deployment: Record<string, unknown> };
+    const { deployment } = await call(context.state, 'api', 'PUT', path, deploymentResponse, { bearer: bearer(context, 'manage'), body });
     printDeployment(context, deployment);
   },
 };
@@ -198,9 +192,9 @@ const deploymentDelete: Command = {
   async run(context) {
     const [functionId, versionId] = need(context, 2, 'svc deployment delete <functionId> <versionId>');
     const { function: fn } = await call(context.state, 'api', 'DELETE',
-      `/v2/svc/deployments/functions/${functionId}/versions/${versionId}?graceful=${context.values.graceful === true}`, {
+      `/v2/svc/deployments/functions/${functionId}/versions/${versionId}?graceful=${context.values.graceful === true}`, functionResponse, {
         bearer: bearer(context, 'manage'),
-      }) as { function: Record<string, unknown> };
+      });
     context.print(`Undeployed; version is ${fn.status}`, { function: fn });
   },
 };
@@ -212,9 +206,8 @@ const deploymentPatch: Command = {
   async run(context) {
     const [deploymentId, gpuSpecId] = need(context, 2, 'svc deployment patch <deploymentId> <gpuSpecId> [--min N] [--max N]');
     const body = { minInstances: integer(context.values.min, 'min'), maxInstances: integer(context.values.max, 'max') };
-    const { gpuSpecification } = await call(context.state, 'api', 'PATCH', `/v2/svc/deployments/${deploymentId}/gpu-specifications/${gpuSpecId}`, {
-      bearer: bearer(context, 'manage'), body,
-    }) as { gpuSpecification: Record<string, unknown> };
+    const { gpuSpecification } = await call(context.state, 'api', 'PATCH', `/v2/svc/deployments/${deploymentId}/gpu-specifications/${gpuSpecId}`,
+      gpuSpecificationResponse, { bearer: bearer(context, 'manage'), body });
     context.print(fields(gpuSpecification), { gpuSpecification });
   },
 };
@@ -224,9 +217,9 @@ const registryColumns = ['registryCredentialId', 'registryCredentialName', 'regi
 const registryList: Command = {
   summary: 'List registry credentials',
   async run(context) {
-    const { registryCredentials } = await call(context.state, 'api', 'GET', '/v2/svc/registry-credentials', { bearer: bearer(context, 'manage') }) as {
-      registryCredentials: Record<string, unknown>[];
-    };
+    const { registryCredentials } = await call(context.state, 'api', 'GET', '/v2/svc/registry-credentials', registryCredentialListResponse, {
+      bearer: bearer(context, 'manage'),
+    });
     context.print(table(registryCredentials, registryColumns), { registryCredentials });
   },
 };
@@ -241,9 +234,9 @@ const registryCreate: Command = {
       registryHostname: values.hostname, secret: { name: values.name, value: values.secret ?? context.env.SVC_REGISTRY_SECRET },
       artifactTypes: list(values['artifact-types']),
     };
-    const { registryCredential } = await call(context.state, 'api', 'POST', '/v2/svc/registry-credentials', {
+    const { registryCredential } = await call(context.state, 'api', 'POST', '/v2/svc/registry-credentials', registryCredentialResponse, {
       bearer: bearer(context, 'manage'), body,
-    }) as { registryCredential: Record<string, unknown> };
+    });
     context.print(fields(registryCredential), { registryCredential });
   },
 };
@@ -253,7 +246,7 @@ const registryDelete: Command = {
   usage: '<registryCredentialId>',
   async run(context) {
     const [id] = need(context, 1, 'svc registry delete <registryCredentialId>');
-    await call(context.state, 'api', 'DELETE', `/v2/svc/registry-credentials/${id}`, { bearer: bearer(context, 'manage') });
+    await call(context.state, 'api', 'DELETE', `/v2/svc/registry-credentials/${id}`, nothing, { bearer: bearer(context, 'manage') });
     context.print(`Deleted ${decodeURIComponent(id)}`, { deleted: decodeURIComponent(id) });
   },
 };
@@ -261,17 +254,17 @@ const registryDelete: Command = {
 const clusterColumns = ['clusterId', 'clusterName', 'clusterGroupName', 'status', 'gpus', 'nvcaVersion'];
 
 async function accountOf(context: CommandContext): Promise<string> {
-  const whoami = await call(context.state, 'api', 'GET', '/v2/svc/whoami', { bearer: bearer(context, 'manage') }) as { ncaId: string };
+  const whoami = await call(context.state, 'api', 'GET', '/v2/svc/whoami', whoamiSchema, { bearer: bearer(context, 'manage') });
   return encodeURIComponent(whoami.ncaId);
 }
 
 const clusterList: Command = {
   summary: "List the account's clusters",
   async run(context) {
-    const clusters = await call(context.state, 'api', 'GET', `/v1/accounts/${await accountOf(context)}/clusters`, {
+    const clusters = await call(context.state, 'api', 'GET', `/v1/accounts/${await accountOf(context)}/clusters`, z.array(clusterSchema), {
       bearer: bearer(context, 'manage'),
-    }) as Record<string, unknown>[];
-    const rows = clusters.map((cluster) => ({ ...cluster, gpus: (cluster.gpus as { name: string }[]).map((gpu) => gpu.name) }));
+    });
+    const rows = clusters.map((cluster) => ({ ...cluster, gpus: cluster.gpus.map((gpu) => gpu.name) }));
     context.print(table(rows, clusterColumns), { clusters });
   },
 };
@@ -295,9 +288,9 @@ const clusterRegister: Command = {
       }
       body = { clusterName: decodeURIComponent(name), clusterGroupName: values.group, gpus: [...gpus.values()] };
     }
-    const created = await call(context.state, 'api', 'POST', `/v1/accounts/${await accountOf(context)}/clusters`, {
+    const created = await call(context.state, 'api', 'POST', `/v1/accounts/${await accountOf(context)}/clusters`, clusterCreatedSchema, {
       bearer: bearer(context, 'manage'), body,
-    }) as Record<string, unknown>;
+    });
     context.print(`${fields(created)}\n\nStart its agent with SVC_AGENT_CREDENTIAL set to the credential above.`, created);
   },
 };
@@ -307,9 +300,9 @@ const clusterGet: Command = {
   usage: '<clusterId>',
   async run(context) {
     const [id] = need(context, 1, 'svc cluster get <clusterId>');
-    const cluster = await call(context.state, 'api', 'GET', `/v1/accounts/${await accountOf(context)}/clusters/${id}`, {
+    const cluster = await call(context.state, 'api', 'GET', `/v1/accounts/${await accountOf(context)}/clusters/${id}`, clusterSchema, {
       bearer: bearer(context, 'manage'),
-    }) as Record<string, unknown>;
+    });
     context.print(fields(cluster), cluster);
   },
 };
@@ -319,7 +312,7 @@ const clusterDelete: Command = {
   usage: '<clusterId>',
   async run(context) {
     const [id] = need(context, 1, 'svc cluster delete <clusterId>');
-    await call(context.state, 'api', 'DELETE', `/v1/accounts/${await accountOf(context)}/clusters/${id}`, { bearer: bearer(context, 'manage') });
+    await call(context.state, 'api', 'DELETE', `/v1/accounts/${await accountOf(context)}/clusters/${id}`, nothing, { bearer: bearer(context, 'manage') });
     context.print(`Deregistered ${decodeURIComponent(id)}`, { deleted: decodeURIComponent(id) });
   },
 };
@@ -327,9 +320,9 @@ const clusterDelete: Command = {
 const clusterGroups: Command = {
   summary: 'List the cluster groups and GPUs the account may deploy to',
   async run(context) {
-    const { clusterGroups: groups } = await call(context.state, 'api', 'GET', '/v2/svc/clusterGroups', { bearer: bearer(context, 'manage') }) as {
-      clusterGroups: { name: string; gpus: { name: string; instanceTypes: { name: string }[] }[]; clusters: { name: string }[] }[];
-    };
+    const { clusterGroups: groups } = await call(context.state, 'api', 'GET', '/v2/svc/clusterGroups', clusterGroupsResponse, {
+      bearer: bearer(context, 'manage'),
+    });
     const rows = groups.flatMap((group) => group.gpus.flatMap((gpu) => gpu.instanceTypes.map((type) => ({
       group: group.name, gpu: gpu.name, instanceType: type.name, clusters: group.clusters.map((cluster) => cluster.name),
     }))));

@@ -7,7 +7,8 @@ import http from 'node:http';
 import https from 'node:https';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { call, CliError } from '../client.ts';
+import { taskEventsResponse, taskListResponse, taskResponse, taskResultsResponse, type Task } from '../../control/tasks/schema.ts';
+import { call, CliError, everyPage, failureDetail, nothing } from '../client.ts';
 import { fields, table } from '../format.ts';
 import type { Command, CommandContext } from '../command.ts';
 import type { CliState } from '../state.ts';
@@ -33,7 +34,7 @@ async function readJson(file: string): Promise<unknown> {
 
 /** K=V items (repeatable flags) → [[K, V]]. */
 function pairs(values: unknown, flag: string): [string, string][] {
-  const items = Array.isArray(values) ? values as string[] : typeof values === 'string' ? [values] : [];
+  const items = (Array.isArray(values) ? values : [values]).filter((item) => typeof item === 'string');
   return items.map((item) => {
     const at = item.indexOf('=');
     if (at < 1) throw new CliError(`--${flag} takes NAME=VALUE`);
@@ -43,10 +44,9 @@ function pairs(values: unknown, flag: string): [string, string][] {
 
 const taskColumns = ['id', 'name', 'status', 'percentComplete', 'createdAt'];
 
-function printTask(context: CommandContext, task: Record<string, unknown>) {
+function printTask(context: CommandContext, task: Task) {
   const { instances, healthInfo, ...rest } = task;
-  const health = healthInfo as { error?: string } | undefined;
-  const shown = { ...rest, ...(health?.error ? { error: health.error } : {}), instances: (instances as { instanceState: string; location?: string }[])
+  const shown = { ...rest, ...(healthInfo?.error ? { error: healthInfo.error } : {}), instances: instances
     .map((instance) => `${instance.instanceState}${instance.location ? `@${instance.location}` : ''}`) };
   context.print(fields(shown), { task });
 }
@@ -73,7 +73,7 @@ const launch: Command = {
       maxRuntimeDuration: values['max-runtime'], maxQueuedDuration: values['max-queued'], terminationGracePeriodDuration: values.grace,
       resultHandlingStrategy: values['result-strategy'], resultsLocation: values['results-location'],
     };
-    const { task } = await call(context.state, 'api', 'POST', '/v1/svct/tasks', { bearer: taskKey(context), body }) as { task: Record<string, unknown> };
+    const { task } = await call(context.state, 'api', 'POST', '/v1/svct/tasks', taskResponse, { bearer: taskKey(context), body });
     printTask(context, task);
   },
 };
@@ -84,18 +84,13 @@ const list: Command = {
   options: { status: { type: 'string' }, limit: { type: 'string' }, all: { type: 'boolean', default: false } },
   async run(context) {
     const { values } = context;
-    const tasks: Record<string, unknown>[] = [];
-    let cursor: string | undefined;
-    do {
-      const query = new URLSearchParams({ limit: typeof values.limit === 'string' ? values.limit : '50' });
-      if (typeof values.status === 'string') query.set('status', values.status);
-      if (cursor) query.set('cursor', cursor);
-      const page = await call(context.state, 'api', 'GET', `/v1/svct/tasks?${query}`, { bearer: taskKey(context) }) as {
-        tasks: Record<string, unknown>[]; cursor?: string;
-      };
-      tasks.push(...page.tasks);
-      cursor = values.all === true ? page.cursor : undefined;
-    } while (cursor);
+    const query = new URLSearchParams({ limit: typeof values.limit === 'string' ? values.limit : '50' });
+    if (typeof values.status === 'string') query.set('status', values.status);
+    const bearer = taskKey(context);
+    // Without --all, the newest page only.
+    const tasks = values.all === true
+      ? await everyPage(context.state, '/v1/svct/tasks', query, taskListResponse, (page) => page.tasks, bearer)
+      : (await call(context.state, 'api', 'GET', `/v1/svct/tasks?${query}`, taskListResponse, { bearer })).tasks;
     context.print(table(tasks, taskColumns), { tasks });
   },
 };
@@ -105,7 +100,7 @@ const get: Command = {
   usage: '<taskId>',
   async run(context) {
     const id = taskId(context, 'task get <taskId>');
-    const { task } = await call(context.state, 'api', 'GET', `/v1/svct/tasks/${id}`, { bearer: taskKey(context) }) as { task: Record<string, unknown> };
+    const { task } = await call(context.state, 'api', 'GET', `/v1/svct/tasks/${id}`, taskResponse, { bearer: taskKey(context) });
     printTask(context, task);
   },
 };
@@ -115,7 +110,7 @@ const cancel: Command = {
   usage: '<taskId>',
   async run(context) {
     const id = taskId(context, 'task cancel <taskId>');
-    const { task } = await call(context.state, 'api', 'POST', `/v1/svct/tasks/${id}/cancel`, { bearer: taskKey(context) }) as { task: Record<string, unknown> };
+    const { task } = await call(context.state, 'api', 'POST', `/v1/svct/tasks/${id}/cancel`, taskResponse, { bearer: taskKey(context) });
     context.print(`Task ${task.id} is ${task.status}`, { task });
   },
 };
@@ -125,31 +120,20 @@ const remove: Command = {
   usage: '<taskId>',
   async run(context) {
     const id = taskId(context, 'task delete <taskId>');
-    await call(context.state, 'api', 'DELETE', `/v1/svct/tasks/${id}`, { bearer: taskKey(context) });
+    await call(context.state, 'api', 'DELETE', `/v1/svct/tasks/${id}`, nothing, { bearer: taskKey(context) });
     context.print(`Deleted task ${decodeURIComponent(id)}`, { deleted: decodeURIComponent(id) });
   },
 };
 
-/** Every page of a task's events or results. */
-async function allPages<T>(context: CommandContext, url: string, field: 'events' | 'results'): Promise<T[]> {
-  const items: T[] = [];
-  let cursor: string | undefined;
-  do {
-    const page = await call(context.state, 'api', 'GET', `${url}?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, {
-      bearer: taskKey(context),
-    }) as Record<string, unknown> & { cursor?: string };
-    items.push(...page[field] as T[]);
-    cursor = page.cursor;
-  } while (cursor);
-  return items;
-}
+/** Events and results are read 100 a page. */
+const hundredAPage = new URLSearchParams({ limit: '100' });
 
 const events: Command = {
   summary: "A task's events, oldest first",
   usage: '<taskId>',
   async run(context) {
     const id = taskId(context, 'task events <taskId>');
-    const list = await allPages<Record<string, unknown>>(context, `/v1/svct/tasks/${id}/events`, 'events');
+    const list = await everyPage(context.state, `/v1/svct/tasks/${id}/events`, hundredAPage, taskEventsResponse, (page) => page.events, taskKey(context));
     context.print(table(list, ['createdAt', 'message']), { events: list });
   },
 };
@@ -160,8 +144,7 @@ const results: Command = {
   options: { download: { type: 'string' } },
   async run(context) {
     const id = taskId(context, 'task results <taskId> [--download DIR]');
-    const list = await allPages<{ resultId: string; name: string; size: number; downloadUrl: string; createdAt: string }>(
-      context, `/v1/svct/tasks/${id}/results`, 'results');
+    const list = await everyPage(context.state, `/v1/svct/tasks/${id}/results`, hundredAPage, taskResultsResponse, (page) => page.results, taskKey(context));
     const dir = context.values.download;
     if (typeof dir !== 'string') {
       context.print(table(list, ['name', 'size', 'createdAt', 'resultId']), { results: list });
@@ -193,10 +176,7 @@ function download(state: CliState, url: string, bearer: string, file: string): P
         const chunks: Buffer[] = [];
         response.on('data', (chunk: Buffer) => chunks.push(chunk));
         response.on('end', () => {
-          let detail = Buffer.concat(chunks).toString('utf8').slice(0, 200);
-          try {
-            detail = (JSON.parse(detail) as { detail?: string }).detail ?? detail;
-          } catch { /* not JSON */ }
+          const detail = failureDetail(Buffer.concat(chunks).toString('utf8'));
           reject(new CliError(`GET ${url} failed (${response.statusCode}): ${detail}`));
         });
         return;

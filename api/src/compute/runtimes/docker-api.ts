@@ -2,6 +2,7 @@
 // (no docker CLI, no client library). API version 1.41 (Docker 20.10+), the oldest that has everything
 // used here, so that both old and new engines accept the calls.
 import http from 'node:http';
+import { z } from 'zod';
 
 export const DOCKER_API_VERSION = 'v1.41';
 
@@ -36,12 +37,20 @@ export class DockerApi {
     this.socketPath = socketPath;
   }
 
-  /** A call with a JSON (or empty) answer. Non-2xx statuses throw DockerError with the engine's message. */
-  async call<T = unknown>(method: string, path: string, request: DockerRequest = {}): Promise<T> {
+  /**
+   * A call whose JSON (or empty) answer is decoded by `answer` (what the runtime reads of it). Non-2xx
+   * statuses throw DockerError with the engine's message; an answer of another shape throws too.
+   */
+  async call(method: string, path: string, request?: DockerRequest): Promise<void>;
+  async call<S extends z.ZodType>(method: string, path: string, request: DockerRequest, answer: S): Promise<z.output<S>>;
+  async call(method: string, path: string, request: DockerRequest = {}, answer?: z.ZodType): Promise<unknown> {
     const response = await this.open(method, path, request);
     const text = await readText(response);
     if (response.statusCode! >= 300 && response.statusCode !== 304) throw new DockerError(response.statusCode!, engineMessage(text));
-    return (text ? JSON.parse(text) : undefined) as T;
+    if (!answer) return undefined;
+    const decoded = answer.safeParse(text ? JSON.parse(text) : undefined);
+    if (!decoded.success) throw new Error(`the container engine answered ${method} ${path} with an unexpected shape: ${decoded.error.issues[0].message}`);
+    return decoded.data;
   }
 
   /** A call whose answer is a stream (pull progress, logs); the caller consumes it. Non-2xx throws. */
@@ -76,9 +85,11 @@ async function readText(response: http.IncomingMessage): Promise<string> {
   return text;
 }
 
+const engineError = z.object({ message: z.string() });
+
 function engineMessage(text: string): string {
   try {
-    return (JSON.parse(text) as { message?: string }).message ?? text;
+    return engineError.safeParse(JSON.parse(text)).data?.message ?? text;
   } catch {
     return text || 'no message';
   }

@@ -8,6 +8,7 @@ import type { InstanceSpec } from '../protocol.ts';
 import { UnstartableError } from '../runtime.ts';
 import { DockerError, type DockerApi } from './docker-api.ts';
 import { parseImageReference } from './image-reference.ts';
+import { z } from 'zod';
 
 export type PullPolicy = 'always' | 'missing' | 'never';
 
@@ -47,6 +48,8 @@ async function present(api: DockerApi, image: string): Promise<boolean> {
   }
 }
 
+const pullFailure = z.object({ error: z.string() });
+
 /** Pull progress is JSON lines; a failure during the pull arrives as {"error": "..."} in a 200 stream. */
 async function pullError(response: IncomingMessage): Promise<string | undefined> {
   let buffered = '';
@@ -56,8 +59,7 @@ async function pullError(response: IncomingMessage): Promise<string | undefined>
   for (const line of buffered.split('\n')) {
     if (!line.trim()) continue;
     try {
-      const message = JSON.parse(line) as { error?: string };
-      if (message.error) failure = message.error;
+      failure = pullFailure.safeParse(JSON.parse(line)).data?.error ?? failure;
     } catch {
       // not a progress line
     }

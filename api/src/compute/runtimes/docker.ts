@@ -19,6 +19,7 @@ import { chmod } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../../logger.ts';
 import { fileNameFor, outputDirOf } from '../instance-env.ts';
+import { z } from 'zod';
 import type { InstanceSpec, PortMap } from '../protocol.ts';
 import { UnstartableError, type ExitStatus, type Runtime, type RuntimeContext, type RuntimeInstance } from '../runtime.ts';
 import { splitArgs } from './args.ts';
@@ -48,9 +49,12 @@ export interface DockerRuntimeOptions {
 /** STREAMING control port inside the container when the function's health.port is its inference port. */
 const DEFAULT_CONTROL_PORT = 8011;
 
-interface ContainerInspect {
-  NetworkSettings?: { Ports?: Record<string, { HostIp: string; HostPort: string }[] | null> };
-}
+/** What the runtime reads of the engine's answers. */
+const createdAnswer = z.object({ Id: z.string() });
+const inspectAnswer = z.object({
+  NetworkSettings: z.object({ Ports: z.record(z.string(), z.array(z.object({ HostIp: z.string(), HostPort: z.string() })).nullable()).nullish() }).nullish(),
+});
+const waitAnswer = z.object({ StatusCode: z.number().int() });
 
 export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
   const api = new DockerApi(options.socketPath);
@@ -95,7 +99,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
       await chmod(context.workDir, 0o711);
       // (A task's own writable directories are made 0777 by compute/task-env.ts.)
       if (serves) await chmod(outputDirOf(context.workDir), 0o777);
-      const created = await api.call<{ Id: string }>('POST', '/containers/create', {
+      const created = await api.call('POST', '/containers/create', {
         query: { name: `svc-${fileNameFor(spec.instanceId)}` },
         body: {
           Image: spec.containerImage,
@@ -113,10 +117,10 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
             ...(options.gpus ? { DeviceRequests: [{ Driver: 'nvidia', Count: -1, Capabilities: [['gpu']] }] } : {}),
           },
         },
-      });
+      }, createdAnswer);
       containerId = created.Id;
       await api.call('POST', `/containers/${containerId}/start`);
-      const inspect = await api.call<ContainerInspect>('GET', `/containers/${containerId}/json`);
+      const inspect = await api.call('GET', `/containers/${containerId}/json`, {}, inspectAnswer);
       const hostPort = (port: number) => {
         const published = Number(inspect.NetworkSettings?.Ports?.[`${port}/tcp`]?.[0]?.HostPort);
         if (!published) throw new Error(`container port ${port}/tcp was not published`);
@@ -172,7 +176,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
   async function waitForExit(containerId: string): Promise<ExitStatus> {
     for (;;) {
       try {
-        const result = await api.call<{ StatusCode: number }>('POST', `/containers/${containerId}/wait`, { query: { condition: 'not-running' } });
+        const result = await api.call('POST', `/containers/${containerId}/wait`, { query: { condition: 'not-running' } }, waitAnswer);
         return { code: result.StatusCode, signal: null };
       } catch (error) {
         if (error instanceof DockerError && error.status === 404) return { code: null, signal: null };
@@ -182,9 +186,9 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
   }
 
   async function cleanup(): Promise<void> {
-    const leftovers = await api.call<{ Id: string }[]>('GET', '/containers/json', {
+    const leftovers = await api.call('GET', '/containers/json', {
       query: { all: true, filters: JSON.stringify({ label: [`svc.agent=${agentName}`] }) },
-    });
+    }, z.array(createdAnswer));
     for (const container of leftovers) {
       await api.call('DELETE', `/containers/${container.Id}`, { query: { force: true } })
         .catch((error: unknown) => options.log.warn({ err: error, containerId: container.Id }, 'leftover container not removed'));

@@ -19,10 +19,11 @@ import { fileNameFor, outputDirOf } from '../instance-env.ts';
 import type { InstanceSpec, PortMap } from '../protocol.ts';
 import { UnstartableError, type ExitStatus, type Runtime, type RuntimeContext, type RuntimeInstance } from '../runtime.ts';
 import { splitArgs } from './args.ts';
-import { lookUpImage } from './image-catalog.ts';
+import { lookUpImage, type CatalogEntry } from './image-catalog.ts';
 import { LogTail } from './log-tail.ts';
 import { portEnvironment, portMap, portNeeds } from './port-contract.ts';
 import { TcpPortPicker, UdpPortPool } from './ports.ts';
+import { z } from 'zod';
 
 export interface ProcessRuntimeOptions {
   /** The image catalog YAML file. */
@@ -44,9 +45,59 @@ const DRAIN_MS = 1000;
 /** The endpoint ports of a task, which listens on nothing. */
 const NO_PORTS: PortMap = { inference: 0, health: 0 };
 
-interface PidFile {
-  pid: number;
-  instanceId: string;
+/** <stateDir>/pids/<instance>.json: the process group an earlier run started, ended at the next start. */
+/** What runs for an image: its catalog entry, and the command with the spec's extra arguments. */
+type Image = { entry: CatalogEntry; command: string[] };
+
+const pidFileSchema = z.object({ pid: z.number().int().positive(), instanceId: z.string() });
+type PidFile = z.infer<typeof pidFileSchema>;
+
+function signalGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // ESRCH: the group is already gone.
+  }
+}
+
+/**
+ * The main process's exit. Like a container, whatever it left running in its group ends with it; the
+ * status comes once its stdout and stderr have closed, or DRAIN_MS after the exit if something holds them.
+ */
+function exitOf(child: ChildProcess): Promise<ExitStatus> {
+  let closed = false;
+  child.once('close', () => { closed = true; });
+  return new Promise((resolve) => child.once('exit', (code, signal) => {
+    signalGroup(child.pid!, 'SIGKILL');
+    const drained = () => {
+      clearTimeout(timer);
+      resolve({ code, signal });
+    };
+    const timer = setTimeout(drained, DRAIN_MS);
+    if (closed) drained();
+    else child.once('close', drained);
+  }));
+}
+
+/** The child's stdout and stderr into <workDir>/output.log and a tail of their last lines. */
+function captureOutput(child: ChildProcess, context: RuntimeContext, tailLines: number) {
+  const tail = new LogTail(tailLines);
+  const logFile = createWriteStream(path.join(context.workDir, 'output.log'), { flags: 'a' });
+  logFile.on('error', (error) => context.log.warn({ err: error }, 'instance log file not writable'));
+  for (const stream of [child.stdout!, child.stderr!]) {
+    stream.on('data', (chunk: Buffer) => {
+      tail.write(chunk);
+      logFile.write(chunk);
+    });
+  }
+  return {
+    tail,
+    close() {
+      child.stdout!.destroy();
+      child.stderr!.destroy();
+      logFile.end();
+    },
+  };
 }
 
 export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
@@ -55,117 +106,101 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
   const tcpPorts = new TcpPortPicker();
   const udpPool = new UdpPortPool(options.udpPortRange ?? [47998, 48020], options.udpPortsPerInstance ?? 4);
 
-  async function start(spec: InstanceSpec, context: RuntimeContext): Promise<RuntimeInstance> {
+  /** The catalog's command for the spec's image, with the spec's extra arguments; Unstartable when either is wrong. */
+  async function commandOf(spec: InstanceSpec): Promise<Image> {
     if (!spec.containerImage) throw new UnstartableError('no containerImage: the process runtime runs images of its catalog');
     const entry = await lookUpImage(options.catalogFile, spec.containerImage);
     if (!entry) throw new UnstartableError(`image ${spec.containerImage} is not in the image catalog ${options.catalogFile}`);
-    let extraArgs: string[];
     try {
-      extraArgs = splitArgs(spec.containerArgs);
+      return { entry, command: [...entry.command, ...splitArgs(spec.containerArgs)] };
     } catch (error) {
       throw new UnstartableError((error as Error).message);
     }
+  }
 
-    // A task serves nothing: it gets no ports and no port contract.
-    const serves = spec.workload !== 'task';
-    const needs = portNeeds(spec);
+  /** Ports for an instance that serves (a task serves nothing: no ports, no port contract), and their release. */
+  async function takePorts(spec: InstanceSpec): Promise<{ ports: PortMap; release: () => void }> {
     const held: number[] = [];
     let udpRange: [number, number] | undefined;
     const release = () => {
       tcpPorts.release(held);
       if (udpRange) udpPool.release(udpRange);
     };
-    let child: ChildProcess;
-    let ports: PortMap = NO_PORTS;
+    if (spec.workload === 'task') return { ports: NO_PORTS, release };
     try {
-      if (serves) {
-        held.push(await tcpPorts.take());
-        if (needs.second) held.push(await tcpPorts.take());
-        if (needs.streaming) udpRange = await udpPool.take();
-        ports = portMap(needs, held[0], held[1], udpRange);
-      }
-      const env: Record<string, string> = {};
-      for (const name of INHERITED_ENV) if (process.env[name] !== undefined) env[name] = process.env[name]!;
-      Object.assign(env, entry.env, context.env, serves ? portEnvironment(spec, ports) : {});
-      const [command, ...args] = [...entry.command, ...extraArgs];
-      child = spawn(command, args, { cwd: entry.cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
-      await new Promise<void>((resolve, reject) => {
-        child.once('spawn', resolve);
-        child.once('error', (error: NodeJS.ErrnoException) =>
-          reject(new UnstartableError(`cannot run ${command} for image ${spec.containerImage}: ${error.code ?? error.message}`)));
-      });
+      const needs = portNeeds(spec);
+      held.push(await tcpPorts.take());
+      if (needs.second) held.push(await tcpPorts.take());
+      if (needs.streaming) udpRange = await udpPool.take();
+      return { ports: portMap(needs, held[0], held[1], udpRange), release };
     } catch (error) {
       release();
       throw error;
     }
+  }
 
-    const pid = child.pid!;
-    // Listen at once: a short-lived child (a task) can end while its pid file is being written, and an
-    // 'exit' or 'close' emitted with no listener is lost.
-    const exit = new Promise<ExitStatus>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
-    let closed = false;
-    child.once('close', () => { closed = true; });
+  /** Spawns the command in a process group of its own, with the small environment described above. */
+  async function spawnGroup(spec: InstanceSpec, context: RuntimeContext, image: Image, ports: PortMap): Promise<ChildProcess> {
+    const { entry, command: [command, ...args] } = image;
+    const env: Record<string, string> = {};
+    for (const name of INHERITED_ENV) if (process.env[name] !== undefined) env[name] = process.env[name]!;
+    Object.assign(env, entry.env, context.env, spec.workload === 'task' ? {} : portEnvironment(spec, ports));
+    const child = spawn(command, args, { cwd: entry.cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    await new Promise<void>((resolve, reject) => {
+      child.once('spawn', resolve);
+      child.once('error', (error: NodeJS.ErrnoException) =>
+        reject(new UnstartableError(`cannot run ${command} for image ${spec.containerImage}: ${error.code ?? error.message}`)));
+    });
+    return child;
+  }
+
+  /**
+   * Spawns the instance and records its pid file. The exit is listened to at once: a short-lived child (a
+   * task) can end while its pid file is being written. Without the pid file a crash of the agent would
+   * orphan the group, so it does not run at all.
+   */
+  async function launch(spec: InstanceSpec, context: RuntimeContext, image: Image, ports: PortMap) {
+    const child = await spawnGroup(spec, context, image, ports);
+    const exit = exitOf(child);
     const pidFile = path.join(pidDir, `${fileNameFor(spec.instanceId)}.json`);
     try {
       await mkdir(pidDir, { recursive: true });
-      await writeFile(pidFile, JSON.stringify({ pid, instanceId: spec.instanceId } satisfies PidFile));
+      await writeFile(pidFile, JSON.stringify({ pid: child.pid!, instanceId: spec.instanceId } satisfies PidFile));
     } catch (error) {
-      // Without its pid file a crash of the agent would orphan it: do not run it at all.
-      try { process.kill(-pid, 'SIGKILL'); } catch { /* gone */ }
-      release();
+      signalGroup(child.pid!, 'SIGKILL');
       throw error;
     }
+    return { child, exit, pidFile };
+  }
 
-    const tail = new LogTail(options.logTailLines ?? 50);
-    const logFile = createWriteStream(path.join(context.workDir, 'output.log'), { flags: 'a' });
-    logFile.on('error', (error) => context.log.warn({ err: error }, 'instance log file not writable'));
-    for (const stream of [child.stdout!, child.stderr!]) {
-      stream.on('data', (chunk: Buffer) => {
-        tail.write(chunk);
-        logFile.write(chunk);
-      });
-    }
-    context.log.info({ childPid: pid, image: spec.containerImage, ...(serves ? { ports } : {}) }, 'instance process started');
+  async function start(spec: InstanceSpec, context: RuntimeContext): Promise<RuntimeInstance> {
+    const image = await commandOf(spec);
+    const { ports, release } = await takePorts(spec);
+    const { child, exit, pidFile } = await launch(spec, context, image, ports).catch((error: unknown) => {
+      release();
+      throw error;
+    });
+    const pid = child.pid!;
+    const output = captureOutput(child, context, options.logTailLines ?? 50);
+    context.log.info({ childPid: pid, image: spec.containerImage, ...(spec.workload === 'task' ? {} : { ports }) }, 'instance process started');
 
-    const signalGroup = (signal: NodeJS.Signals) => {
-      try {
-        process.kill(-pid, signal);
-      } catch {
-        // ESRCH: the group is already gone.
-      }
-    };
-
-    const exited = exit.then(({ code, signal }) => new Promise<ExitStatus>((resolve) => {
-      // Like a container: when the main process ends, whatever it left running in its group ends too.
-      signalGroup('SIGKILL');
-      let done = false;
-      const finish = () => {
-        if (done) return;
-        done = true;
-        clearTimeout(drainTimer);
-        child.stdout!.destroy();
-        child.stderr!.destroy();
-        logFile.end();
-        release();
-        rm(pidFile, { force: true }).catch(() => {});
-        context.log.info({ childPid: pid, code, signal }, 'instance process ended');
-        resolve({ code, signal });
-      };
-      const drainTimer = setTimeout(finish, DRAIN_MS);
-      if (closed) finish();
-      else child.once('close', finish);
-    }));
     let ended = false;
-    exited.then(() => { ended = true; });
-
+    const exited = exit.then((status) => {
+      ended = true;
+      output.close();
+      release();
+      rm(pidFile, { force: true }).catch(() => {});
+      context.log.info({ childPid: pid, ...status }, 'instance process ended');
+      return status;
+    });
     return {
       endpoint: { host: advertiseHost, ports, outputDir: outputDirOf(context.workDir) },
       exited,
-      logTail: () => tail.lines(),
+      logTail: () => output.tail.lines(),
       async stop(graceMs: number) {
         if (ended) return;
-        signalGroup('SIGTERM');
-        const killTimer = setTimeout(() => signalGroup('SIGKILL'), graceMs);
+        signalGroup(pid, 'SIGTERM');
+        const killTimer = setTimeout(() => signalGroup(pid, 'SIGKILL'), graceMs);
         await exited;
         clearTimeout(killTimer);
       },
@@ -183,7 +218,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
     for (const file of files) {
       const pidPath = path.join(pidDir, file);
       try {
-        const record = JSON.parse(await readFile(pidPath, 'utf8')) as PidFile;
+        const record = pidFileSchema.parse(JSON.parse(await readFile(pidPath, 'utf8')));
         for (const pid of await ourProcessesInGroup(record)) {
           try {
             process.kill(pid, 'SIGKILL');

@@ -1,7 +1,7 @@
 // Accounts and their quotas: the bootstrap account, administration (spec 4.2, 5.4), and the one quota
 // check every create endpoint calls (spec 7, 8).
-import type { Principal } from '../../http/auth.ts';
-import { conflict, forbidden, notFound, Problem } from '../../http/problem.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { conflict, forbidden, notFound, Problem } from '../../domain/problem.ts';
 import { isUniqueViolation } from '../../store/store.ts';
 import type { AccountsRepo, AccountRow } from './repo.ts';
 import type { Account, AccountLimits, CreateAccount } from './schema.ts';
@@ -15,7 +15,9 @@ export interface BootstrapAccount {
 
 export type QuotaKind = 'functions' | 'tasks' | 'telemetries' | 'registryCredentials' | 'instances';
 
-const quotas: Record<QuotaKind, { column: keyof AccountRow; what: string }> = {
+type LimitColumn = 'max_functions' | 'max_tasks' | 'max_telemetries' | 'max_registry_credentials' | 'max_instances';
+
+const quotas: Record<QuotaKind, { column: LimitColumn; what: string }> = {
   functions: { column: 'max_functions', what: 'the number of functions allowed' },
   tasks: { column: 'max_tasks', what: 'the number of tasks allowed' },
   telemetries: { column: 'max_telemetries', what: 'the number of telemetries allowed' },
@@ -27,7 +29,7 @@ export function toAccount(row: AccountRow): Account {
   return {
     ncaId: row.nca_id,
     name: row.name,
-    adminClientIds: JSON.parse(row.admin_client_ids) as string[],
+    adminClientIds: row.admin_client_ids,
     maxFunctionsAllowed: row.max_functions,
     maxTasksAllowed: row.max_tasks,
     maxTelemetriesAllowed: row.max_telemetries,
@@ -36,8 +38,8 @@ export function toAccount(row: AccountRow): Account {
   };
 }
 
-function limitColumns(limits: AccountLimits): Partial<AccountRow> {
-  const columns: Partial<AccountRow> = {};
+function limitColumns(limits: AccountLimits): Partial<Pick<AccountRow, LimitColumn>> {
+  const columns: Partial<Pick<AccountRow, LimitColumn>> = {};
   if (limits.maxFunctionsAllowed !== undefined) columns.max_functions = limits.maxFunctionsAllowed;
   if (limits.maxTasksAllowed !== undefined) columns.max_tasks = limits.maxTasksAllowed;
   if (limits.maxTelemetriesAllowed !== undefined) columns.max_telemetries = limits.maxTelemetriesAllowed;
@@ -65,7 +67,7 @@ export function createAccountsService(repo: AccountsRepo, now: () => Date = () =
 
     /** Every account's maxInstancesAllowed (placement enforces them each round). */
     async instanceLimits(): Promise<Map<string, number>> {
-      return new Map((await repo.list()).map((row) => [row.nca_id, row.max_instances]));
+      return new Map((await repo.instanceLimits()).map((row) => [row.nca_id, row.max_instances]));
     },
 
     /** First start creates the account; an existing account counts as success and keeps its limits. */
@@ -76,7 +78,7 @@ export function createAccountsService(repo: AccountsRepo, now: () => Date = () =
       const row: AccountRow = {
         nca_id: bootstrap.ncaId,
         name: bootstrap.name,
-        admin_client_ids: JSON.stringify(bootstrap.adminClientIds),
+        admin_client_ids: bootstrap.adminClientIds,
         max_functions: bootstrap.limits.maxFunctions,
         max_tasks: bootstrap.limits.maxTasks,
         max_telemetries: bootstrap.limits.maxTelemetries,
@@ -110,7 +112,7 @@ export function createAccountsService(repo: AccountsRepo, now: () => Date = () =
       const row: AccountRow = {
         nca_id: ncaId,
         name: input.name ?? ncaId,
-        admin_client_ids: JSON.stringify(input.adminClientIds ?? []),
+        admin_client_ids: input.adminClientIds ?? [],
         max_functions: input.maxFunctionsAllowed ?? defaults.maxFunctions,
         max_tasks: input.maxTasksAllowed ?? defaults.maxTasks,
         max_telemetries: input.maxTelemetriesAllowed ?? defaults.maxTelemetries,
@@ -141,7 +143,7 @@ export function createAccountsService(repo: AccountsRepo, now: () => Date = () =
      */
     async checkQuota(ncaId: string, kind: QuotaKind, existing: number, adding = 1): Promise<void> {
       const row = await requireAccount(ncaId);
-      const limit = row[quotas[kind].column] as number;
+      const limit = row[quotas[kind].column];
       if (existing + adding > limit) {
         throw new Problem('quota-exceeded', `Account '${ncaId}': Reached or exceeded the max limit for ${quotas[kind].what}: ${limit}.`);
       }

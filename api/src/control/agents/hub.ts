@@ -5,14 +5,15 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
-import type { AgentMessage, ControlMessage, TaskSpec } from '../../compute/protocol.ts';
+import { agentMessageSchema, decodeMessage, type AgentMessage, type ControlMessage, type StageRequest, type TaskSpec } from '../../compute/protocol.ts';
 import { bearerOf } from '../../http/auth.ts';
-import { unauthorized } from '../../http/problem.ts';
+import { unauthorized } from '../../domain/problem.ts';
 import { rejectUpgrade } from '../../http/upgrade.ts';
 import type { Logger } from '../../logger.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import type { AgentChannel, InstancesService } from '../instances/service.ts';
 import type { TaskScheduler } from '../tasks/scheduler.ts';
+import { AssetStaging } from './staging.ts';
 
 /** What the hub needs of the task plane. */
 export type TaskAgents = Pick<TaskScheduler, 'agentConnected' | 'agentDisconnected' | 'report'>;
@@ -22,6 +23,7 @@ const HELLO_TIMEOUT_MS = 10_000;
 
 export function createAgentHub(clusters: ClustersService, instances: InstancesService, log: Logger, tasks?: TaskAgents) {
   const server = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
+  const staging = new AssetStaging();
 
   function serve(ws: WebSocket, clusterId: string) {
     const send = (message: ControlMessage) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(message));
@@ -41,14 +43,9 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
     });
 
     ws.on('message', (data) => {
-      let message: AgentMessage;
-      try {
-        message = JSON.parse(data.toString()) as AgentMessage;
-      } catch {
-        log.warn({ clusterId }, 'agent sent a frame that is not JSON; ignored');
-        return;
-      }
-      void handle(message).catch((error) => log.error({ clusterId, err: error }, 'agent message failed'));
+      const decoded = decodeMessage(agentMessageSchema, data.toString());
+      if ('error' in decoded) return log.warn({ clusterId, reason: decoded.error }, 'agent sent a frame that does not decode; ignored');
+      void handle(decoded.message).catch((error) => log.error({ clusterId, err: error }, 'agent message failed'));
     });
 
     async function handle(message: AgentMessage) {
@@ -59,6 +56,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
         if (!cluster) return ws.close(4404, 'cluster deregistered');
         send({ type: 'welcome', clusterId, clusterName: cluster.name });
         log.info({ clusterId, runtime: message.runtime, agentVersion: message.agentVersion, instances: message.instances.length }, 'agent connected');
+        staging.linked(clusterId, send);
         await instances.agentConnected(cluster, channel, { gpus: message.gpus, instances: message.instances });
         await tasks?.agentConnected(cluster, taskChannel, message.tasks ?? []);
       } else if (!greeted) {
@@ -69,6 +67,8 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
         instances.progress(clusterId, message.progress);
       } else if (message.type === 'task') {
         await tasks?.report(clusterId, message.report);
+      } else if (message.type === 'staged') {
+        staging.staged(message.requestId, message.error);
       }
     }
 
@@ -77,11 +77,15 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       clearInterval(heartbeat);
       instances.agentDisconnected(clusterId, channel);
       tasks?.agentDisconnected(clusterId, taskChannel);
+      staging.unlinked(clusterId, send);
       log.info({ clusterId }, 'agent disconnected');
     });
   }
 
   return {
+    /** Puts a request's input assets in place on the instance's host (its cluster's agent fetches them). */
+    stage: (clusterId: string, request: Omit<StageRequest, 'type'>) => staging.stage(clusterId, request),
+
     /** Handles GET /v1/agents/link upgrades: 401 problem before the upgrade unless the credential is a cluster's. */
     async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer) {
       const cluster = await clusters.authenticateAgent(bearerOf(req.headers.authorization) ?? '');

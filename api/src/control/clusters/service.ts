@@ -1,8 +1,8 @@
 // Self-hosted clusters (spec 4.3): registration hands out the credential the cluster's agent connects
 // with (shown once, stored hashed); cluster groups and GPU offerings are derived from registered clusters.
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import type { Principal } from '../../http/auth.ts';
-import { conflict, forbidden, notFound } from '../../http/problem.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { conflict, forbidden, notFound } from '../../domain/problem.ts';
 import { isUniqueViolation } from '../../store/store.ts';
 import { hashSecret } from '../keys/key-format.ts';
 import type { ClusterRow, ClustersRepo } from './repo.ts';
@@ -23,13 +23,10 @@ function groupId(ncaId: string, groupName: string): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-4${hex.slice(13, 16)}-8${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
 }
 
-const list = (json: string) => JSON.parse(json) as string[];
-
 /** Clusters an account may deploy to: its own, and those shared with it or with everyone. */
 export function usableBy(ncaId: string, row: ClusterRow): boolean {
   if (row.nca_id === ncaId) return true;
-  const authorized = list(row.authorized_nca_ids);
-  return authorized.includes('*') || authorized.includes(ncaId);
+  return row.authorized_nca_ids.includes('*') || row.authorized_nca_ids.includes(ncaId);
 }
 
 export interface GpuRequest {
@@ -47,7 +44,7 @@ export function offers(ncaId: string, request: GpuRequest, row: ClusterRow): boo
   return usableBy(ncaId, row)
     && (!request.clusters?.length || request.clusters.includes(row.name) || request.clusters.includes(row.id))
     && (!request.backend || row.group_name === request.backend)
-    && (JSON.parse(row.gpus) as Gpu[]).some((gpu) => gpu.name === request.gpu && gpu.instanceTypes.some((type) => type.name === request.instanceType));
+    && row.gpus.some((gpu) => gpu.name === request.gpu && gpu.instanceTypes.some((type) => type.name === request.instanceType));
 }
 
 export function createClustersService(repo: ClustersRepo, now: () => Date = () => new Date()) {
@@ -60,12 +57,12 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
       clusterGroupName: row.group_name,
       ...(row.description ? { clusterDescription: row.description } : {}),
       ncaId: row.nca_id,
-      authorizedNCAIds: list(row.authorized_nca_ids),
+      authorizedNCAIds: row.authorized_nca_ids,
       cloudProvider: row.cloud_provider,
       region: row.region,
-      capabilities: list(row.capabilities),
-      attributes: list(row.attributes),
-      gpus: JSON.parse(row.gpus) as Gpu[],
+      capabilities: row.capabilities,
+      attributes: row.attributes,
+      gpus: row.gpus,
       nvcaVersion: row.agent_version,
       status: connected === undefined ? 'REGISTERED' : connected ? 'CONNECTED' : 'DISCONNECTED',
       ...(row.last_connected_at ? { nvcaLastConnected: row.last_connected_at } : {}),
@@ -92,8 +89,8 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
       id: randomUUID(), nca_id: ncaId, name: input.clusterName,
       group_id: groupId(ncaId, input.clusterGroupName), group_name: input.clusterGroupName,
       description: input.clusterDescription ?? '', cloud_provider: input.cloudProvider ?? 'ON-PREM', region: input.region ?? 'local',
-      authorized_nca_ids: JSON.stringify(input.authorizedNCAIds ?? []), capabilities: JSON.stringify(input.capabilities ?? []),
-      attributes: JSON.stringify(input.attributes ?? []), gpus: JSON.stringify(input.gpus ?? []),
+      authorized_nca_ids: input.authorizedNCAIds ?? [], capabilities: input.capabilities ?? [],
+      attributes: input.attributes ?? [], gpus: input.gpus ?? [],
       agent_version: input.nvcaVersion ?? AGENT_VERSION, agent_credential_hash: hashSecret(agentCredential),
       k8s_version: null, last_connected_at: null, created_at: at, updated_at: at,
     };
@@ -140,12 +137,12 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
       const changes: Partial<ClusterRow> = { updated_at: now().toISOString() };
       if (input.clusterGroupName) Object.assign(changes, { group_name: input.clusterGroupName, group_id: groupId(ncaId, input.clusterGroupName) });
       if (input.clusterDescription !== undefined) changes.description = input.clusterDescription;
-      if (input.authorizedNCAIds) changes.authorized_nca_ids = JSON.stringify(input.authorizedNCAIds);
+      if (input.authorizedNCAIds) changes.authorized_nca_ids = input.authorizedNCAIds;
       if (input.cloudProvider) changes.cloud_provider = input.cloudProvider;
       if (input.region) changes.region = input.region;
-      if (input.capabilities) changes.capabilities = JSON.stringify(input.capabilities);
-      if (input.attributes) changes.attributes = JSON.stringify(input.attributes);
-      if (input.gpus) changes.gpus = JSON.stringify(input.gpus);
+      if (input.capabilities) changes.capabilities = input.capabilities;
+      if (input.attributes) changes.attributes = input.attributes;
+      if (input.gpus) changes.gpus = input.gpus;
       if (input.nvcaVersion) changes.agent_version = input.nvcaVersion;
       await repo.update(row.id, changes);
       return toCluster({ ...row, ...changes });
@@ -168,11 +165,11 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
       for (const row of (await repo.listAll()).filter((candidate) => usableBy(ncaId, candidate))) {
         let group = groups.get(row.group_id);
         if (!group) {
-          group = { id: row.group_id, name: row.group_name, ncaId: row.nca_id, authorizedNcaIds: list(row.authorized_nca_ids), gpus: [], clusters: [] };
+          group = { id: row.group_id, name: row.group_name, ncaId: row.nca_id, authorizedNcaIds: row.authorized_nca_ids, gpus: [], clusters: [] };
           groups.set(row.group_id, group);
         }
         group.clusters.push({ id: row.id, name: row.name, ...(row.k8s_version ? { k8sVersion: row.k8s_version } : {}) });
-        for (const gpu of JSON.parse(row.gpus) as Gpu[]) {
+        for (const gpu of row.gpus) {
           let merged = group.gpus.find((candidate) => candidate.name === gpu.name);
           if (!merged) group.gpus.push(merged = { name: gpu.name, instanceTypes: [] });
           for (const type of gpu.instanceTypes) {
@@ -197,10 +194,8 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
     async recordAgentContact(id: string, detected: Gpu[]): Promise<void> {
       const changes: Partial<ClusterRow> = { last_connected_at: now().toISOString() };
       if (detected.length) {
-        const row = await repo.findById(id);
-        const declared = row ? JSON.parse(row.gpus) as Gpu[] : [];
-        const merged = [...declared.filter((gpu) => !detected.some((found) => found.name === gpu.name)), ...detected];
-        changes.gpus = JSON.stringify(merged);
+        const declared = (await repo.findById(id))?.gpus ?? [];
+        changes.gpus = [...declared.filter((gpu) => !detected.some((found) => found.name === gpu.name)), ...detected];
       }
       await repo.update(id, changes);
     },

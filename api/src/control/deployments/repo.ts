@@ -1,29 +1,44 @@
-// Store access for deployments.
+// Store access for deployments. The specifications column is decoded here, with the schema the API
+// answers them with, so the rest of the platform sees GpuSpecification[], never text.
 import type { Kysely, Selectable } from 'kysely';
+import { z } from 'zod';
+import type { Logger } from '../../logger.ts';
+import { decodeEach, decodeJson } from '../../store/json.ts';
 import type { Database, DeploymentsTable } from '../../store/schema.ts';
+import { storedGpuSpecificationSchema, type GpuSpecification } from './schema.ts';
 
-export type DeploymentRow = Selectable<DeploymentsTable>;
+/** A deployment as stored, its GPU specifications decoded. */
+export type DeploymentRow = Omit<Selectable<DeploymentsTable>, 'specs'> & { specs: GpuSpecification[] };
 
-export function createDeploymentsRepo(db: Kysely<Database>) {
+const specsSchema = z.array(storedGpuSpecificationSchema);
+
+function decode(row: Selectable<DeploymentsTable>): DeploymentRow {
+  return { ...row, specs: decodeJson(specsSchema, row.specs, { table: 'deployments', key: row.deployment_id, column: 'specs' }) };
+}
+
+export function createDeploymentsRepo(db: Kysely<Database>, log: Logger) {
+  const select = () => db.selectFrom('deployments').selectAll();
   return {
     async insert(row: DeploymentRow): Promise<void> {
-      await db.insertInto('deployments').values(row).execute();
+      await db.insertInto('deployments').values({ ...row, specs: JSON.stringify(row.specs) }).execute();
     },
-    findByVersion(ncaId: string, versionId: string): Promise<DeploymentRow | undefined> {
-      return db.selectFrom('deployments').selectAll().where('nca_id', '=', ncaId).where('version_id', '=', versionId).executeTakeFirst();
+    async findByVersion(ncaId: string, versionId: string): Promise<DeploymentRow | undefined> {
+      const row = await select().where('nca_id', '=', ncaId).where('version_id', '=', versionId).executeTakeFirst();
+      return row && decode(row);
     },
-    findById(ncaId: string, deploymentId: string): Promise<DeploymentRow | undefined> {
-      return db.selectFrom('deployments').selectAll().where('nca_id', '=', ncaId).where('deployment_id', '=', deploymentId).executeTakeFirst();
+    async findById(ncaId: string, deploymentId: string): Promise<DeploymentRow | undefined> {
+      const row = await select().where('nca_id', '=', ncaId).where('deployment_id', '=', deploymentId).executeTakeFirst();
+      return row && decode(row);
     },
-    listByAccount(ncaId: string): Promise<DeploymentRow[]> {
-      return db.selectFrom('deployments').selectAll().where('nca_id', '=', ncaId).execute();
+    async listByAccount(ncaId: string): Promise<DeploymentRow[]> {
+      return decodeEach(await select().where('nca_id', '=', ncaId).execute(), decode, log);
     },
-    /** Every deployment: what the execution plane reconciles towards. */
-    listAll(): Promise<DeploymentRow[]> {
-      return db.selectFrom('deployments').selectAll().orderBy('created_at').execute();
+    /** Every deployment: what placement and the autoscaler work towards. */
+    async listAll(): Promise<DeploymentRow[]> {
+      return decodeEach(await select().orderBy('created_at').execute(), decode, log);
     },
-    async update(deploymentId: string, changes: Partial<DeploymentRow>): Promise<void> {
-      await db.updateTable('deployments').set(changes).where('deployment_id', '=', deploymentId).execute();
+    async updateSpecs(deploymentId: string, specs: GpuSpecification[], at: string): Promise<void> {
+      await db.updateTable('deployments').set({ specs: JSON.stringify(specs), updated_at: at }).where('deployment_id', '=', deploymentId).execute();
     },
     async delete(deploymentId: string): Promise<void> {
       await db.deleteFrom('deployments').where('deployment_id', '=', deploymentId).execute();

@@ -2,9 +2,9 @@
 // instance bounds. Creating one moves the version to DEPLOYING, deleting it to INACTIVE; the execution
 // plane is told of every change so its agents reconcile without polling.
 import { randomUUID } from 'node:crypto';
-import type { Principal } from '../../http/auth.ts';
-import { conflict, invalid, notFound } from '../../http/problem.ts';
-import type { InvalidField } from '../../http/problem.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { conflict, invalid, notFound } from '../../domain/problem.ts';
+import type { InvalidField } from '../../domain/problem.ts';
 import { isUniqueViolation } from '../../store/store.ts';
 import type { AccountsService } from '../accounts/service.ts';
 import type { ClustersService } from '../clusters/service.ts';
@@ -38,7 +38,7 @@ export function createDeploymentsService(
       functionName: version.name,
       ncaId: row.nca_id,
       functionStatus: version.status as Deployment['functionStatus'],
-      deploymentSpecifications: JSON.parse(row.specs) as GpuSpecification[],
+      deploymentSpecifications: row.specs,
       ...(healthInfo?.length ? { healthInfo } : {}),
       createdAt: row.created_at,
       lastUpdatedAt: row.updated_at,
@@ -80,7 +80,7 @@ export function createDeploymentsService(
   async function assertWithinQuota(ncaId: string, versionId: string, before: number, after: number) {
     if (after <= before) return;
     const others = (await repo.listByAccount(ncaId)).filter((row) => row.version_id !== versionId);
-    await accounts.checkQuota(ncaId, 'instances', others.reduce((sum, row) => sum + minimumOf(JSON.parse(row.specs) as GpuSpecification[]), 0), after);
+    await accounts.checkQuota(ncaId, 'instances', others.reduce((sum, row) => sum + minimumOf(row.specs), 0), after);
   }
 
   async function requireByVersion(principal: Principal, functionId: string, versionId: string) {
@@ -97,10 +97,10 @@ export function createDeploymentsService(
   }
 
   async function saveSpecs(row: DeploymentRow, specs: GpuSpecification[]): Promise<DeploymentRow> {
-    const changes = { specs: JSON.stringify(specs), updated_at: now().toISOString() };
-    await repo.update(row.deployment_id, changes);
+    const at = now().toISOString();
+    await repo.updateSpecs(row.deployment_id, specs, at);
     changed(row.version_id);
-    return { ...row, ...changes };
+    return { ...row, specs, updated_at: at };
   }
 
   return {
@@ -122,7 +122,7 @@ export function createDeploymentsService(
       const specs: GpuSpecification[] = body.deploymentSpecifications.map((spec) => ({ ...spec, gpuSpecificationId: randomUUID() }));
       const row: DeploymentRow = {
         deployment_id: randomUUID(), function_id: functionId, version_id: versionId, nca_id: principal.ncaId,
-        specs: JSON.stringify(specs), created_at: at, updated_at: at,
+        specs, created_at: at, updated_at: at,
       };
       try {
         await repo.insert(row);
@@ -145,7 +145,7 @@ export function createDeploymentsService(
 
     async update(principal: Principal, functionId: string, versionId: string, body: UpdateDeployment): Promise<Deployment> {
       const row = await requireByVersion(principal, functionId, versionId);
-      const specs = JSON.parse(row.specs) as GpuSpecification[];
+      const { specs } = row;
       const before = minimumOf(specs);
       const errors: InvalidField[] = [];
       body.deploymentSpecifications.forEach((change, index) => {
@@ -166,7 +166,7 @@ export function createDeploymentsService(
 
     async patchGpuSpecification(principal: Principal, deploymentId: string, gpuSpecId: string, body: PatchGpuSpecification): Promise<GpuSpecification> {
       const row = await requireById(principal, deploymentId);
-      const specs = JSON.parse(row.specs) as GpuSpecification[];
+      const { specs } = row;
       const spec = specs.find((candidate) => candidate.gpuSpecificationId === gpuSpecId);
       if (!spec) throw notFound(`GPU specification '${gpuSpecId}' is not part of deployment '${deploymentId}'`);
       const merged = { ...spec, ...body };

@@ -1,14 +1,31 @@
-// Store access for functions and their versions.
+// Store access for functions and their versions. A version keeps its document as text, so a list page
+// splices rows without parsing them; documentOf decodes one when its fields are needed, and
+// secretsOf opens the sealed secrets, each with the schema of its contract.
 import type { Kysely, Selectable, Transaction } from 'kysely';
+import { z } from 'zod';
+import type { SecretBox } from '../../store/encryption.ts';
+import { decodeJson } from '../../store/json.ts';
 import type { Database, FunctionsTable, FunctionVersionsTable } from '../../store/schema.ts';
+import { functionDocumentSchema, secretSchema, type FunctionDocument, type Secret } from './schema.ts';
 
 export type FunctionRow = Selectable<FunctionsTable>;
 export type VersionRow = Selectable<FunctionVersionsTable>;
 
-export interface PagePosition {
-  createdAt: string;
-  versionId: string;
+export function documentOf(row: VersionRow): FunctionDocument {
+  return decodeJson(functionDocumentSchema, row.document, { table: 'function_versions', key: row.version_id, column: 'document' });
 }
+
+const secretsSchema = z.array(secretSchema);
+
+/** A version's secrets in the clear (sealed at rest, store/encryption.ts). */
+export function secretsOf(box: SecretBox, row: Pick<VersionRow, 'version_id' | 'secrets'>): Secret[] {
+  if (!row.secrets) return [];
+  return decodeJson(secretsSchema, box.decrypt(row.secrets), { table: 'function_versions', key: row.version_id, column: 'secrets' });
+}
+
+/** Where a page of versions ends: creation time, ties broken by version id (the page cursor's content). */
+export const pagePositionSchema = z.object({ createdAt: z.string(), versionId: z.string() });
+export type PagePosition = z.infer<typeof pagePositionSchema>;
 
 export function createFunctionsRepo(db: Kysely<Database>) {
   return {
@@ -31,6 +48,11 @@ export function createFunctionsRepo(db: Kysely<Database>) {
     },
     findVersionById(versionId: string): Promise<VersionRow | undefined> {
       return db.selectFrom('function_versions').selectAll().where('version_id', '=', versionId).executeTakeFirst();
+    },
+    /** What placement and the autoscaler read of many versions at once: their status and kind. */
+    statuses(versionIds: string[]): Promise<Pick<VersionRow, 'version_id' | 'name' | 'function_type' | 'status'>[]> {
+      if (versionIds.length === 0) return Promise.resolve([]);
+      return db.selectFrom('function_versions').select(['version_id', 'name', 'function_type', 'status']).where('version_id', 'in', versionIds).execute();
     },
     listVersionsOf(ncaId: string, functionId: string): Promise<VersionRow[]> {
       return db.selectFrom('function_versions').selectAll()

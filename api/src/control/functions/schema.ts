@@ -185,6 +185,9 @@ export const functionSchema = z.object({
   healthInfo: z.array(healthInfoSchema).optional(),
 }).meta({ id: 'Function' });
 
+/** What a version stores (function_versions.document): the record minus what changes without a write of it. */
+export const functionDocumentSchema = functionSchema.omit({ status: true, activeInstances: true, healthInfo: true });
+
 export const functionResponse = z.object({ function: functionSchema });
 export const functionListResponse = z.object({ functions: z.array(functionSchema), cursor: z.string().optional() });
 export const functionIdsResponse = z.object({ functionIds: z.array(z.string()) });
@@ -207,6 +210,7 @@ export const getVersionQuery = z.object({ includeSecrets: z.enum(['true', 'false
 export type CreateFunction = z.infer<typeof createFunctionSchema>;
 export type UpdateFunction = z.infer<typeof updateFunctionSchema>;
 export type FunctionRecord = z.infer<typeof functionSchema>;
+export type FunctionDocument = z.infer<typeof functionDocumentSchema>;
 export type FunctionStatus = (typeof functionStatuses)[number];
 export type Instance = z.infer<typeof instanceSchema>;
 export type HealthInfo = z.infer<typeof healthInfoSchema>;

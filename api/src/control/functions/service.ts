@@ -2,14 +2,14 @@
 // start INACTIVE, secrets sealed at rest and only their names ever shown, other accounts' functions
 // answer 404.
 import { randomUUID } from 'node:crypto';
-import type { Principal } from '../../http/auth.ts';
-import { decodeCursor, encodeCursor } from '../../http/pagination.ts';
-import { conflict, invalid, notFound } from '../../http/problem.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { decodeCursor, encodeCursor } from '../../domain/pagination.ts';
+import { conflict, invalid, notFound } from '../../domain/problem.ts';
 import type { SecretBox } from '../../store/encryption.ts';
 import { isUniqueViolation } from '../../store/store.ts';
 import type { AccountsService } from '../accounts/service.ts';
-import type { FunctionsRepo, PagePosition, VersionRow } from './repo.ts';
-import type { CreateFunction, FunctionRecord, FunctionStatus, Instance, HealthInfo, Secret, UpdateFunction } from './schema.ts';
+import { documentOf, pagePositionSchema, secretsOf, type FunctionsRepo, type VersionRow } from './repo.ts';
+import type { CreateFunction, FunctionDocument, FunctionRecord, FunctionStatus, Instance, HealthInfo, Secret, UpdateFunction } from './schema.ts';
 
 /** The execution plane's view of running instances; empty until it is wired in. */
 export interface ActiveInstances {
@@ -24,9 +24,6 @@ const DEFAULT_INFERENCE_PORT = 8000;
 /** The reference's default health path (Triton's readiness endpoint). */
 const DEFAULT_HEALTH_URI = '/v2/health/ready';
 
-/** The fields of a version that only a write here changes: everything but status, instances and placement. */
-type FunctionDocument = Omit<FunctionRecord, 'status' | 'activeInstances' | 'healthInfo'>;
-
 function render(body: CreateFunction, ids: { functionId: string; versionId: string; ncaId: string; createdAt: string }): FunctionDocument {
   const { secrets, name, functionType, healthUri, ...spec } = body;
   const inferencePort = body.inferencePort ?? DEFAULT_INFERENCE_PORT;
@@ -37,10 +34,6 @@ function render(body: CreateFunction, ids: { functionId: string; versionId: stri
     telemetries: spec.telemetries as Record<string, string> | undefined,
     ...(secrets?.length ? { secrets: secrets.map((secret) => secret.name) } : {}),
   };
-}
-
-export function documentOf(row: VersionRow): FunctionDocument {
-  return JSON.parse(row.document) as FunctionDocument;
 }
 
 export function toFunction(row: VersionRow, instances: Instance[] = [], issues?: HealthInfo[]): FunctionRecord {
@@ -140,8 +133,8 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
      */
     async listJson(principal: Principal, query: { visibility?: string[]; limit: number; cursor?: string }): Promise<string> {
       if (query.visibility && !query.visibility.includes('private')) return '{"functions":[]}';
-      const after = query.cursor ? decodeCursor<{ createdAt: string; versionId: string }>(query.cursor, ['createdAt', 'versionId']) : undefined;
-      const rows = await repo.listVersions(principal.ncaId, query.limit + 1, after as PagePosition | undefined);
+      const after = query.cursor ? decodeCursor(query.cursor, pagePositionSchema) : undefined;
+      const rows = await repo.listVersions(principal.ncaId, query.limit + 1, after);
       const page = rows.slice(0, query.limit);
       const running = await instances.of(page.map((row) => row.version_id));
       const functions = page.map((row) => functionJson(row, running.get(row.version_id), instances.healthInfo(row.version_id))).join(',');
@@ -185,7 +178,7 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
     /** PUT /v2/svc/secrets/...: the named secrets are set (added or replaced); others stay. */
     async updateSecrets(principal: Principal, functionId: string, versionId: string, secrets: Secret[]): Promise<void> {
       const row = await requireVersion(principal.ncaId, functionId, versionId);
-      const merged = new Map((row.secrets ? JSON.parse(box.decrypt(row.secrets)) as Secret[] : []).map((secret) => [secret.name, secret]));
+      const merged = new Map(secretsOf(box, row).map((secret) => [secret.name, secret]));
       for (const secret of secrets) merged.set(secret.name, secret);
       const all = [...merged.values()];
       await rewrite(row, (document) => {
@@ -196,7 +189,7 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
     /** For the compute plane starting an instance: the version's secrets in the clear. */
     async secretsOf(versionId: string): Promise<Secret[]> {
       const row = await repo.findVersionById(versionId);
-      return row?.secrets ? JSON.parse(box.decrypt(row.secrets)) as Secret[] : [];
+      return row ? secretsOf(box, row) : [];
     },
 
     async setStatus(versionId: string, status: FunctionStatus): Promise<void> {

@@ -1,7 +1,15 @@
 // Installation-wide settings: written once at first start, read by every replica.
 import type { Kysely } from 'kysely';
+import type { z } from 'zod';
+import type { SecretBox } from '../../store/encryption.ts';
+import { decodeJson } from '../../store/json.ts';
 import type { Database } from '../../store/schema.ts';
 import { isUniqueViolation } from '../../store/store.ts';
+
+/** A sealed setting's JSON, opened and decoded with the schema of its contract. */
+export function unsealSetting<S extends z.ZodType>(box: SecretBox, schema: S, key: string, sealed: string): z.output<S> {
+  return decodeJson(schema, box.decrypt(sealed), { table: 'settings', key, column: 'value' });
+}
 
 export function createSettingsRepo(db: Kysely<Database>) {
   return {

@@ -3,11 +3,12 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { z } from 'zod';
 import { createSecretBox, parseKey, type SecretBox } from '../../store/encryption.ts';
 import { hashSecret, newBootstrapSecret } from '../keys/key-format.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import type { Gpu } from '../clusters/schema.ts';
-import type { SettingsRepo } from './repo.ts';
+import { unsealSetting, type SettingsRepo } from './repo.ts';
 
 const KEY_CHECK = 'secrets.key_check';
 const KEY_CHECK_PLAINTEXT = 'svc-secrets-key-check';
@@ -60,6 +61,7 @@ export async function ensureBootstrapSecret(settings: SettingsRepo, now: string)
 }
 
 const LOCAL_CLUSTER = 'installation.local_cluster';
+const localClusterSchema = z.object({ clusterId: z.string(), agentCredential: z.string() });
 
 /**
  * The embedded default registers this machine as one cluster at first start. Its agent credential is
@@ -70,17 +72,20 @@ export async function ensureLocalCluster(
   clusters: ClustersService,
   box: SecretBox,
   options: { ncaId: string; name: string; groupName: string; gpus: Gpu[]; now: string },
-): Promise<{ clusterId: string; agentCredential: string }> {
+): Promise<z.infer<typeof localClusterSchema>> {
   const existing = await settings.get(LOCAL_CLUSTER);
-  if (existing) return JSON.parse(box.decrypt(existing)) as { clusterId: string; agentCredential: string };
+  if (existing) return unsealSetting(box, localClusterSchema, LOCAL_CLUSTER, existing);
   const { row, agentCredential } = await clusters.registerLocal(options.ncaId, options.name, options.groupName, options.gpus);
   const local = { clusterId: row.id, agentCredential };
   const { value } = await settings.getOrCreate(LOCAL_CLUSTER, () => box.encrypt(JSON.stringify(local)), options.now);
-  return JSON.parse(box.decrypt(value)) as { clusterId: string; agentCredential: string };
+  return unsealSetting(box, localClusterSchema, LOCAL_CLUSTER, value);
 }
 
-/** The shared secret of TURN REST credentials, when configuration gives none: generated once, sealed. */
-export async function ensureTurnSecret(settings: SettingsRepo, box: SecretBox, now: string): Promise<string> {
-  const { value } = await settings.getOrCreate('turn.secret', () => box.encrypt(randomBytes(32).toString('base64url')), now);
+/**
+ * A secret of the installation generated once and kept sealed: `turn.secret` (the TURN REST credentials'
+ * shared secret, when configuration gives none), `urls.signing_key` (signed asset and result URLs).
+ */
+export async function ensureSealedSecret(settings: SettingsRepo, box: SecretBox, name: 'turn.secret' | 'urls.signing_key', now: string): Promise<string> {
+  const { value } = await settings.getOrCreate(name, () => box.encrypt(randomBytes(32).toString('base64url')), now);
   return box.decrypt(value);
 }

@@ -1,40 +1,33 @@
-// Placement and function status: turns deployments into desired instances on clusters, hands each
-// connected agent its whole desired set, folds the agents' reports back in, and moves function versions
-// through DEPLOYING → ACTIVE → DEGRADING/DEGRADED/ERROR (wire-reference 2).
-import { randomUUID } from 'node:crypto';
+// Placement and function status, composed: a round reads the world (round.ts decides what starts and
+// stops), moves function versions through their statuses (status.ts), sends each linked agent its
+// desired set when it changed (agents.ts, specs.ts) and announces the ready instances (ready.ts) to the
+// invocation plane and the streaming broker. Agents' reports fold back into the instances it holds
+// (placed.ts). Rounds run when something changes, and every intervalMs as a backstop.
 import { Counter, type Registry } from 'prom-client';
-import { coalesce, yieldToEventLoop } from '../../coalesce.ts';
-import { parseDuration } from '../../duration.ts';
-import type { FunctionInstances } from '../../http/metrics.ts';
+import { coalesce } from '../../coalesce.ts';
+import type { InstanceReport, ProgressReport } from '../../compute/protocol.ts';
+import type { FunctionInstances } from '../../domain/load.ts';
 import type { Logger } from '../../logger.ts';
-import type { Endpoint, InstanceReport, InstanceSpec, ProgressReport } from '../../compute/protocol.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
-import { offers, type ClustersService } from '../clusters/service.ts';
+import type { ClustersService } from '../clusters/service.ts';
 import type { Gpu } from '../clusters/schema.ts';
-import type { DeploymentRow, DeploymentsRepo } from '../deployments/repo.ts';
-import type { GpuSpecification } from '../deployments/schema.ts';
-import type { FunctionStatus, HealthInfo, Instance } from '../functions/schema.ts';
-import { documentOf, type ActiveInstances, type FunctionsService } from '../functions/service.ts';
+import type { DeploymentsRepo } from '../deployments/repo.ts';
 import type { FunctionsRepo } from '../functions/repo.ts';
+import type { ActiveInstances, FunctionsService } from '../functions/service.ts';
 import type { RegistryService } from '../registry/service.ts';
-import type { InstanceRow, InstancesRepo } from './repo.ts';
+import { AgentLinks, type AgentChannel } from './agents.ts';
+import type { ClusterUse } from './choose.ts';
+import { healthInfoOf, instanceCounts, instancesOf, UnplacedReasons } from './listing.ts';
+import { PlacedInstances } from './placed.ts';
+import { readyOf, type ReadyInstance } from './ready.ts';
+import type { InstancesRepo } from './repo.ts';
+import { placeDeployments, type RoundWorld } from './round.ts';
+import { createSpecBuilder, type SpecContext } from './specs.ts';
+import { updateStatuses } from './status.ts';
+import { Demand } from './targets.ts';
 
-/** The control plane's end of one agent link. */
-export interface AgentChannel {
-  sendDesired(instances: InstanceSpec[]): void;
-}
-
-/** A running instance as the invocation plane needs it. */
-export interface ReadyInstance {
-  instanceId: string;
-  versionId: string;
-  endpoint: Endpoint;
-  maxRequestConcurrency: number;
-  gpu: string;
-  instanceType: string;
-  backend: string;
-  region: string;
-}
+export type { AgentChannel } from './agents.ts';
+export type { ReadyInstance } from './ready.ts';
 
 /**
  * Desired instances per GPU specification, set by the autoscaler (autoscaler/plane.ts) in the store. Placement
@@ -59,7 +52,7 @@ export interface InstancesOptions {
   intervalMs?: number;
   /** Start-up grace when a deployment's configuration does not give startupGracePeriod. */
   defaultStartupGraceMs?: number;
-  /** The autoscaler's desired counts; without them a version holds its minimum (see targetsOf). */
+  /** The autoscaler's desired counts; without them a version holds its minimum (targets.ts). */
   desired?: DesiredCounts;
   /** Without `desired` only: a version woken from zero keeps one instance this long after its last request. */
   idleBeforeZeroMs?: number;
@@ -71,493 +64,187 @@ export interface InstancesOptions {
   places?: boolean;
 }
 
-/** Instances that restarted this often without becoming ready count as failing for ERROR status. */
-const CRASH_LOOP_RESTARTS = 3;
-/** New instances one placement round creates at most; a larger gap is closed by the rounds that follow. */
-const MAX_STARTS_PER_ROUND = 50;
-/** A round lets the event loop run after this many deployments (the SQLite driver never yields by itself). */
-const YIELD_EVERY = 50;
-const DEFAULT_GRACE_MS = 600_000;
 const DEFAULT_IDLE_BEFORE_ZERO_MS = 300_000;
 
-/** Agent states whose report message says why the instance is not running. */
-const FAILING = new Set(['FAILED', 'UNHEALTHY', 'RESTARTING']);
+type Listener<T extends unknown[]> = (...args: T) => void;
 
-const apiStatus: Record<string, Instance['instanceStatus']> = {
-  PENDING: 'STARTING', STARTING: 'STARTING', RESTARTING: 'STARTING', RUNNING: 'RUNNING', UNHEALTHY: 'ERRORED',
-  FAILED: 'ERRORED', EXITED: 'TERMINATED', STOPPED: 'TERMINATED',
-};
-
-export function createInstancesService(options: InstancesOptions) {
-  const { repo, log } = options;
-  const now = options.now ?? (() => new Date());
-  const rows = new Map<string, InstanceRow>();
-  const agents = new Map<string, AgentChannel>();
-  /** versionId → requests waiting or in flight; a version with demand never scales below one instance. */
-  const demand = new Map<string, number>();
-  /** versionId → when it last had demand (without an autoscaler: it lingers at one instance that long). */
-  const lastDemand = new Map<string, number>();
-  /** versionId → desired instances per GPU specification id, as of the last placement round. */
-  const targets = new Map<string, Map<string, number>>();
-  const readyListeners: ((versionId: string, ready: ReadyInstance[]) => void)[] = [];
-  const progressListeners: ((progress: ProgressReport) => void)[] = [];
-  /** What each agent was last sent, so unchanged sets are not resent. */
-  const lastSent = new Map<string, string>();
-  /** versionId → why some of its instances have no place, as of the last placement round. */
-  let unplaced = new Map<string, HealthInfo[]>();
-  /** clusterId → its cluster group (the reference's backend), as of the last placement round. */
-  let backends = new Map<string, string>();
+export class InstancesService {
+  readonly #options: InstancesOptions;
+  readonly #log: Logger;
+  readonly #now: () => Date;
+  readonly #placed: PlacedInstances;
+  readonly #agents = new AgentLinks();
+  readonly #demand = new Demand();
+  readonly #unplaced: UnplacedReasons;
+  readonly #desiredSet: ReturnType<typeof createSpecBuilder>;
+  readonly #readyListeners: Listener<[string, ReadyInstance[]]>[] = [];
+  readonly #progressListeners: Listener<[ProgressReport]>[] = [];
+  readonly #rounds: Counter;
+  /** clusterId → its cluster group (the reference's backend), as of the last round. */
+  #backends = new Map<string, string>();
   /** GPUs running tasks hold (the task scheduler's count, once wired). */
-  let tasksOn: (clusterId: string, gpu: string) => number = () => 0;
+  #tasksOn: (clusterId: string, gpu: string) => number = () => 0;
   /** Instances holding a streaming session (the session broker's), stopped last when scaling down. */
-  let inSession: (instanceId: string) => boolean = () => false;
-  let timer: NodeJS.Timeout | undefined;
-  const rounds = new Counter({ name: 'svc_placement_rounds_total', help: 'Placement rounds run', registers: options.metricsRegistry ? [options.metricsRegistry] : [] });
+  #inSession: (instanceId: string) => boolean = () => false;
+  #timer: NodeJS.Timeout | undefined;
+  /** What choosing a cluster needs to know of the clusters' use: instances and tasks on them, their links. */
+  readonly #use: ClusterUse = {
+    held: (clusterId, gpu) => this.#placed.countOn(clusterId, gpu) + this.#tasksOn(clusterId, gpu),
+    load: (clusterId) => this.#placed.countOn(clusterId),
+    connected: (clusterId) => this.#agents.connected(clusterId),
+  };
 
-  function readyOf(versionId: string, held: InstanceRow[], specs: Map<string, GpuSpecification>, clusterRows: Map<string, ClusterRow>): ReadyInstance[] {
-    const ready: ReadyInstance[] = [];
-    for (const row of held) {
-      if (row.state !== 'RUNNING' || !row.endpoint) continue;
-      const cluster = clusterRows.get(row.cluster_id);
-      ready.push({
-        instanceId: row.instance_id, versionId, endpoint: JSON.parse(row.endpoint) as Endpoint,
-        maxRequestConcurrency: specs.get(row.gpu_spec_id)?.maxRequestConcurrency ?? 1, gpu: row.gpu, instanceType: row.instance_type,
-        backend: cluster?.group_name ?? '', region: cluster?.region ?? '',
-      });
-    }
-    return ready;
+  constructor(options: InstancesOptions) {
+    this.#options = options;
+    this.#log = options.log;
+    this.#now = options.now ?? (() => new Date());
+    this.#placed = new PlacedInstances(options.repo);
+    this.#unplaced = new UnplacedReasons(options.log);
+    this.#desiredSet = createSpecBuilder(options);
+    this.#rounds = new Counter({ name: 'svc_placement_rounds_total', help: 'Placement rounds run', registers: options.metricsRegistry ? [options.metricsRegistry] : [] });
+  }
+
+  /** Runs placement now, or right after the round in progress; never two at once. */
+  readonly reconcile = coalesce(() => this.#round(), (error) => this.#log.error({ err: error }, 'placement failed; retrying on the next round'));
+
+  /** GPUs of a cluster that desired instances hold (the task scheduler leaves room for them). */
+  readonly instancesOn = (clusterId: string, gpu: string): number => this.#placed.countOn(clusterId, gpu);
+
+  /** The management API's view: instances of versions, and why a version is not (fully) running. */
+  readonly activeInstances: ActiveInstances = {
+    healthInfo: (versionId) =>
+      healthInfoOf(versionId, this.#unplaced.of(versionId), this.#placed.desired(), (clusterId) => this.#backends.get(clusterId) ?? ''),
+    of: async (versionIds) => {
+      const clusters = new Map((await this.#options.clusters.all()).map((cluster) => [cluster.id, cluster]));
+      return instancesOf(versionIds, this.#placed.desired(), clusters);
+    },
+  };
+
+  async start(): Promise<void> {
+    await this.#placed.load();
+    await this.reconcile();
+    if (this.#options.places === false) return;
+    this.#timer = setInterval(() => void this.reconcile(), this.#options.intervalMs ?? 2000);
+    this.#timer.unref();
+  }
+
+  stop(): Promise<void> {
+    clearInterval(this.#timer);
+    return this.reconcile.stop();
+  }
+
+  /** Instances per version placement holds now (metrics: svc_function_instances). */
+  instanceCounts(): FunctionInstances[] {
+    return instanceCounts(this.#placed.desired());
+  }
+
+  /** Functions and tasks share GPUs: placement leaves room for what tasks hold. */
+  countTasks(count: (clusterId: string, gpu: string) => number): void {
+    this.#tasksOn = count;
+  }
+
+  /** Scaling down spares instances in a streaming session while idle ones can go. */
+  keepSessions(holding: (instanceId: string) => boolean): void {
+    this.#inSession = holding;
+  }
+
+  onReady(listener: Listener<[string, ReadyInstance[]]>): void {
+    this.#readyListeners.push(listener);
+  }
+
+  onProgress(listener: Listener<[ProgressReport]>): void {
+    this.#progressListeners.push(listener);
   }
 
   /**
-   * Desired instances per GPU specification: the autoscaler's count (else the minimum), within the bounds.
-   * A version held at zero with requests waiting gets one instance on its first specification (by
-   * preferredOrder) at once, and the autoscaler is told (wake), so it goes back to zero only after its idle
-   * window. Without an autoscaler it keeps that instance for idleBeforeZeroMs after its last request.
+   * The invocation plane's count of waiting and running requests for a version. Called on every request,
+   * so only a version that starts to wait and has no instance at all prompts a round. Every round reports
+   * each version's demand back here (ready → the planes → their demand), so prompting on any count made a
+   * version that cannot be placed (a full cluster) chain rounds forever: on SQLite without ever yielding
+   * the event loop (issue 15's runaway).
    */
-  async function targetsOf(deployment: DeploymentRow, specs: GpuSpecification[], desired: Map<string, number> | undefined): Promise<Map<string, number>> {
-    const out = new Map(specs.map((spec) => [spec.gpuSpecificationId,
-      Math.min(spec.maxInstances, Math.max(spec.minInstances, desired?.get(spec.gpuSpecificationId) ?? spec.minInstances))]));
-    const waiting = (demand.get(deployment.version_id) ?? 0) > 0;
-    const lingering = !options.desired
-      && now().getTime() - (lastDemand.get(deployment.version_id) ?? Number.NEGATIVE_INFINITY) < (options.idleBeforeZeroMs ?? DEFAULT_IDLE_BEFORE_ZERO_MS);
-    const first = specs.map((spec, index) => ({ spec, index }))
-      .sort((a, b) => (a.spec.preferredOrder ?? 100) - (b.spec.preferredOrder ?? 100) || a.index - b.index)[0]?.spec;
-    if (first && (waiting || lingering) && [...out.values()].every((count) => count === 0)) {
-      out.set(first.gpuSpecificationId, 1);
-      if (waiting && options.desired) {
-        await options.desired.wake({ versionId: deployment.version_id, ncaId: deployment.nca_id, functionId: deployment.function_id }, first.gpuSpecificationId, now().toISOString())
-          .catch((error) => log.warn({ err: error, versionId: deployment.version_id }, 'could not record a wake from zero; the instance starts anyway'));
-      }
-    }
-    return out;
+  setDemand(versionId: string, count: number): void {
+    if (this.#demand.set(versionId, count, this.#now().getTime()) && !this.#placed.hasVersion(versionId)) void this.reconcile();
   }
 
-  /** GPUs of a cluster that desired instances hold. */
-  function instancesOn(clusterId: string, gpu: string): number {
-    return [...rows.values()].filter((row) => row.cluster_id === clusterId && row.gpu === gpu && row.desired === 1).length;
+  /** Stops an instance and lets placement start a fresh one in its place (a session ended by sign-out). */
+  async retire(instanceId: string): Promise<void> {
+    const row = this.#placed.get(instanceId);
+    if (!row || row.desired === 0) return;
+    await this.#placed.stop(row, this.#now().toISOString());
+    await this.reconcile();
   }
 
-  /** GPUs of this kind the cluster offers (unbounded when it declares no capacity). */
-  function capacityOf(cluster: ClusterRow, gpu: string): number {
-    return (JSON.parse(cluster.gpus) as Gpu[]).find((candidate) => candidate.name === gpu)?.capacity ?? Number.POSITIVE_INFINITY;
+  /** An agent said hello: its link replaces an older one, its reports are folded in, and the next round sends it its set. */
+  async agentConnected(cluster: ClusterRow, channel: AgentChannel, hello: { gpus: Gpu[]; instances: InstanceReport[] }): Promise<void> {
+    if (this.#agents.connect(cluster.id, channel)) this.#log.info({ clusterId: cluster.id }, 'agent reconnected; the older link is dropped');
+    await this.#options.clusters.recordAgentContact(cluster.id, hello.gpus);
+    for (const report of hello.instances) await this.#apply(cluster.id, report);
+    await this.reconcile();
   }
 
-  function capacityLeft(cluster: ClusterRow, gpu: string): number {
-    return capacityOf(cluster, gpu) - instancesOn(cluster.id, gpu) - tasksOn(cluster.id, gpu);
+  agentDisconnected(clusterId: string, channel: AgentChannel): void {
+    this.#agents.disconnect(clusterId, channel);
   }
 
-  /**
-   * A cluster with room for one more instance of `spec`, or why there is none (placement's own words):
-   * the account is at its maxInstancesAllowed (`held` of `limit`), no usable cluster offers the GPU, or
-   * every one that does is full.
-   */
-  function place(deployment: DeploymentRow, spec: GpuSpecification, clusterRows: ClusterRow[], quota: { held: number; limit: number }): ClusterRow | string {
-    if (quota.held >= quota.limit) return `account quota: ${quota.held} of ${quota.limit} instances in use (maxInstancesAllowed)`;
-    const offering = clusterRows.filter((cluster) => offers(deployment.nca_id, spec, cluster));
-    if (offering.length === 0) return `no cluster the account may use offers GPU ${spec.gpu} with instance type ${spec.instanceType}`;
-    const eligible = offering.filter((cluster) => capacityLeft(cluster, spec.gpu) > 0);
-    if (eligible.length === 0) {
-      const usage = (cluster: ClusterRow) => {
-        const capacity = capacityOf(cluster, spec.gpu);
-        return `${spec.gpu} on cluster ${cluster.name}: ${capacity - capacityLeft(cluster, spec.gpu)} of ${capacity} in use`;
-      };
-      return `no capacity: ${offering.map(usage).join('; ')}`;
-    }
-    const load = (cluster: ClusterRow) => [...rows.values()].filter((row) => row.cluster_id === cluster.id && row.desired === 1).length;
-    // Connected clusters first, then the least loaded; an instance on a disconnected cluster waits for its agent.
-    return eligible.sort((a, b) => Number(agents.has(b.id)) - Number(agents.has(a.id)) || load(a) - load(b))[0];
+  async report(clusterId: string, report: InstanceReport): Promise<void> {
+    if (await this.#apply(clusterId, report)) await this.reconcile();
   }
 
-  /** Desired instances by GPU specification and by version, and how many each account holds (for one round). */
-  function heldInstances() {
-    const bySpec = new Map<string, InstanceRow[]>();
-    const byVersion = new Map<string, InstanceRow[]>();
-    /** ncaId → instances it holds. */
-    const perAccount = new Map<string, number>();
-    const add = (index: Map<string, InstanceRow[]>, key: string, row: InstanceRow) => {
-      const list = index.get(key);
-      if (list) list.push(row);
-      else index.set(key, [row]);
+  progress(clusterId: string, progress: ProgressReport): void {
+    if (this.#placed.get(progress.instanceId)?.cluster_id !== clusterId) return;
+    for (const listener of this.#progressListeners) listener(progress);
+  }
+
+  /** One round: nothing it calls may ask for another unless something changed (see setDemand). */
+  async #round(): Promise<void> {
+    if (this.#options.places === false) return;
+    this.#rounds.inc();
+    const world = await this.#readWorld();
+    const context: SpecContext = {
+      deployed: new Map(world.deployments.map((deployment) => [deployment.version_id, deployment])),
+      clusters: new Map(world.clusters.map((cluster) => [cluster.id, cluster])),
     };
-    for (const row of rows.values()) {
-      if (row.desired !== 1) continue;
-      add(bySpec, row.gpu_spec_id, row);
-      add(byVersion, row.version_id, row);
-      perAccount.set(row.nca_id, (perAccount.get(row.nca_id) ?? 0) + 1);
-    }
-    return { bySpec, byVersion, perAccount };
-  }
-
-  /** Instances gone for good leave the table; those whose specification left the deployment stop. */
-  async function dropFinished(deployed: Map<string, DeploymentRow>, at: string) {
-    for (const row of [...rows.values()]) {
-      // Gone for good: ended after being undesired (or never started), or a session container that
-      // exited on its own, which placement replaces with a fresh instance.
-      const finished = row.desired === 0 ? ['STOPPED', 'FAILED', 'EXITED', 'PENDING'].includes(row.state) : row.state === 'EXITED';
-      if (finished) {
-        rows.delete(row.instance_id);
-        await repo.delete(row.instance_id);
-        continue;
-      }
-      const deployment = deployed.get(row.version_id);
-      const specs = deployment ? JSON.parse(deployment.specs) as GpuSpecification[] : [];
-      if (row.desired === 1 && !specs.some((spec) => spec.gpuSpecificationId === row.gpu_spec_id)) {
-        row.desired = 0;
-        await repo.update(row.instance_id, { desired: 0, updated_at: at });
-      }
-    }
-  }
-
-  /**
-   * One placement round. Its work is bounded (MAX_STARTS_PER_ROUND new instances, a turn of the event
-   * loop every YIELD_EVERY deployments), and nothing it calls may ask for another round unless something
-   * changed: see setDemand.
-   */
-  async function reconcileOnce() {
-    if (options.places === false) return;
-    rounds.inc();
-    const deployments = await options.deployments.listAll();
-    const deployed = new Map(deployments.map((deployment) => [deployment.version_id, deployment]));
-    const desired = await options.desired?.load();
-    const clusterRows = await options.clusters.all();
-    backends = new Map(clusterRows.map((cluster) => [cluster.id, cluster.group_name]));
-    const limits = await options.instanceLimits?.();
-    const at = now().toISOString();
-    await dropFinished(deployed, at);
-    for (const versionId of lastDemand.keys()) if (!deployed.has(versionId)) lastDemand.delete(versionId);
-
-    targets.clear();
-    const issues = new Map<string, HealthInfo[]>();
-    const { bySpec, perAccount } = heldInstances();
-    let starts = 0;
-    for (const [index, deployment] of deployments.entries()) {
-      if (index % YIELD_EVERY === YIELD_EVERY - 1) await yieldToEventLoop();
-      const specs = JSON.parse(deployment.specs) as GpuSpecification[];
-      const versionTargets = await targetsOf(deployment, specs, desired);
-      targets.set(deployment.version_id, versionTargets);
-      for (const spec of specs) {
-        const mine = bySpec.get(spec.gpuSpecificationId) ?? [];
-        const target = versionTargets.get(spec.gpuSpecificationId) ?? 0;
-        for (let missing = target - mine.length; missing > 0 && starts < MAX_STARTS_PER_ROUND; missing--) {
-          const quota = { held: perAccount.get(deployment.nca_id) ?? 0, limit: limits?.get(deployment.nca_id) ?? Number.POSITIVE_INFINITY };
-          const cluster = place(deployment, spec, clusterRows, quota);
-          if (typeof cluster === 'string') {
-            issues.set(deployment.version_id, [...issues.get(deployment.version_id) ?? [],
-              { gpu: spec.gpu, backend: spec.backend ?? '', instanceType: spec.instanceType, error: `${missing} of ${target} instances not placed: ${cluster}` }]);
-            break;
-          }
-          const row: InstanceRow = {
-            instance_id: randomUUID(), nca_id: deployment.nca_id, function_id: deployment.function_id, version_id: deployment.version_id,
-            cluster_id: cluster.id, gpu_spec_id: spec.gpuSpecificationId, gpu: spec.gpu, instance_type: spec.instanceType,
-            state: 'PENDING', desired: 1, endpoint: null, restarts: 0, message: null, created_at: at, updated_at: at,
-          };
-          rows.set(row.instance_id, row);
-          perAccount.set(row.nca_id, quota.held + 1);
-          await repo.insert(row);
-          starts++;
-        }
-        // Scale down: the youngest not-yet-ready instances go first, instances in a session last.
-        const excess = mine.length - target;
-        if (excess > 0) {
-          const rank = (row: InstanceRow) => (row.state !== 'RUNNING' ? 0 : inSession(row.instance_id) ? 2 : 1);
-          const victims = mine.sort((a, b) => rank(a) - rank(b) || b.created_at.localeCompare(a.created_at)).slice(0, excess);
-          for (const victim of victims) {
-            victim.desired = 0;
-            await repo.update(victim.instance_id, { desired: 0, updated_at: at });
-          }
-        }
-      }
-    }
-    reportIssues(issues);
-
-    await updateStatuses(deployments);
-    await pushDesired();
-    await announceReady(deployments, clusterRows);
+    this.#backends = new Map(world.clusters.map((cluster) => [cluster.id, cluster.group_name]));
+    await this.#placed.dropFinished(context.deployed, world.at.toISOString());
+    this.#demand.keepOnly(context.deployed);
+    const { desired, idleBeforeZeroMs } = this.#options;
+    const outcome = await placeDeployments(world, {
+      placed: this.#placed, demand: this.#demand, use: this.#use, inSession: (instanceId) => this.#inSession(instanceId),
+      wake: desired && ((version, gpuSpecId, at) => desired.wake(version, gpuSpecId, at)),
+      idleBeforeZeroMs: idleBeforeZeroMs ?? DEFAULT_IDLE_BEFORE_ZERO_MS, log: this.#log,
+    });
+    this.#unplaced.update(outcome.unplaced);
+    await updateStatuses(world.deployments, outcome.targets, this.#placed.index().byVersion, this.#options);
+    await this.#agents.push((clusterId) => this.#placed.desiredOn(clusterId), (instances) => this.#desiredSet(instances, context));
+    this.#announceReady(context);
     // Capped: the next round (after a turn of the event loop) places the rest.
-    if (starts >= MAX_STARTS_PER_ROUND) void reconcile();
+    if (outcome.capped) void this.reconcile();
   }
 
-  /** Keeps this round's placement issues and logs a version's issue when it appears, changes or clears. */
-  function reportIssues(issues: Map<string, HealthInfo[]>) {
-    const said = (list: HealthInfo[] | undefined) => list?.map((issue) => issue.error).join('; ');
-    for (const versionId of new Set([...issues.keys(), ...unplaced.keys()])) {
-      const now = said(issues.get(versionId));
-      if (now === said(unplaced.get(versionId))) continue;
-      if (now) log.warn({ versionId, reason: now }, 'deployment not fully placed');
-      else log.info({ versionId }, 'deployment placed');
-    }
-    unplaced = issues;
-  }
-
-  async function updateStatuses(deployments: DeploymentRow[]) {
-    const { byVersion } = heldInstances();
-    for (const [index, deployment] of deployments.entries()) {
-      if (index % YIELD_EVERY === YIELD_EVERY - 1) await yieldToEventLoop();
-      const version = await options.functionsRepo.findVersionById(deployment.version_id);
-      if (!version) continue;
-      const specs = JSON.parse(deployment.specs) as GpuSpecification[];
-      const minimum = specs.reduce((sum, spec) => sum + spec.minInstances, 0);
-      const target = [...(targets.get(deployment.version_id)?.values() ?? [])].reduce((sum, count) => sum + count, 0);
-      const mine = byVersion.get(deployment.version_id) ?? [];
-      const ready = mine.filter((row) => row.state === 'RUNNING').length;
-      const failing = mine.length > 0 && ready === 0
-        && mine.every((row) => row.state === 'FAILED' || (row.restarts >= CRASH_LOOP_RESTARTS && row.state !== 'STARTING'));
-      const next = nextStatus(version.status as FunctionStatus, { minimum, target, ready, failing });
-      if (next !== version.status) {
-        log.info({ versionId: deployment.version_id, from: version.status, to: next, ready, minimum }, 'function status');
-        await options.functions.setStatus(deployment.version_id, next);
-      }
-    }
-  }
-
-  async function specFor(row: InstanceRow, deployment: DeploymentRow | undefined, clusterRows: Map<string, ClusterRow>): Promise<InstanceSpec | undefined> {
-    const version = await options.functionsRepo.findVersionById(row.version_id);
-    if (!version || !deployment) return undefined;
-    const fn = documentOf(version);
-    const gpuSpec = (JSON.parse(deployment.specs) as GpuSpecification[]).find((spec) => spec.gpuSpecificationId === row.gpu_spec_id);
-    const grace = typeof gpuSpec?.configuration?.startupGracePeriod === 'string' ? parseDuration(gpuSpec.configuration.startupGracePeriod) : undefined;
-    const imageHost = fn.containerImage?.includes('/') ? fn.containerImage.split('/')[0] : undefined;
-    const registrySecret = imageHost && imageHost.includes('.') ? await options.registry.secretFor(row.nca_id, imageHost) : undefined;
+  async #readWorld(): Promise<RoundWorld> {
+    const { deployments, desired, clusters, instanceLimits } = this.#options;
     return {
-      instanceId: row.instance_id, ncaId: row.nca_id, functionId: row.function_id, functionVersionId: row.version_id,
-      functionName: fn.name, functionType: fn.functionType, gpu: row.gpu, instanceType: row.instance_type,
-      backend: clusterRows.get(row.cluster_id)?.group_name ?? '',
-      containerImage: fn.containerImage, containerArgs: fn.containerArgs, containerEnvironment: fn.containerEnvironment ?? [],
-      secrets: await options.functions.secretsOf(row.version_id),
-      inferenceUrl: fn.inferenceUrl, inferencePort: fn.inferencePort, health: fn.health,
-      startupGracePeriodMs: grace ?? options.defaultStartupGraceMs ?? DEFAULT_GRACE_MS,
-      ...(registrySecret && imageHost ? { registryAuth: { hostname: imageHost, secret: registrySecret } } : {}),
+      deployments: await deployments.listAll(), desired: await desired?.load(), clusters: await clusters.all(),
+      limits: await instanceLimits?.(), at: this.#now(),
     };
   }
 
-  async function desiredFor(held: InstanceRow[]): Promise<InstanceSpec[]> {
-    const deployed = new Map((await options.deployments.listAll()).map((deployment) => [deployment.version_id, deployment]));
-    const clusterRows = new Map((await options.clusters.all()).map((cluster) => [cluster.id, cluster]));
-    const specs: InstanceSpec[] = [];
-    for (const row of held) {
-      const spec = await specFor(row, deployed.get(row.version_id), clusterRows);
-      if (spec) specs.push(spec);
-    }
-    return specs;
-  }
-
-  /** Sends each agent its whole desired set when it changed (compared by instance ids, before any spec is built). */
-  async function pushDesired(force?: string) {
-    for (const [clusterId, channel] of agents) {
-      const held = [...rows.values()].filter((row) => row.cluster_id === clusterId && row.desired === 1);
-      const fingerprint = held.map((row) => row.instance_id).join(',');
-      if (force !== clusterId && lastSent.get(clusterId) === fingerprint) continue;
-      lastSent.set(clusterId, fingerprint);
-      channel.sendDesired(await desiredFor(held));
-    }
-  }
-
-  async function announceReady(deployments: DeploymentRow[], clusters: ClusterRow[]) {
-    const clusterRows = new Map(clusters.map((cluster) => [cluster.id, cluster]));
-    const { byVersion } = heldInstances();
-    const versions = new Set([...deployments.map((deployment) => deployment.version_id), ...[...rows.values()].map((row) => row.version_id)]);
-    const deployed = new Map(deployments.map((deployment) => [deployment.version_id, deployment]));
+  /** Tells the listeners each version's ready instances, also versions that just lost their deployment (none). */
+  #announceReady(context: SpecContext): void {
+    const { byVersion } = this.#placed.index();
+    const versions = new Set([...context.deployed.keys(), ...[...this.#placed.all()].map((row) => row.version_id)]);
     for (const versionId of versions) {
-      const deployment = deployed.get(versionId);
-      const specs = new Map((deployment ? JSON.parse(deployment.specs) as GpuSpecification[] : []).map((spec) => [spec.gpuSpecificationId, spec]));
-      const ready = readyOf(versionId, byVersion.get(versionId) ?? [], specs, clusterRows);
-      for (const listener of readyListeners) listener(versionId, ready);
+      const ready = readyOf(versionId, byVersion.get(versionId) ?? [], context.deployed.get(versionId)?.specs ?? [], context.clusters);
+      for (const listener of this.#readyListeners) listener(versionId, ready);
     }
   }
 
-  /** Runs placement now, or right after the run in progress; never two at once. */
-  const reconcile = coalesce(reconcileOnce, (error) => log.error({ err: error }, 'placement failed; retrying on the next round'));
-
-  const activeInstances: ActiveInstances = {
-    /** Why a version is not (fully) running: instances placement could not place, and failing ones' last reasons. */
-    healthInfo(versionId) {
-      const failing = [...rows.values()].filter((row) => row.version_id === versionId && row.desired === 1 && row.message && FAILING.has(row.state))
-        .map((row) => ({ gpu: row.gpu, backend: backends.get(row.cluster_id) ?? '', instanceType: row.instance_type, error: row.message! }));
-      const info = [...unplaced.get(versionId) ?? [], ...failing];
-      return info.length ? info : undefined;
-    },
-
-    async of(versionIds) {
-      const wanted = new Set(versionIds);
-      const clusterRows = new Map((await options.clusters.all()).map((cluster) => [cluster.id, cluster]));
-      const byVersion = new Map<string, Instance[]>();
-      for (const row of rows.values()) {
-        if (!wanted.has(row.version_id) || row.desired !== 1) continue;
-        const list = byVersion.get(row.version_id) ?? [];
-        list.push({
-          instanceId: row.instance_id, functionId: row.function_id, functionVersionId: row.version_id, instanceType: row.instance_type,
-          instanceStatus: apiStatus[row.state] ?? 'STARTING', ncaId: row.nca_id, gpu: row.gpu,
-          backend: clusterRows.get(row.cluster_id)?.group_name ?? '', location: clusterRows.get(row.cluster_id)?.name,
-          instanceCreatedAt: row.created_at, instanceUpdatedAt: row.updated_at,
-        });
-        byVersion.set(row.version_id, list);
-      }
-      return byVersion;
-    },
-  };
-
-  return {
-    activeInstances,
-
-    /** Instances per version placement holds now (metrics: svc_function_instances). */
-    instanceCounts(): FunctionInstances[] {
-      const byVersion = new Map<string, FunctionInstances>();
-      for (const row of rows.values()) {
-        if (row.desired !== 1) continue;
-        let counts = byVersion.get(row.version_id);
-        if (!counts) byVersion.set(row.version_id, counts = { ncaId: row.nca_id, functionId: row.function_id, versionId: row.version_id, running: 0, starting: 0 });
-        if (row.state === 'RUNNING') counts.running++;
-        else counts.starting++;
-      }
-      return [...byVersion.values()];
-    },
-
-    instancesOn,
-
-    /** Functions and tasks share GPUs: placement leaves room for what tasks hold. */
-    countTasks(count: (clusterId: string, gpu: string) => number) {
-      tasksOn = count;
-    },
-
-    /** Scaling down spares instances in a streaming session while idle ones can go. */
-    keepSessions(holding: (instanceId: string) => boolean) {
-      inSession = holding;
-    },
-
-    async start() {
-      // What agents said before this process started is stale: no instance counts as running (or gets
-      // requests) until its agent reports it again, which a reconnecting agent does in its hello.
-      for (const row of await repo.listAll()) rows.set(row.instance_id, { ...row, state: 'PENDING' });
-      await reconcile();
-      if (options.places === false) return;
-      timer = setInterval(() => void reconcile(), options.intervalMs ?? 2000);
-      timer.unref();
-    },
-
-    stop() {
-      clearInterval(timer);
-      return reconcile.stop();
-    },
-
-    reconcile,
-
-    onReady(listener: (versionId: string, ready: ReadyInstance[]) => void) {
-      readyListeners.push(listener);
-    },
-
-    onProgress(listener: (progress: ProgressReport) => void) {
-      progressListeners.push(listener);
-    },
-
-    /**
-     * The invocation plane's count of waiting and running requests for a version. Called on every
-     * request, so it only prompts placement when a version with work has no instance at all.
-     */
-    setDemand(versionId: string, count: number) {
-      const before = demand.get(versionId) ?? 0;
-      if (count === 0) {
-        demand.delete(versionId);
-        return;
-      }
-      demand.set(versionId, count);
-      lastDemand.set(versionId, now().getTime());
-      // Only a version that starts to wait prompts a round. Every round reports each version's demand
-      // back here (announceReady → the planes' ready → their demand), so prompting on any count made a
-      // version that cannot be placed (a full cluster) chain rounds forever: on SQLite without ever
-      // yielding the event loop (issue 15's runaway).
-      if (before > 0) return;
-      const placed = [...rows.values()].some((row) => row.version_id === versionId && row.desired === 1);
-      if (!placed) void reconcile();
-    },
-
-    /** Stops an instance and lets placement start a fresh one in its place (a session ended by sign-out). */
-    async retire(instanceId: string) {
-      const row = rows.get(instanceId);
-      if (!row || row.desired === 0) return;
-      row.desired = 0;
-      await repo.update(instanceId, { desired: 0, updated_at: now().toISOString() });
-      await reconcile();
-    },
-
-    async agentConnected(cluster: ClusterRow, channel: AgentChannel, hello: { gpus: Gpu[]; instances: InstanceReport[] }) {
-      const previous = agents.get(cluster.id);
-      agents.set(cluster.id, channel);
-      lastSent.delete(cluster.id);
-      if (previous && previous !== channel) log.info({ clusterId: cluster.id }, 'agent reconnected; the older link is dropped');
-      await options.clusters.recordAgentContact(cluster.id, hello.gpus);
-      for (const report of hello.instances) await applyReport(cluster.id, report);
-      await reconcile();
-      await pushDesired(cluster.id);
-    },
-
-    agentDisconnected(clusterId: string, channel: AgentChannel) {
-      if (agents.get(clusterId) === channel) {
-        agents.delete(clusterId);
-        lastSent.delete(clusterId);
-      }
-    },
-
-    async report(clusterId: string, report: InstanceReport) {
-      if (await applyReport(clusterId, report)) await reconcile();
-    },
-
-    progress(clusterId: string, progress: ProgressReport) {
-      const row = rows.get(progress.instanceId);
-      if (row?.cluster_id !== clusterId) return;
-      for (const listener of progressListeners) listener(progress);
-    },
-  };
-
-  /** Folds one agent report into the row it concerns; reports about unknown instances are ignored. */
-  async function applyReport(clusterId: string, report: InstanceReport): Promise<boolean> {
-    const row = rows.get(report.instanceId);
-    if (!row || row.cluster_id !== clusterId) return false;
-    const endpoint = report.endpoint ? JSON.stringify(report.endpoint) : row.endpoint;
-    if (row.state === report.state && row.restarts === report.restarts && row.endpoint === endpoint) return false;
-    const changes = { state: report.state, restarts: report.restarts, endpoint, message: report.message ?? null, updated_at: now().toISOString() };
-    Object.assign(row, changes);
-    await repo.update(row.instance_id, changes);
-    if (report.state === 'FAILED' || report.state === 'UNHEALTHY') {
-      log.warn({ instanceId: row.instance_id, state: report.state, message: report.message }, 'instance not healthy');
+  async #apply(clusterId: string, report: InstanceReport): Promise<boolean> {
+    const changed = await this.#placed.apply(clusterId, report, this.#now().toISOString());
+    if (changed && (report.state === 'FAILED' || report.state === 'UNHEALTHY')) {
+      this.#log.warn({ instanceId: report.instanceId, state: report.state, message: report.message }, 'instance not healthy');
     }
-    return true;
+    return changed;
   }
 }
-
-/**
- * The status lifecycle: DEPLOYING until ready ≥ minimum (and ≥ 1 when any instance is wanted); then
- * ACTIVE, DEGRADING below the minimum, DEGRADED at zero ready; ERROR when every wanted instance fails.
- * With minInstances 0, zero ready is a normal state (scaled to zero, or waking for a queued request), so
- * such a version stays ACTIVE and keeps taking requests while its instances start.
- */
-export function nextStatus(current: FunctionStatus, facts: { minimum: number; target: number; ready: number; failing: boolean }): FunctionStatus {
-  const { minimum, target, ready, failing } = facts;
-  if (failing) return 'ERROR';
-  const satisfied = ready >= minimum && (target === 0 || ready > 0 || minimum === 0);
-  if (current === 'INACTIVE' || current === 'DEPLOYING') return satisfied ? 'ACTIVE' : 'DEPLOYING';
-  if (satisfied) return 'ACTIVE';
-  if (current === 'ERROR') return ready > 0 ? 'DEGRADING' : 'ERROR';
-  return ready === 0 ? 'DEGRADED' : 'DEGRADING';
-}
-
-export type InstancesService = ReturnType<typeof createInstancesService>;

@@ -2,19 +2,11 @@
 import { z } from 'zod';
 import { access } from '../../http/auth.ts';
 import { route } from '../../http/route.ts';
-import { createKeySchema, introspectionSchema, introspectSchema, keyIssuerHeaders, keyListResponse, keyParams, keySchema, listKeysQuery, mintTokenSchema } from './schema.ts';
+import { createKeySchema, introspectionSchema, introspectSchema, keyIssuerHeaders, keyListResponse, keyParams, keySchema, listKeysQuery, mintTokenSchema, whoamiSchema } from './schema.ts';
 import type { KeyService } from './service.ts';
 import type { JwtKey } from './signing.ts';
 
 const tag = 'API keys';
-
-const whoamiSchema = z.object({
-  credentialId: z.string(),
-  kind: z.enum(['token', 'api-key', 'task-key', 'admin']),
-  ncaId: z.string(),
-  ownerId: z.string(),
-  scopes: z.array(z.string()),
-});
 
 /** GET /v2/svc/whoami (api host): the presented credential as the platform sees it; no store access. */
 export function whoamiRoute() {

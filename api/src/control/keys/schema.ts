@@ -1,6 +1,6 @@
 // Key service contracts (spec 2.2, 4.5, 5.5; wire-reference 8). Bodies are snake_case like the reference.
 import { z } from 'zod';
-import { knownScopes } from '../../http/scopes.ts';
+import { knownScopes } from '../../domain/scopes.ts';
 import { ncaIdSchema } from '../accounts/schema.ts';
 
 /** YYYY-MM-DDThh:mm:ssZ, optionally with milliseconds (the reference CLI sends .000Z). */
@@ -80,6 +80,15 @@ export const introspectionSchema = z.object({
   issuer_service_id: z.string(),
   authorizations: authorizationsSchema,
 }).meta({ id: 'KeyIntrospection' });
+
+/** GET /v2/svc/whoami (api host): the presented credential. */
+export const whoamiSchema = z.object({
+  credentialId: z.string(),
+  kind: z.enum(['token', 'api-key', 'task-key', 'admin']),
+  ncaId: z.string(),
+  ownerId: z.string(),
+  scopes: z.array(z.string()),
+});
 
 export type CreateKey = z.infer<typeof createKeySchema>;
 export type Introspect = z.infer<typeof introspectSchema>;

@@ -1,10 +1,10 @@
 // The key service (spec 4.5): mints management tokens (SVC_TOKEN, a JWT) for `svc init`, issues opaque
 // API keys (SVC_API_KEY, SVC_TASK_API_KEY), lists and revokes them. Only hashes are stored.
 import { randomUUID } from 'node:crypto';
-import type { Principal } from '../../http/auth.ts';
-import { invalid, notFound } from '../../http/problem.ts';
-import { decodeCursor, encodeCursor } from '../../http/pagination.ts';
-import { managementTokenScopes } from '../../http/scopes.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { invalid, notFound } from '../../domain/problem.ts';
+import { createdAtPosition, decodeCursor, encodeCursor } from '../../domain/pagination.ts';
+import { managementTokenScopes } from '../../domain/scopes.ts';
 import type { AccountsService } from '../accounts/service.ts';
 import { hashSecret, isWellFormedApiKey, newApiKey } from './key-format.ts';
 import type { CredentialRow, KeysRepo } from './repo.ts';
@@ -41,9 +41,9 @@ export function toApiKey(row: CredentialRow, now: Date, value?: string): ApiKey 
     owner_id: row.owner_id,
     issuer_service: row.issuer_service,
     issuer_service_id: row.issuer_id,
-    audience_service_ids: JSON.parse(row.audience_service_ids) as string[],
+    audience_service_ids: row.audience_service_ids,
     description: row.description,
-    authorizations: JSON.parse(row.authorizations) as ApiKey['authorizations'],
+    authorizations: row.authorizations,
     created_at: row.created_at,
     expires_at: row.expires_at,
     ...(row.revoked_at ? { revoked_at: row.revoked_at } : {}),
@@ -78,8 +78,7 @@ export function createKeyService(options: KeyServiceOptions) {
       const row: CredentialRow = {
         id: randomUUID(), nca_id: ncaId, kind: 'token', secret_hash: null,
         owner_type: 'SYSTEM', owner_id: 'svc-admin', issuer_service: 'svc-api', issuer_id: options.serviceId,
-        description: input.description ?? 'Management token', audience_service_ids: JSON.stringify([options.serviceId]),
-        authorizations: JSON.stringify(authorizations), scopes: JSON.stringify(scopes),
+        description: input.description ?? 'Management token', audience_service_ids: [options.serviceId], authorizations, scopes,
         created_at: issuedAt.toISOString(), expires_at: expiresAt.toISOString(), revoked_at: null,
       };
       await repo.insert(row);
@@ -100,8 +99,8 @@ export function createKeyService(options: KeyServiceOptions) {
         id: randomUUID(), nca_id: principal.ncaId, kind: isTaskKey(headers, input) ? 'task-key' : 'api-key',
         secret_hash: hashSecret(value), owner_type: 'USER', owner_id: headers['key-owner-id'],
         issuer_service: headers['key-issuer-service'], issuer_id: headers['key-issuer-id'],
-        description: input.description ?? '', audience_service_ids: JSON.stringify(input.audience_service_ids ?? []),
-        authorizations: JSON.stringify(input.authorizations), scopes: JSON.stringify(scopes),
+        description: input.description ?? '', audience_service_ids: input.audience_service_ids ?? [],
+        authorizations: input.authorizations, scopes,
         created_at: issuedAt.toISOString(), expires_at: expiresAt.toISOString(), revoked_at: null,
       };
       await repo.insert(row);
@@ -109,7 +108,7 @@ export function createKeyService(options: KeyServiceOptions) {
     },
 
     async list(principal: Principal, limit: number, cursor?: string): Promise<{ keys: ApiKey[]; cursor?: string }> {
-      const after = cursor ? decodeCursor<{ createdAt: string; id: string }>(cursor, ['createdAt', 'id']) : undefined;
+      const after = cursor ? decodeCursor(cursor, createdAtPosition) : undefined;
       const rows = await repo.listByAccount(principal.ncaId, limit + 1, after);
       const page = rows.slice(0, limit);
       const last = page[page.length - 1];

@@ -9,12 +9,19 @@ import {
   calculateJwkThumbprint, exportJWK, exportPKCS8, generateKeyPair, importJWK, importPKCS8, jwtVerify, SignJWT,
   type CryptoKey, type JWK, type JWTPayload,
 } from 'jose';
+import { z } from 'zod';
 import type { SecretBox } from '../../store/encryption.ts';
-import type { SettingsRepo } from '../installation/repo.ts';
+import { unsealSetting, type SettingsRepo } from '../installation/repo.ts';
 
 export const TOKEN_ISSUER = 'svc-api-keys';
 export const ADMIN_ISSUER = 'svc-admin';
 const ALG = 'ES256';
+const SIGNING_KEY = 'keys.signing';
+
+/** The signing key as the store keeps it: an ES256 private JWK. */
+const privateJwkSchema = z.object({
+  kty: z.literal('EC'), crv: z.literal('P-256'), x: z.string(), y: z.string(), d: z.string(), kid: z.string().optional(),
+});
 
 export interface JwtKey {
   kid: string;
@@ -61,8 +68,8 @@ async function newPrivateJwk(): Promise<JWK> {
 /** The key service's signing key: read from the store, or created there on first start. */
 export async function loadTokenKey(settings: SettingsRepo, box: SecretBox, now: string): Promise<JwtKey> {
   const fresh = await newPrivateJwk();
-  const { value } = await settings.getOrCreate('keys.signing', () => box.encrypt(JSON.stringify(fresh)), now);
-  return fromPrivateJwk(JSON.parse(box.decrypt(value)) as JWK);
+  const { value } = await settings.getOrCreate(SIGNING_KEY, () => box.encrypt(JSON.stringify(fresh)), now);
+  return fromPrivateJwk(unsealSetting(box, privateJwkSchema, SIGNING_KEY, value));
 }
 
 /** Reads the admin signing key PEM; creates it (mode 0600) when `create` and absent. */

@@ -4,8 +4,8 @@
 // while the hot path costs one hash and one map lookup.
 import { timingSafeEqual } from 'node:crypto';
 import { decodeJwt, errors as joseErrors } from 'jose';
-import type { CredentialKind, CredentialVerifier, Principal } from '../../http/auth.ts';
-import { unauthorized } from '../../http/problem.ts';
+import type { CredentialKind, CredentialVerifier, Principal } from '../../domain/principal.ts';
+import { unauthorized } from '../../domain/problem.ts';
 import { BOOTSTRAP_PREFIX, hashSecret, isWellFormedApiKey, API_KEY_PREFIX } from './key-format.ts';
 import type { CredentialRow, KeysRepo } from './repo.ts';
 import { ADMIN_ISSUER, TOKEN_ISSUER, verifyJwt, type JwtKey } from './signing.ts';
@@ -85,7 +85,7 @@ export function createCredentialVerifier(options: VerifierOptions): CredentialVe
       kind: row.kind as CredentialKind,
       ncaId: row.nca_id,
       ownerId: row.owner_id,
-      scopes: new Set(JSON.parse(row.scopes) as string[]),
+      scopes: new Set(row.scopes),
     };
     return { principal, expiresAt };
   }

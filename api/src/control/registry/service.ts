@@ -1,8 +1,8 @@
 // Registry credentials (wire-reference 6): the secret is sealed at rest and never returned; the
-// runtime reads it back to pull images (secretFor).
+// runtime reads it back to pull images (pullAuthFor).
 import { randomUUID } from 'node:crypto';
-import type { Principal } from '../../http/auth.ts';
-import { conflict, notFound } from '../../http/problem.ts';
+import type { Principal } from '../../domain/principal.ts';
+import { conflict, notFound } from '../../domain/problem.ts';
 import type { SecretBox } from '../../store/encryption.ts';
 import { isUniqueViolation } from '../../store/store.ts';
 import type { AccountsService } from '../accounts/service.ts';
@@ -37,6 +37,18 @@ export function registryName(hostname: string): string {
   return registries.CONTAINER.find((registry) => registry.hostname !== '*' && matches(registry.hostname, host))?.name ?? host;
 }
 
+/** The registry host an image reference names: its first segment when that looks like a host (has a dot). */
+export function registryHostOf(image: string | undefined): string | undefined {
+  const first = image?.includes('/') ? image.split('/')[0] : undefined;
+  return first?.includes('.') ? first : undefined;
+}
+
+/** What a runtime pulls an image with (the agent link's registryAuth). */
+export interface PullAuth {
+  hostname: string;
+  secret: string;
+}
+
 export function createRegistryService(repo: RegistryRepo, accounts: AccountsService, box: SecretBox, now: () => Date = () => new Date()) {
   function toCredential(row: RegistryCredentialRow): RegistryCredential {
     return {
@@ -45,8 +57,8 @@ export function createRegistryService(repo: RegistryRepo, accounts: AccountsServ
       registryCredentialName: row.name,
       registryName: registryName(row.hostname),
       registryHostname: row.hostname,
-      artifactTypes: JSON.parse(row.artifact_types),
-      tags: JSON.parse(row.tags),
+      artifactTypes: row.artifact_types,
+      tags: row.tags,
       ...(row.description ? { description: row.description } : {}),
       provisionedBy: 'USER',
       createdAt: row.created_at,
@@ -68,7 +80,7 @@ export function createRegistryService(repo: RegistryRepo, accounts: AccountsServ
       const at = now().toISOString();
       const row: RegistryCredentialRow = {
         id: randomUUID(), nca_id: principal.ncaId, name: input.secret.name, hostname: input.registryHostname.toLowerCase(),
-        artifact_types: JSON.stringify([...new Set(input.artifactTypes)]), tags: JSON.stringify(input.tags ?? []),
+        artifact_types: [...new Set(input.artifactTypes)], tags: input.tags ?? [],
         description: input.description ?? '', secret: box.encrypt(input.secret.value), created_at: at, updated_at: at,
       };
       try {
@@ -93,8 +105,8 @@ export function createRegistryService(repo: RegistryRepo, accounts: AccountsServ
       const changes: Partial<RegistryCredentialRow> = { updated_at: now().toISOString() };
       if (input.secret) Object.assign(changes, { name: input.secret.name, secret: box.encrypt(input.secret.value) });
       const types = input.artifactTypeEnums ?? input.artifactTypes;
-      if (types) changes.artifact_types = JSON.stringify([...new Set(types)]);
-      if (input.tags) changes.tags = JSON.stringify(input.tags);
+      if (types) changes.artifact_types = [...new Set(types)];
+      if (input.tags) changes.tags = input.tags;
       if (input.description !== undefined) changes.description = input.description;
       try {
         await repo.update(row.id, changes);
@@ -109,10 +121,11 @@ export function createRegistryService(repo: RegistryRepo, accounts: AccountsServ
       if (!await repo.delete(principal.ncaId, id)) throw notFound(`Registry credential '${id}' does not exist`);
     },
 
-    /** For the runtime pulling an image: the account's credential for `hostname`, decrypted. */
-    async secretFor(ncaId: string, hostname: string): Promise<string | undefined> {
-      const row = (await repo.list(ncaId)).find((candidate) => candidate.hostname === hostname.toLowerCase());
-      return row ? box.decrypt(row.secret) : undefined;
+    /** For a runtime pulling `image`: the account's credential for the image's registry host, decrypted, if it has one. */
+    async pullAuthFor(ncaId: string, image: string | undefined): Promise<PullAuth | undefined> {
+      const hostname = registryHostOf(image);
+      const sealed = hostname && await repo.sealedSecretFor(ncaId, hostname.toLowerCase());
+      return hostname && sealed ? { hostname, secret: box.decrypt(sealed) } : undefined;
     },
   };
 }

@@ -9,7 +9,7 @@ import type { ClustersService } from '../clusters/service.ts';
 import type { Database } from '../../store/schema.ts';
 import type { TasksDatabase } from './migration.ts';
 import { createTasksRepo } from './repo.ts';
-import { createLocalResultsStore, type ResultsStore } from './results-store.ts';
+import { createLocalBlobStore, type BlobStore } from '../../store/blobs.ts';
 import { taskRoutes } from './routes.ts';
 import { createTaskScheduler, type CapacityInUse, type RegistrySecrets } from './scheduler.ts';
 import { createTasksService } from './service.ts';
@@ -27,14 +27,14 @@ export interface TasksPlaneOptions {
   now?: () => Date;
   capacityInUse?: CapacityInUse;
   registry?: RegistrySecrets;
-  results?: ResultsStore;
+  results?: BlobStore;
 }
 
 export function createTasksPlane(options: TasksPlaneOptions) {
   const { settings } = options;
   const log = options.log.child({ component: 'tasks' });
   const repo = createTasksRepo(options.db.withTables<TasksDatabase>());
-  const results = options.results ?? createLocalResultsStore(path.resolve(settings.resultsDir ?? path.join(options.dataDir, 'task-results')));
+  const results = options.results ?? createLocalBlobStore(path.resolve(settings.resultsDir ?? path.join(options.dataDir, 'task-results')));
   const scheduler = createTaskScheduler({
     repo, clusters: options.clusters, box: options.box, log, now: options.now, capacityInUse: options.capacityInUse,
     registry: options.registry, intervalMs: settings.schedulerIntervalMs, agentLostAfterMs: settings.agentLostAfterSeconds * 1000,

@@ -1,14 +1,44 @@
 // Store access for tasks, their events and their results. A status change and its event are written in
 // one transaction, and only from the statuses it may come from, so a cancel racing an agent's report
-// leaves exactly one of them in force.
+// leaves exactly one of them in force. A task keeps its document as text, so a list page splices rows;
+// documentOf decodes one, secretsOf opens the sealed secrets, and a result's metadata is decoded on read.
 import { randomUUID } from 'node:crypto';
 import type { Kysely, Selectable, Transaction } from 'kysely';
+import { z } from 'zod';
+import type { SecretBox } from '../../store/encryption.ts';
+import { decodeJson } from '../../store/json.ts';
+import { secretSchema } from '../functions/schema.ts';
 import type { TaskEventsTable, TaskResultsTable, TasksDatabase, TasksTable } from './migration.ts';
-import type { TaskStatus } from './schema.ts';
+import { taskDocumentSchema, taskResultSchema, type TaskDocument, type TaskSecret, type TaskStatus } from './schema.ts';
 
 export type TaskRow = Selectable<TasksTable>;
 export type TaskEventRow = Selectable<TaskEventsTable>;
-export type TaskResultRow = Selectable<TaskResultsTable>;
+/** A result as stored, its metadata decoded. */
+export type TaskResultRow = Omit<Selectable<TaskResultsTable>, 'metadata'> & { metadata: Record<string, unknown> };
+
+const where = (row: { id: string }, column: string) => ({ table: 'tasks', key: row.id, column });
+
+export function documentOf(row: TaskRow): TaskDocument {
+  return decodeJson(taskDocumentSchema, row.document, where(row, 'document'));
+}
+
+const gpuOnly = taskDocumentSchema.pick({ gpuSpecification: true });
+
+/** Only the GPU of a task's document: what a list page needs of it beside the text. */
+export function gpuSpecificationOf(row: TaskRow): TaskDocument['gpuSpecification'] {
+  return decodeJson(gpuOnly, row.document, where(row, 'document')).gpuSpecification;
+}
+
+const secretsSchema = z.array(secretSchema);
+
+/** A task's secrets in the clear (sealed at rest, store/encryption.ts). */
+export function secretsOf(box: SecretBox, row: Pick<TaskRow, 'id' | 'secrets'>): TaskSecret[] {
+  return row.secrets ? decodeJson(secretsSchema, box.decrypt(row.secrets), where(row, 'secrets')) : [];
+}
+
+function decodeResult(row: Selectable<TaskResultsTable>): TaskResultRow {
+  return { ...row, metadata: decodeJson(taskResultSchema.shape.metadata, row.metadata, { table: 'task_results', key: row.result_id, column: 'metadata' }) };
+}
 
 export interface PagePosition {
   createdAt: string;
@@ -109,7 +139,7 @@ export function createTasksRepo(db: Kysely<TasksDatabase>) {
       return query.orderBy('seq').limit(limit).execute();
     },
 
-    results(taskId: string, limit: number, after?: { createdAt: string; id: string }): Promise<TaskResultRow[]> {
+    async results(taskId: string, limit: number, after?: { createdAt: string; id: string }): Promise<TaskResultRow[]> {
       let query = db.selectFrom('task_results').selectAll().where('task_id', '=', taskId);
       if (after) {
         query = query.where((eb) => eb.or([
@@ -117,18 +147,19 @@ export function createTasksRepo(db: Kysely<TasksDatabase>) {
           eb.and([eb('created_at', '=', after.createdAt), eb('result_id', '>', after.id)]),
         ]));
       }
-      return query.orderBy('created_at').orderBy('result_id').limit(limit).execute();
+      return (await query.orderBy('created_at').orderBy('result_id').limit(limit).execute()).map(decodeResult);
     },
 
-    findResult(taskId: string, resultId: string): Promise<TaskResultRow | undefined> {
-      return db.selectFrom('task_results').selectAll().where('task_id', '=', taskId).where('result_id', '=', resultId).executeTakeFirst();
+    async findResult(taskId: string, resultId: string): Promise<TaskResultRow | undefined> {
+      const row = await db.selectFrom('task_results').selectAll().where('task_id', '=', taskId).where('result_id', '=', resultId).executeTakeFirst();
+      return row && decodeResult(row);
     },
 
     /** Stores a result's row, replacing one of the same name (a retried upload). */
     async putResult(row: TaskResultRow): Promise<void> {
       await db.transaction().execute(async (trx) => {
         await trx.deleteFrom('task_results').where('task_id', '=', row.task_id).where('name', '=', row.name).execute();
-        await trx.insertInto('task_results').values(row).execute();
+        await trx.insertInto('task_results').values({ ...row, metadata: JSON.stringify(row.metadata) }).execute();
       });
     },
   };

@@ -23,9 +23,9 @@ import { withoutSecrets, type Logger } from '../../logger.ts';
 import type { SecretBox } from '../../store/encryption.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
 import type { ClustersService } from '../clusters/service.ts';
-import type { Gpu } from '../clusters/schema.ts';
-import type { TaskRow, TasksRepo } from './repo.ts';
-import type { Task, TaskSecret, TaskStatus } from './schema.ts';
+import type { PullAuth, RegistryService } from '../registry/service.ts';
+import { documentOf, secretsOf, type TaskRow, type TasksRepo } from './repo.ts';
+import type { TaskDocument, TaskStatus } from './schema.ts';
 
 /** The control plane's end of one agent link, for tasks. */
 export interface TaskAgentChannel {
@@ -37,9 +37,7 @@ export interface CapacityInUse {
   of(clusterId: string, gpu: string): number;
 }
 
-export interface RegistrySecrets {
-  secretFor(ncaId: string, hostname: string): Promise<string | undefined>;
-}
+export type RegistrySecrets = Pick<RegistryService, 'pullAuthFor'>;
 
 export interface TaskSchedulerOptions {
   repo: TasksRepo;
@@ -57,23 +55,20 @@ export interface TaskSchedulerOptions {
   batch?: number;
 }
 
-/** The parts of a task's stored document a dispatch needs. */
-type Document = Omit<Task, 'status' | 'instances' | 'healthInfo' | 'percentComplete' | 'lastHeartbeatAt' | 'lastUpdatedAt'>;
-
 interface Flight {
   taskId: string;
   ncaId: string;
   clusterId: string;
   gpu: string;
   /** The spec as dispatched, secrets sealed until sent. */
-  document: Document;
+  document: TaskDocument;
   instanceId: string;
   backend: string;
   sealedSecrets: string | null;
   revision: number;
   /** The agent has reported this task at least once. */
   acknowledged: boolean;
-  registryAuth?: { hostname: string; secret: string };
+  registryAuth?: PullAuth;
 }
 
 interface AgentState {
@@ -106,14 +101,6 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
   let startedAt = 0;
   let lastExpiryScan = 0;
 
-  function documentOf(row: TaskRow): Document {
-    return JSON.parse(row.document) as Document;
-  }
-
-  function secretsOf(sealed: string | null): TaskSecret[] {
-    return sealed ? JSON.parse(box.decrypt(sealed)) as TaskSecret[] : [];
-  }
-
   function specOf(flight: Flight): TaskSpec {
     const doc = flight.document;
     const maxRuntimeMs = doc.maxRuntimeDuration ? parseDuration(doc.maxRuntimeDuration) : undefined;
@@ -121,7 +108,7 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
       taskId: flight.taskId, instanceId: flight.instanceId, ncaId: flight.ncaId, name: doc.name,
       gpu: doc.gpuSpecification.gpu, instanceType: doc.gpuSpecification.instanceType, backend: flight.backend,
       containerImage: doc.containerImage ?? '', containerArgs: doc.containerArgs, containerEnvironment: doc.containerEnvironment ?? [],
-      secrets: secretsOf(flight.sealedSecrets),
+      secrets: secretsOf(box, { id: flight.taskId, secrets: flight.sealedSecrets }),
       ...(maxRuntimeMs !== undefined ? { maxRuntimeMs } : {}),
       terminationGracePeriodMs: parseDuration(doc.terminationGracePeriodDuration) ?? 3_600_000,
       resultHandlingStrategy: doc.resultHandlingStrategy, revision: flight.revision,
@@ -131,14 +118,12 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
 
   async function flightOf(row: TaskRow): Promise<Flight> {
     const document = documentOf(row);
-    const image = document.containerImage ?? '';
-    const imageHost = image.includes('/') ? image.split('/')[0] : undefined;
-    const secret = imageHost?.includes('.') ? await options.registry?.secretFor(row.nca_id, imageHost) : undefined;
+    const registryAuth = await options.registry?.pullAuthFor(row.nca_id, document.containerImage);
     return {
       taskId: row.id, ncaId: row.nca_id, clusterId: row.cluster_id!, gpu: document.gpuSpecification.gpu, document,
       instanceId: row.instance_id!, backend: row.backend ?? '', sealedSecrets: row.secrets, revision: row.secrets_revision,
       acknowledged: row.instance_state !== null,
-      ...(secret && imageHost ? { registryAuth: { hostname: imageHost, secret } } : {}),
+      ...(registryAuth ? { registryAuth } : {}),
     };
   }
 
@@ -173,21 +158,21 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
   }
 
   function capacityLeft(cluster: ClusterRow, gpu: string): number {
-    const offered = (JSON.parse(cluster.gpus) as Gpu[]).find((candidate) => candidate.name === gpu);
+    const offered = cluster.gpus.find((candidate) => candidate.name === gpu);
     if (offered?.capacity === undefined) return Number.POSITIVE_INFINITY;
     return offered.capacity - held(cluster.id, gpu);
   }
 
   /** Redacts the task's secret values from text that came from the task (its log lines). */
-  function redact(lines: string[], sealed: string | null): string[] {
-    return withoutSecrets(lines, secretsOf(sealed));
+  function redact(lines: string[], row: TaskRow): string[] {
+    return withoutSecrets(lines, secretsOf(box, row));
   }
 
   async function end(flight: Flight, from: readonly string[], status: TaskStatus, error: string | undefined, extra: Partial<TaskRow> = {}, logTail?: string[]) {
     const row = await repo.findById(flight.taskId);
     if (!row) return;
     const events = [statusEvent(row.status, status, error)];
-    if (logTail?.length) events.push(`Last lines of output:\n${redact(logTail.slice(-LOG_TAIL_LINES), row.secrets).join('\n')}`);
+    if (logTail?.length) events.push(`Last lines of output:\n${redact(logTail.slice(-LOG_TAIL_LINES), row).join('\n')}`);
     const at = now().toISOString();
     const changed = await repo.transition(flight.taskId, from, { status, updated_at: at, error: error ?? null, ...extra }, events);
     if (changed) log.info({ taskId: flight.taskId, from: row.status, to: status, reason: error }, 'task status');
@@ -208,7 +193,7 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
     // Reading the queue is the costly part of a pass: do it when some connected cluster has room, and
     // otherwise only once per interval, for the queued-duration expiry.
     const connected = (await clusters.all()).filter((cluster) => agents.has(cluster.id));
-    const hasRoom = () => connected.some((cluster) => (JSON.parse(cluster.gpus) as Gpu[]).some((gpu) => capacityLeft(cluster, gpu.name) > 0));
+    const hasRoom = () => connected.some((cluster) => cluster.gpus.some((gpu) => capacityLeft(cluster, gpu.name) > 0));
     const expiryDue = at.getTime() - lastExpiryScan >= (options.intervalMs ?? 1000);
     if (!expiryDue && !hasRoom()) return;
     if (expiryDue) lastExpiryScan = at.getTime();

@@ -159,6 +159,11 @@ export const taskSchema = z.object({
   instances: z.array(taskInstanceSchema),
 }).meta({ id: 'Task' });
 
+/** What a task stores (tasks.document): the Task minus what changes as it runs. */
+export const taskDocumentSchema = taskSchema.omit({
+  status: true, instances: true, healthInfo: true, percentComplete: true, lastHeartbeatAt: true, lastUpdatedAt: true,
+});
+
 export const taskResponse = z.object({ task: taskSchema });
 export const taskListResponse = z.object({ tasks: z.array(taskSchema), limit: z.number().int().optional(), cursor: z.string().optional() });
 
@@ -201,6 +206,7 @@ export const resultUploadResponse = z.object({ result: taskResultSchema });
 
 export type CreateTask = z.infer<typeof createTaskSchema>;
 export type Task = z.infer<typeof taskSchema>;
+export type TaskDocument = z.infer<typeof taskDocumentSchema>;
 export type TaskInstance = z.infer<typeof taskInstanceSchema>;
 export type TaskEvent = z.infer<typeof taskEventSchema>;
 export type TaskResult = z.infer<typeof taskResultSchema>;

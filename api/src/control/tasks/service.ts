@@ -3,22 +3,20 @@
 // at rest and never leave in a response, an event or a log line; only their names are shown.
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
-import type { Principal } from '../../http/auth.ts';
-import { decodeCursor, encodeCursor } from '../../http/pagination.ts';
-import { badRequest, conflict, invalid, notFound, unauthorized } from '../../http/problem.ts';
+import { z } from 'zod';
+import type { Principal } from '../../domain/principal.ts';
+import { createdAtPosition, decodeCursor, encodeCursor } from '../../domain/pagination.ts';
+import { badRequest, conflict, invalid, notFound, unauthorized } from '../../domain/problem.ts';
 import type { SecretBox } from '../../store/encryption.ts';
 import type { AccountsService } from '../accounts/service.ts';
 import type { ClustersService } from '../clusters/service.ts';
-import type { TaskResultRow, TaskRow, TasksRepo } from './repo.ts';
-import { isSafeKey, type ResultsStore } from './results-store.ts';
+import { documentOf, gpuSpecificationOf, secretsOf, type TaskResultRow, type TaskRow, type TasksRepo } from './repo.ts';
+import { isSafeKey, type BlobStore } from '../../store/blobs.ts';
 import { statusEvent, type TaskScheduler } from './scheduler.ts';
 import {
-  inFlightStatuses, terminalStatuses, type CreateTask, type Task, type TaskEvent, type TaskInstance, type TaskResult,
+  inFlightStatuses, terminalStatuses, type CreateTask, type Task, type TaskDocument, type TaskEvent, type TaskInstance, type TaskResult,
   type TaskSecret, type TaskStatus,
 } from './schema.ts';
-
-/** The fields of a task that only a write of the request changes: everything but its live state. */
-type TaskDocument = Omit<Task, 'status' | 'instances' | 'healthInfo' | 'percentComplete' | 'lastHeartbeatAt' | 'lastUpdatedAt'>;
 
 export interface TasksServiceOptions {
   repo: TasksRepo;
@@ -26,11 +24,13 @@ export interface TasksServiceOptions {
   accounts: AccountsService;
   clusters: ClustersService;
   box: SecretBox;
-  results: ResultsStore;
+  results: BlobStore;
   /** Largest result file an agent may upload. */
   maxResultBytes: number;
   now?: () => Date;
 }
+
+const eventPosition = z.object({ seq: z.number().int() });
 
 interface Page {
   limit: number;
@@ -45,10 +45,6 @@ function render(body: CreateTask, ids: { id: string; ncaId: string; createdAt: s
     telemetries: spec.telemetries as Record<string, string> | undefined,
     ...(secrets?.length ? { secrets: secrets.map((secret) => secret.name) } : {}),
   };
-}
-
-export function documentOf(row: TaskRow): TaskDocument {
-  return JSON.parse(row.document) as TaskDocument;
 }
 
 function instanceState(row: TaskRow): TaskInstance['instanceState'] {
@@ -91,7 +87,7 @@ const resultsPrefix = (row: TaskRow) => `${row.nca_id}/${documentOf(row).results
 function toResult(row: TaskResultRow): TaskResult {
   return {
     resultId: row.result_id, taskId: row.task_id, ncaId: row.nca_id, name: row.name,
-    metadata: JSON.parse(row.metadata) as Record<string, unknown>, createdAt: row.created_at, size: Number(row.size),
+    metadata: row.metadata, createdAt: row.created_at, size: Number(row.size),
     downloadUrl: `/v1/svct/tasks/${row.task_id}/results/${row.result_id}/content`,
   };
 }
@@ -139,10 +135,10 @@ export function createTasksService(options: TasksServiceOptions) {
 
     /** One page, newest first, as the JSON text of {tasks, limit?, cursor?} (rows spliced, not rebuilt). */
     async listJson(principal: Principal, query: Page & { status?: TaskStatus }): Promise<string> {
-      const after = query.cursor ? decodeCursor<{ createdAt: string; id: string }>(query.cursor, ['createdAt', 'id']) : undefined;
+      const after = query.cursor ? decodeCursor(query.cursor, createdAtPosition) : undefined;
       const rows = await repo.list(principal.ncaId, query.limit + 1, query.status, after);
       const page = rows.slice(0, query.limit);
-      const tasks = page.map((row) => taskJson(row, documentOf(row).gpuSpecification)).join(',');
+      const tasks = page.map((row) => taskJson(row, gpuSpecificationOf(row))).join(',');
       const last = page[page.length - 1];
       const more = rows.length > query.limit ? `,"limit":${query.limit},"cursor":"${encodeCursor({ createdAt: last.created_at, id: last.id })}"` : '';
       return `{"tasks":[${tasks}]${more}}`;
@@ -178,7 +174,7 @@ export function createTasksService(options: TasksServiceOptions) {
 
     async events(principal: Principal, taskId: string, query: Page) {
       const row = await requireTask(principal, taskId);
-      const after = query.cursor ? decodeCursor<{ seq: number }>(query.cursor, ['seq']).seq : undefined;
+      const after = query.cursor ? decodeCursor(query.cursor, eventPosition).seq : undefined;
       const rows = await repo.events(row.id, query.limit + 1, after);
       const page = rows.slice(0, query.limit);
       const events: TaskEvent[] = page.map((event) => ({
@@ -191,7 +187,7 @@ export function createTasksService(options: TasksServiceOptions) {
 
     async results(principal: Principal, taskId: string, query: Page) {
       const row = await requireTask(principal, taskId);
-      const after = query.cursor ? decodeCursor<{ createdAt: string; id: string }>(query.cursor, ['createdAt', 'id']) : undefined;
+      const after = query.cursor ? decodeCursor(query.cursor, createdAtPosition) : undefined;
       const rows = await repo.results(row.id, query.limit + 1, after);
       const page = rows.slice(0, query.limit);
       const last = page[page.length - 1];
@@ -212,7 +208,7 @@ export function createTasksService(options: TasksServiceOptions) {
     /** PUT /v1/svct/secrets/tasks/{taskId}: the named secrets are set (added or replaced); others stay. */
     async updateSecrets(principal: Principal, taskId: string, secrets: TaskSecret[]): Promise<void> {
       const row = await requireTask(principal, taskId);
-      const merged = new Map((row.secrets ? JSON.parse(box.decrypt(row.secrets)) as TaskSecret[] : []).map((secret) => [secret.name, secret]));
+      const merged = new Map(secretsOf(box, row).map((secret) => [secret.name, secret]));
       for (const secret of secrets) merged.set(secret.name, secret);
       const all = [...merged.values()];
       const document = documentOf(row);
@@ -239,7 +235,7 @@ export function createTasksService(options: TasksServiceOptions) {
       const stored = await results.put(key, body, options.maxResultBytes);
       const result: TaskResultRow = {
         result_id: randomUUID(), task_id: taskId, nca_id: row.nca_id, name, size: stored.size,
-        metadata: JSON.stringify({ size: stored.size, sha256: stored.sha256 }), storage_key: key, created_at: now().toISOString(),
+        metadata: { size: stored.size, sha256: stored.sha256 }, storage_key: key, created_at: now().toISOString(),
       };
       await repo.putResult(result);
       return toResult(result);

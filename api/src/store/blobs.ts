@@ -1,30 +1,32 @@
-// Where task result files are kept. One small interface; the embedded default keeps them in a directory
-// under the data dir (tasks.results.dir, default <dataDir>/task-results). An S3-compatible store would
-// implement the same three calls (not written yet: see the tasks section of docs/api.md).
+// Where the platform keeps files: task results, input assets, large results. One small interface; the
+// embedded default keeps them in a directory under the data dir. An S3-compatible store would implement
+// the same calls (not written yet: see docs/api.md).
 //
-// Keys are '/'-separated paths built by the service (<ncaId>/<prefix>/<taskId>/<name>); each segment is
-// checked here again so that no key can leave the root.
+// Keys are '/'-separated paths built by the services (e.g. <ncaId>/<prefix>/<taskId>/<name>); each segment
+// is checked here again so that no key can leave the root.
 import { createHash, randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { Problem } from '../../http/problem.ts';
+import { Problem } from '../domain/problem.ts';
 
-export interface StoredResult {
+export interface StoredBlob {
   size: number;
   sha256: string;
 }
 
-export interface ResultsStore {
+export interface BlobStore {
   readonly name: string;
   /** Streams `body` into `key`, replacing what was there; a 413 Problem past maxBytes (nothing kept). */
-  put(key: string, body: Readable, maxBytes: number): Promise<StoredResult>;
+  put(key: string, body: Readable, maxBytes: number): Promise<StoredBlob>;
   /** The bytes of `key`, or undefined when there are none. */
   get(key: string): Promise<{ body: Readable; size: number } | undefined>;
-  /** Removes every key under `prefix` (a task's results when it is deleted). */
+  /** Removes `prefix` and every key under it (a task's results when it is deleted, one asset). */
   deletePrefix(prefix: string): Promise<void>;
+  /** Removes the keys directly under `prefix` written before `cutoff` (ms since epoch). */
+  sweep(prefix: string, cutoff: number): Promise<void>;
 }
 
 /** True when every segment of a '/'-separated key is a plain name. */
@@ -34,10 +36,10 @@ export function isSafeKey(key: string): boolean {
     && !segment.includes('\\') && !segment.includes('\0'));
 }
 
-export function createLocalResultsStore(root: string): ResultsStore {
+export function createLocalBlobStore(root: string): BlobStore {
   const incoming = path.join(root, '.incoming');
   const fileOf = (key: string) => {
-    if (!isSafeKey(key)) throw new Error(`unsafe results key ${JSON.stringify(key)}`);
+    if (!isSafeKey(key)) throw new Error(`unsafe blob key ${JSON.stringify(key)}`);
     return path.join(root, ...key.split('/'));
   };
 
@@ -53,7 +55,7 @@ export function createLocalResultsStore(root: string): ResultsStore {
       const meter = new Transform({
         transform(chunk: Buffer, _encoding, done) {
           size += chunk.length;
-          if (size > maxBytes) return done(new Problem('payload-too-large', `A result file may hold at most ${maxBytes} bytes`));
+          if (size > maxBytes) return done(new Problem('payload-too-large', `A file here may hold at most ${maxBytes} bytes`));
           hash.update(chunk);
           done(null, chunk);
         },
@@ -78,6 +80,16 @@ export function createLocalResultsStore(root: string): ResultsStore {
 
     async deletePrefix(prefix) {
       await rm(fileOf(prefix), { recursive: true, force: true });
+    },
+
+    async sweep(prefix, cutoff) {
+      const dir = fileOf(prefix);
+      const names = await readdir(dir).catch(() => [] as string[]);
+      for (const name of names) {
+        const file = path.join(dir, name);
+        const info = await stat(file).catch(() => undefined);
+        if (info?.isFile() && info.mtimeMs < cutoff) await rm(file, { force: true });
+      }
     },
   };
 }

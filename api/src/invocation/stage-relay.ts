@@ -1,0 +1,71 @@
+// Input assets with several API replicas: agents link only to the replica that runs placement, so the
+// others ask it over NATS (request/reply on svc.stage) to have a request's assets put in place. One schema
+// for the ask and one for the answer, decoded at both ends.
+import type { Msg, NatsConnection } from '@nats-io/transport-node';
+import { z } from 'zod';
+import type { Logger } from '../logger.ts';
+
+const SUBJECT = 'svc.stage';
+/** The placement replica's own limit is 120 s (control/agents/staging.ts); this waits a little longer. */
+const ASK_TIMEOUT_MS = 125_000;
+
+const askSchema = z.object({
+  clusterId: z.string(),
+  requestId: z.string(),
+  instanceId: z.string(),
+  assets: z.array(z.object({ assetId: z.string(), path: z.string() })),
+});
+const answerSchema = z.object({ error: z.string().optional() });
+
+export type StageAsk = z.infer<typeof askSchema>;
+
+function jsonOf(msg: Msg): unknown {
+  try {
+    return msg.json();
+  } catch {
+    return undefined;
+  }
+}
+
+/** On the placement replica: stages what the others ask for with `stage` (its agent hub). */
+export function serveStaging(nc: NatsConnection, stage: (ask: StageAsk) => Promise<void>, log: Logger) {
+  const answer = (msg: Msg, error?: string) => {
+    msg.respond(JSON.stringify(error ? { error } : {}));
+  };
+  return nc.subscribe(SUBJECT, {
+    callback: (error, msg) => {
+      if (error) {
+        log.warn({ err: error }, 'staging relay subscription failed');
+      } else {
+        const ask = askSchema.safeParse(jsonOf(msg));
+        if (!ask.success) answer(msg, 'the staging request does not decode');
+        else stage(ask.data).then(() => answer(msg), (failed: Error) => answer(msg, failed.message));
+      }
+    },
+  });
+}
+
+/** On the other replicas: asks the placement replica. */
+export function relayStaging(nc: NatsConnection) {
+  return async (ask: StageAsk): Promise<void> => {
+    let reply: Msg;
+    try {
+      reply = await nc.request(SUBJECT, JSON.stringify(ask), { timeout: ASK_TIMEOUT_MS });
+    } catch (error) {
+      throw new Error(`the placement replica did not answer (${(error as Error).message})`);
+    }
+    const answer = answerSchema.safeParse(jsonOf(reply));
+    if (!answer.success) throw new Error('the placement replica answered something that does not decode');
+    if (answer.data.error) throw new Error(answer.data.error);
+  };
+}
+
+/**
+ * How this replica puts assets in place: with its own agent hub when it runs placement (and, on NATS,
+ * for the other replicas too), else by asking the placement replica over NATS; with neither, it cannot.
+ */
+export function assetStaging(options: { local?: (ask: StageAsk) => Promise<void>; nats?: NatsConnection; log: Logger }) {
+  const { local, nats, log } = options;
+  if (local && nats) serveStaging(nats, local, log);
+  return local ?? (nats && relayStaging(nats));
+}
