@@ -291,10 +291,14 @@ export class JetStreamQueue implements SharedQueue {
 
   async #makeStream(versionId: string) {
     const name = streamOf(versionId);
-    await this.#jsm.streams.info(name).catch(() => this.#jsm.streams.add({
+    const stream = {
       name, subjects: [subjectOf(versionId)], retention: RetentionPolicy.Workqueue, storage: StorageType.File,
       max_msgs: this.#options.maxDepth, discard: DiscardPolicy.New,
-    }));
+    };
+    // Every replica that sees the version ready gets here; one that made it between our look and our add
+    // (perhaps with its own maxDepth during a rolling change) made the stream the version keeps.
+    const exists = await this.#jsm.streams.info(name).then(() => true, () => false);
+    if (!exists) await this.#jsm.streams.add(stream).catch((error) => this.#jsm.streams.info(name).catch(() => { throw error; }));
     const head = { durable_name: 'head', ack_policy: AckPolicy.Explicit, max_ack_pending: HEAD_WINDOW, ack_wait: nanos(ACK_WAIT_MS), max_deliver: -1 };
     // A stream made before the head lock has its consumer at max_ack_pending 1: raised in place.
     await this.#jsm.consumers.add(name, head).catch(() => this.#jsm.consumers.update(name, 'head', { max_ack_pending: HEAD_WINDOW }));
