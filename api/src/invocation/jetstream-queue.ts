@@ -4,10 +4,10 @@
 // - a ticket {id, replica} per waiting request in the version's work-queue stream (FIFO; max_msgs is the
 //   queue limit, so a full queue is refused by the broker for every replica at once);
 // - one durable consumer per version, pulled only by the replica holding the version's head (head-lock.ts):
-//   it takes up to HEAD_WINDOW tickets in order, their slot leases in one write (leases.ts), hands each
-//   grant in order to the ticket's replica over NATS request/reply, and acks; a ticket whose replica is
-//   gone is adopted when its request is a stored 202 (at most once, by a conditional claim in the store),
-//   else dropped (its client went with the replica);
+//   it takes up to HEAD_WINDOW tickets in order, their slot leases in one write (leases.ts), sends the
+//   grants together in order to the tickets' replicas over NATS request/reply, and acks; a ticket whose
+//   replica is gone is adopted when its request is a stored 202 (at most once, by a conditional claim in
+//   the store), else dropped (its client went with the replica);
 // - ready instances are published by the placement replica in the KV bucket svc_ready and watched by all.
 import { randomUUID } from 'node:crypto';
 import { connect, nanos, type Msg, type NatsConnection, type RequestError, type Subscription } from '@nats-io/transport-node';
@@ -39,6 +39,7 @@ const HEAD_WINDOW = 256;
 const HEAD_RETRY_MS = 500;
 
 const ticketSchema = z.object({ id: z.string(), replica: z.string() });
+type Ticket = z.infer<typeof ticketSchema>;
 const readyInstanceSchema = z.object({
   instanceId: z.string(), versionId: z.string(), clusterId: z.string(), maxRequestConcurrency: z.number().int(), gpu: z.string(), instanceType: z.string(),
   backend: z.string(), region: z.string(),
@@ -369,26 +370,38 @@ export class JetStreamQueue implements SharedQueue {
    * together (one write to NATS). A ticket stays in `held` (kept alive) until acked.
    */
   async #grantHeld(versionId: string, held: JsMsg[], stopped: () => boolean) {
-    const leases = await this.#leases.acquireMany(versionId, held.length, () => this.#usable(versionId), stopped);
-    const tickets: boolean[] = [];
-    for (const [index, lease] of (leases ?? []).entries()) {
-      const ticket = ticketSchema.safeParse(held[index].json());
-      if (!ticket.success || !await this.#deliver(ticket.data, lease)) await this.#leases.release(lease);
-      tickets.push(ticket.success);
-    }
+    const leases = await this.#leases.acquireMany(versionId, held.length, () => this.#usable(versionId), stopped) ?? [];
+    const tickets = leases.map((_, index) => ticketSchema.safeParse(held[index].json()));
+    const delivered = await this.#deliverInOrder(tickets.map((ticket, index) => ticket.success && { ticket: ticket.data, lease: leases[index] }));
+    await Promise.all(leases.filter((_, index) => !delivered[index]).map((lease) => this.#leases.release(lease)));
     for (const [index, msg] of held.splice(0, tickets.length).entries()) {
-      if (tickets[index]) msg.ack();
+      if (tickets[index].success) msg.ack();
       else msg.term('not a ticket');
     }
     this.#depths.set(versionId, Math.max(0, (this.#depths.get(versionId) ?? tickets.length) - tickets.length));
   }
 
   /**
-   * True once the ticket's request runs with the lease (here or on its replica). A replica that is slow
-   * to answer is asked again (a grant is answered the same way twice); one with no responder is gone.
+   * Grants in ticket order without one round trip each: grants to other replicas go out together (NATS keeps
+   * their order on this connection), and one of this replica's own runs once every grant before it is taken.
    */
-  async #deliver(ticket: z.infer<typeof ticketSchema>, lease: Lease): Promise<boolean> {
-    if (ticket.replica === this.replicaId) return this.#take(ticket.id, lease);
+  #deliverInOrder(grants: ({ ticket: Ticket; lease: Lease } | false)[]): Promise<boolean[]> {
+    let before: Promise<unknown> = Promise.resolve();
+    return Promise.all(grants.map((grant) => {
+      if (!grant) return false;
+      const delivered = grant.ticket.replica === this.replicaId
+        ? before.then(() => this.#take(grant.ticket.id, grant.lease))
+        : this.#deliver(grant.ticket, grant.lease);
+      before = Promise.all([before, delivered]);
+      return delivered;
+    }));
+  }
+
+  /**
+   * True once the ticket's request runs with the lease on its replica (or here, adopted). A replica that
+   * is slow to answer is asked again (a grant is answered the same way twice); one with no responder is gone.
+   */
+  async #deliver(ticket: Ticket, lease: Lease): Promise<boolean> {
     for (let asked = 1; ; asked++) {
       try {
         const reply = await this.#nc.request(grantSubject(ticket.replica), JSON.stringify({ id: ticket.id, lease }), { timeout: GRANT_TIMEOUT_MS });
