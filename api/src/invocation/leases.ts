@@ -62,14 +62,16 @@ export class SlotLeases {
   /** Up to `count` slots in one write (at least one, waiting while all are full); undefined once stopped. */
   async acquireMany(versionId: string, count: number, instances: () => ReadyInstance[], stopped: () => boolean): Promise<Lease[] | undefined> {
     while (!stopped()) {
-      const taken = await this.#change(versionId, (leases) => this.#takeMany(versionId, leases, instances(), count));
-      if (taken.length) {
-        for (const lease of taken) this.#held(versionId).add(lease.id);
-        return taken;
-      }
+      const taken = await this.#takeNow(versionId, count, instances);
+      if (taken.length) return taken;
       await this.#nextChange(versionId, 1000);
     }
     return undefined;
+  }
+
+  /** A slot if an instance has room now; undefined without waiting. */
+  async tryAcquire(versionId: string, instances: () => ReadyInstance[]): Promise<Lease | undefined> {
+    return (await this.#takeNow(versionId, 1, instances))[0];
   }
 
   /** A lease taken for a request that runs here (granted by the head's replica): renewed here from now on. */
@@ -89,7 +91,9 @@ export class SlotLeases {
 
   /** The entry of a version changed (the bucket's watch): cached, and whoever waits for a slot looks again. */
   changed(versionId: string, entry?: KvEntry) {
-    if (entry) this.#remember(versionId, entry.operation === 'PUT' ? leasesSchema.parse(entry.json()) : {}, entry.revision);
+    // Most entries are this replica's own writes, already cached: decoded only when newer.
+    const known = this.#entries.get(versionId)?.revision ?? -1;
+    if (entry && entry.revision > known) this.#remember(versionId, entry.operation === 'PUT' ? leasesSchema.parse(entry.json()) : {}, entry.revision);
     const waiters = this.#changed.get(versionId);
     this.#changed.delete(versionId);
     for (const wake of waiters ?? []) wake();
@@ -125,6 +129,13 @@ export class SlotLeases {
 
   #renew(leases: Leases, held: Set<string>) {
     for (const id of held) if (leases[id]) leases[id].until = Date.now() + LEASE_MS;
+  }
+
+  /** Up to `count` slots with room at the time of the write (instances are read then), held here. */
+  async #takeNow(versionId: string, count: number, instances: () => ReadyInstance[]): Promise<Lease[]> {
+    const taken = await this.#change(versionId, (leases) => this.#takeMany(versionId, leases, instances(), count));
+    for (const lease of taken) this.#held(versionId).add(lease.id);
+    return taken;
   }
 
   #held(versionId: string): Set<string> {
