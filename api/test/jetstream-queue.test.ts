@@ -4,14 +4,14 @@
 // it; a full queue is a 429 on every replica; a client that leaves takes its ticket with it.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, describe, test } from 'node:test';
+import { after, afterEach, describe, test } from 'node:test';
 import type { ReadyInstance } from '../src/control/instances/service.ts';
 import { Invocation } from '../src/invocation/invocation.ts';
 import { JetStreamQueue } from '../src/invocation/jetstream-queue.ts';
 import { LEASE_MS } from '../src/invocation/leases.ts';
 import type { Grant } from '../src/invocation/queue.ts';
 import { createLogger } from '../src/logger.ts';
-import { forgetVersion, NATS_URL, natsAvailable } from './helpers/nats.ts';
+import { forgetVersion, NATS_URL, natsAvailable, ticketsTaken } from './helpers/nats.ts';
 import { until } from './helpers/wait.ts';
 
 const ready = await natsAvailable();
@@ -19,8 +19,11 @@ const ready = await natsAvailable();
 describe('JetStreamQueue across two replicas', { skip: !ready }, () => {
   const versions: string[] = [];
   const queues: JetStreamQueue[] = [];
+  // Each test's replicas are the only ones: a queue left running would compete for the next test's head.
+  afterEach(async () => {
+    await Promise.all(queues.splice(0).map((queue) => queue.close()));
+  });
   after(async () => {
-    await Promise.all(queues.map((queue) => queue.close()));
     for (const versionId of versions) await forgetVersion(versionId);
   });
 
@@ -83,6 +86,25 @@ describe('JetStreamQueue across two replicas', { skip: !ready }, () => {
     granted[0].grant.release('done');
     await until('the second grant', async () => granted.length === 2);
     assert.deepEqual(granted.map((entry) => entry.id), ['a', 'b']);
+  });
+
+  test('with the head here, nothing waiting and room on an instance, a request runs without a ticket; a full instance means a ticket', async () => {
+    const { pair, granted, request, instance, versionId } = await setup(10, 1, 1);
+    pair[0].ready(instance.versionId, [instance]);
+    await pair[0].enqueue(request('first'));
+    await until('the first grant', async () => granted.length === 1);
+    granted[0].grant.release('done');
+    const before = await ticketsTaken(versionId);
+    await pair[0].enqueue(request('at once'));
+    assert.equal(granted.at(-1)?.id, 'at once', 'granted before enqueue returned');
+    assert.equal(await ticketsTaken(versionId), before, 'no ticket was written');
+    // The only slot is taken: the next request waits in the stream like any other.
+    await pair[0].enqueue(request('waits'));
+    assert.equal(await ticketsTaken(versionId), before + 1, 'a ticket for the request that waits');
+    assert.equal(granted.length, 2);
+    granted[1].grant.release('done');
+    await until('the waiting request granted', async () => granted.length === 3);
+    assert.equal(granted[2].id, 'waits');
   });
 
   test('a replica that dies while running a request another replica granted: its slot comes back once its lease runs out', async () => {

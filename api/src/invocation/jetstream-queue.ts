@@ -85,6 +85,8 @@ export class JetStreamQueue implements SharedQueue {
   /** Instances that failed a connection here, left out until placement announces a new set. */
   readonly #benched = new Set<string>();
   readonly #heads = new Map<string, Head>();
+  /** The tickets held per version whose head this replica holds, waiting for slots. */
+  readonly #holding = new Map<string, JsMsg[]>();
   readonly #streams = new Map<string, Promise<void>>();
   readonly #depths = new Map<string, number>();
   readonly #subscriptions: Subscription[] = [];
@@ -143,6 +145,7 @@ export class JetStreamQueue implements SharedQueue {
 
   async enqueue(invocation: Invocation) {
     const { versionId } = invocation;
+    if (await this.#runAtOnce(invocation)) return;
     await this.#stream(versionId);
     // Waiting before the ticket exists: its grant may come back before the broker's ack does.
     const waiting = { invocation, seq: 0 };
@@ -159,6 +162,19 @@ export class JetStreamQueue implements SharedQueue {
         headers: { 'retry-after': '1' },
       });
     }
+  }
+
+  /**
+   * With the version's head here, no ticket waiting and an instance with room, a request needs no ticket
+   * (no publish, pull and ack): it runs now. A ticket still on its way from another replica can be
+   * overtaken by at most its delivery.
+   */
+  async #runAtOnce(invocation: Invocation): Promise<boolean> {
+    const { versionId } = invocation;
+    if (this.#holding.get(versionId)?.length !== 0) return false;
+    const lease = await this.#leases.tryAcquire(versionId, () => this.#usable(versionId));
+    if (lease) this.#run(invocation, this.#grant(lease));
+    return lease !== undefined;
   }
 
   /** It held the head already: it takes the next slot directly instead of a new ticket at the tail. */
@@ -333,6 +349,7 @@ export class JetStreamQueue implements SharedQueue {
     const consumer = await this.#js.consumers.get(streamOf(versionId), 'head');
     const tickets = await consumer.consume({ max_messages: HEAD_WINDOW });
     const held: JsMsg[] = [];
+    this.#holding.set(versionId, held);
     let arrived = () => {};
     let ended = false;
     const stop = () => {
@@ -359,6 +376,7 @@ export class JetStreamQueue implements SharedQueue {
         else await this.#grantHeld(versionId, held, stopped);
       }
     } finally {
+      this.#holding.delete(versionId);
       clearInterval(keepAlive);
       await pulling;
       for (const msg of held.splice(0)) msg.nak();

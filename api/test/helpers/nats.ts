@@ -33,6 +33,16 @@ export function natsAvailable(): Promise<boolean> {
   return reachable;
 }
 
+/** How many tickets a version's queue stream has taken so far (its last sequence number). */
+export async function ticketsTaken(versionId: string): Promise<number> {
+  const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
+  try {
+    return (await (await jetstreamManager(nc)).streams.info(`SVC_Q_${versionId}`)).state.last_seq;
+  } finally {
+    await nc.close();
+  }
+}
+
 /** Removes what a test's function version left in the shared NATS server (its queue stream, KV entries). */
 export async function forgetVersion(versionId: string) {
   const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
