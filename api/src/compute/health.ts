@@ -40,6 +40,7 @@ export interface ProbeResult {
   healthy: boolean;
   /** One line for reports and logs: "HTTP 503", "ECONNREFUSED", "timed out after 1000 ms". */
   detail: string;
+  timedOut?: true;
 }
 
 export function healthTarget(check: HealthCheck, endpoint: Endpoint): HealthTarget {
@@ -69,7 +70,7 @@ function probeHttp(target: HealthTarget, signal?: AbortSignal): Promise<ProbeRes
     const request = http.get({ host: target.host, port: target.port, path: target.path, agent: false, signal });
     const timer = setTimeout(() => {
       request.destroy();
-      resolve({ healthy: false, detail: `timed out after ${target.timeoutMs} ms` });
+      resolve({ healthy: false, detail: `timed out after ${target.timeoutMs} ms`, timedOut: true });
     }, target.timeoutMs);
     request.on('response', (response) => {
       clearTimeout(timer);
@@ -89,7 +90,7 @@ function probeTcp(target: HealthTarget, signal?: AbortSignal): Promise<ProbeResu
     const socket = net.connect({ host: target.host, port: target.port, signal });
     const timer = setTimeout(() => {
       socket.destroy();
-      resolve({ healthy: false, detail: `timed out after ${target.timeoutMs} ms` });
+      resolve({ healthy: false, detail: `timed out after ${target.timeoutMs} ms`, timedOut: true });
     }, target.timeoutMs);
     socket.once('connect', () => {
       clearTimeout(timer);
@@ -118,10 +119,13 @@ export async function waitUntilHealthy(
     const remaining = deadline - Date.now();
     if (remaining <= 0) return { outcome: 'timeout', detail };
     // A probe never outlives the grace period.
-    const result = await probe({ ...target, timeoutMs: Math.min(target.timeoutMs, remaining) }, signal);
+    const timeoutMs = Math.min(target.timeoutMs, remaining);
+    const result = await probe({ ...target, timeoutMs }, signal);
     if (signal.aborted) break;
     if (result.healthy) return { outcome: 'healthy' };
-    detail = result.detail;
+    // One the deadline cut short tells only that the time ran out; an earlier whole answer tells more.
+    const cutShort = result.timedOut && timeoutMs < target.timeoutMs;
+    if (!cutShort || detail === 'never probed') detail = result.detail;
     if (!await pause(Math.min(settings.startupIntervalMs, Math.max(0, deadline - Date.now())), signal)) break;
   }
   return { outcome: 'aborted' };
