@@ -45,7 +45,7 @@ describe('compute units', () => {
     assert.deepEqual([0, 1, 2, 3, 4, 5, 6, 50].map((n) => backoffDelay(settings, n)), [1000, 2000, 4000, 8000, 16_000, 30_000, 30_000, 30_000]);
   });
 
-  test('health: target from the function, HTTP status must match, GRPC is a TCP connect', async () => {
+  test('health: target from the function, HTTP status must match, GRPC is a TCP connect', async (t) => {
     const endpoint = { host: '127.0.0.1', ports: { inference: 1, health: 2 } };
     assert.deepEqual(healthTarget({ protocol: 'HTTP', uri: 'ready', port: 9, timeout: 'PT1.5S', expectedStatusCode: 204 }, endpoint),
       { check: 'http', host: '127.0.0.1', port: 2, path: '/ready', timeoutMs: 1500, expectedStatusCode: 204 });
@@ -60,12 +60,17 @@ describe('compute units', () => {
       res.writeHead(req.url === '/ok' ? 200 : 500).end();
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    // A failed assertion must not leave the server (and its hung connection) keeping the file running.
+    t.after(() => {
+      if (server.listening) server.close();
+      server.closeAllConnections();
+    });
     const port = (server.address() as AddressInfo).port;
     const target = { check: 'http' as const, host: '127.0.0.1', port, path: '/ok', timeoutMs: 300, expectedStatusCode: 200 };
     assert.deepEqual(await probe(target), { healthy: true, detail: 'HTTP 200' });
     assert.deepEqual(await probe({ ...target, path: '/bad' }), { healthy: false, detail: 'HTTP 500' });
     assert.deepEqual(await probe({ ...target, path: '/ok', expectedStatusCode: 204 }), { healthy: false, detail: 'HTTP 200' });
-    assert.deepEqual(await probe({ ...target, path: '/hang' }), { healthy: false, detail: 'timed out after 300 ms' });
+    assert.deepEqual(await probe({ ...target, path: '/hang' }), { healthy: false, detail: 'timed out after 300 ms', timedOut: true });
     assert.deepEqual(await probe({ ...target, check: 'tcp' }), { healthy: true, detail: 'TCP connect' });
     // close() first: a connection accepted after closeAllConnections() would keep close() waiting forever.
     const closed = new Promise((resolve) => server.close(resolve));
