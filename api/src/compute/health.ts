@@ -114,10 +114,10 @@ export async function waitUntilHealthy(
   target: HealthTarget, graceMs: number, settings: ProbeSettings, signal: AbortSignal,
 ): Promise<StartupOutcome> {
   const deadline = Date.now() + graceMs;
-  let detail = 'never probed';
+  let detail: string | undefined;
   while (!signal.aborted) {
     const remaining = deadline - Date.now();
-    if (remaining <= 0) return { outcome: 'timeout', detail };
+    if (remaining <= 0) return { outcome: 'timeout', detail: detail ?? 'never probed' };
     // A probe never outlives the grace period.
     const timeoutMs = Math.min(target.timeoutMs, remaining);
     const result = await probe({ ...target, timeoutMs }, signal);
@@ -125,7 +125,7 @@ export async function waitUntilHealthy(
     if (result.healthy) return { outcome: 'healthy' };
     // One the deadline cut short tells only that the time ran out; an earlier whole answer tells more.
     const cutShort = result.timedOut && timeoutMs < target.timeoutMs;
-    if (!cutShort || detail === 'never probed') detail = result.detail;
+    if (!cutShort || detail === undefined) detail = result.detail;
     if (!await pause(Math.min(settings.startupIntervalMs, Math.max(0, deadline - Date.now())), signal)) break;
   }
   return { outcome: 'aborted' };

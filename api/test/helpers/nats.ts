@@ -3,7 +3,7 @@
 import net from 'node:net';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
-import { connect } from '@nats-io/transport-node';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
 
 export const NATS_URL = process.env.SVC_TEST_NATS_URL ?? 'nats://127.0.0.1:4222';
 
@@ -33,25 +33,26 @@ export function natsAvailable(): Promise<boolean> {
   return reachable;
 }
 
-/** How many tickets a version's queue stream has taken so far (its last sequence number). */
-export async function ticketsTaken(versionId: string): Promise<number> {
+/** Runs `use` on a connection of its own to the test NATS server, closed afterwards. */
+async function withNats<T>(use: (nc: NatsConnection) => Promise<T>): Promise<T> {
   const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
   try {
-    return (await (await jetstreamManager(nc)).streams.info(`SVC_Q_${versionId}`)).state.last_seq;
+    return await use(nc);
   } finally {
     await nc.close();
   }
 }
 
+/** How many tickets a version's queue stream has taken so far (its last sequence number). */
+export function ticketsTaken(versionId: string): Promise<number> {
+  return withNats(async (nc) => (await (await jetstreamManager(nc)).streams.info(`SVC_Q_${versionId}`)).state.last_seq);
+}
+
 /** Removes what a test's function version left in the shared NATS server (its queue stream, KV entries). */
-export async function forgetVersion(versionId: string) {
-  const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
-  try {
-    const jsm = await jetstreamManager(nc);
-    await jsm.streams.delete(`SVC_Q_${versionId}`).catch(() => {});
+export function forgetVersion(versionId: string): Promise<void> {
+  return withNats(async (nc) => {
+    await (await jetstreamManager(nc)).streams.delete(`SVC_Q_${versionId}`).catch(() => {});
     const kvm = new Kvm(nc);
     for (const bucket of ['svc_ready', 'svc_slots', 'svc_heads']) await (await kvm.open(bucket)).purge(versionId).catch(() => {});
-  } finally {
-    await nc.close();
-  }
+  });
 }
