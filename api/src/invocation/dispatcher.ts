@@ -1,11 +1,11 @@
-// Carries a request that holds a slot to its instance: keep-alive connection pools per instance (undici),
-// and one Exchange per request that streams the instance's response straight into its BodyWriter.
-import { Pool } from 'undici';
-import type { Dispatcher as UndiciDispatcher } from 'undici';
+// Carries a request that holds a slot to its instance: keep-alive connection pools per instance
+// (upstream.ts), and one Exchange per request that streams the instance's response straight into its
+// BodyWriter.
 import type { ReadyInstance } from '../control/instances/service.ts';
 import { containerHeaders } from './headers.ts';
-import type { BodyWriter, Invocation } from './invocation.ts';
+import type { BodyWriter, Invocation, ResponseHeaders } from './invocation.ts';
 import { originOf } from './slots.ts';
+import { UpstreamPool, type ExchangeControl, type ResponseHandler } from './upstream.ts';
 
 /**
  * How an exchange ended. `unreachable`: the request never reached the instance (refused, unresolvable),
@@ -15,61 +15,59 @@ export type ExchangeOutcome = 'done' | 'unreachable' | 'broken';
 
 export interface ExchangeEvents {
   /** The response starts: the writer its body goes to. */
-  started(status: number, headers: Record<string, string | string[] | undefined>): BodyWriter;
+  started(status: number, headers: ResponseHeaders): BodyWriter;
   finished(outcome: ExchangeOutcome, error?: Error): void;
 }
 
 /** Connect failures: the request never reached the instance. */
-const NOT_STARTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'ENETUNREACH']);
-/** A request may run for an hour (the longest poll window), plus a margin. */
+const NOT_STARTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ECONNECTTIMEOUT', 'ENETUNREACH']);
+/** A request may run for an hour (the longest poll window), plus a margin, without a byte from its instance. */
 const HARD_TIMEOUT_MS = 3_605_000;
 
-/** One request to one instance, as an undici dispatch handler: no Readable, no AbortSignal, no promise. */
-class Exchange implements UndiciDispatcher.DispatchHandler {
-  readonly #invocation: Invocation;
+/** One request to one instance: the response's events go to its writer, then the outcome to `events`. */
+class Exchange implements ResponseHandler {
   readonly #events: ExchangeEvents;
   #writer: BodyWriter | undefined;
+  /** Ended or failed: nothing more reaches the writer (an abort can come mid-read). */
+  #over = false;
+  /** Set once dispatched: resumes a paused connection. */
+  control: ExchangeControl | undefined;
 
-  constructor(invocation: Invocation, events: ExchangeEvents) {
-    this.#invocation = invocation;
+  constructor(events: ExchangeEvents) {
     this.#events = events;
   }
 
-  onRequestStart(controller: UndiciDispatcher.DispatchController) {
-    if (this.#invocation.cancelled) controller.abort(new Error('the client left'));
-    else this.#invocation.abort = () => controller.abort(new Error('the client left'));
+  head(status: number, headers: ResponseHeaders) {
+    this.#writer = this.#events.started(status, headers);
   }
 
-  onResponseStart(_controller: UndiciDispatcher.DispatchController, status: number, headers: Record<string, string | string[] | undefined>) {
-    if (status >= 200) this.#writer = this.#events.started(status, headers);
+  data(chunk: Buffer): boolean {
+    if (this.#over || this.#writer!.data(chunk)) return true;
+    this.#writer!.onDrain(() => this.control?.resume());
+    return false;
   }
 
-  onResponseData(controller: UndiciDispatcher.DispatchController, chunk: Buffer) {
-    if (this.#writer && !this.#writer.data(chunk)) {
-      controller.pause();
-      this.#writer.onDrain(() => controller.resume());
-    }
-  }
-
-  onResponseEnd() {
-    this.#invocation.abort = undefined;
-    this.#writer?.end();
+  end() {
+    if (this.#over) return;
+    this.#over = true;
+    this.#writer!.end();
     this.#events.finished('done');
   }
 
-  onResponseError(_controller: UndiciDispatcher.DispatchController, error: Error) {
-    this.#invocation.abort = undefined;
+  error(error: Error & { code?: string }) {
+    if (this.#over) return;
+    this.#over = true;
     if (this.#writer) {
       this.#writer.error();
       this.#events.finished('broken', error);
     } else {
-      this.#events.finished(NOT_STARTED.has((error as { code?: string }).code ?? '') ? 'unreachable' : 'broken', error);
+      this.#events.finished(NOT_STARTED.has(error.code ?? '') ? 'unreachable' : 'broken', error);
     }
   }
 }
 
 export class Dispatcher {
-  readonly #pools = new Map<string, Pool>();
+  readonly #pools = new Map<string, UpstreamPool>();
   /** Origins placement announces, per version; a pool lives while its origin is announced or busy. */
   readonly #announced = new Map<string, Set<string>>();
   /** How many versions announce each origin. */
@@ -84,18 +82,22 @@ export class Dispatcher {
   send(invocation: Invocation, instance: ReadyInstance, events: ExchangeEvents) {
     const origin = originOf(instance);
     this.#busy.set(origin, (this.#busy.get(origin) ?? 0) + 1);
-    const exchange = new Exchange(invocation, {
+    const exchange = new Exchange({
       started: events.started,
       finished: (outcome, error) => {
+        invocation.abort = undefined;
         this.#idle(origin);
         events.finished(outcome, error);
       },
     });
     const { body, passThrough } = invocation.request;
-    this.#pool(origin, instance).dispatch({
-      path: passThrough?.path ?? invocation.target.inferenceUrl, method: passThrough?.method ?? 'POST', body,
-      headers: containerHeaders(invocation, instance, this.#maxResultBytes),
+    const control = this.#pool(origin).dispatch({
+      method: passThrough?.method ?? 'POST', path: passThrough?.path ?? invocation.target.inferenceUrl, body,
+      headerLines: containerHeaders(invocation, instance, this.#maxResultBytes),
     }, exchange);
+    exchange.control = control;
+    if (invocation.cancelled) control.abort(new Error('the client left'));
+    else invocation.abort = () => control.abort(new Error('the client left'));
   }
 
   /** Instances come and go (a streaming container lives one session); their pools go with them. */
@@ -114,17 +116,15 @@ export class Dispatcher {
     }
   }
 
-  async close() {
-    await Promise.all([...this.#pools.values()].map((pool) => pool.close().catch(() => {})));
+  close() {
+    for (const pool of this.#pools.values()) pool.close();
     this.#pools.clear();
   }
 
-  #pool(origin: string, instance: ReadyInstance): Pool {
+  #pool(origin: string): UpstreamPool {
     let pool = this.#pools.get(origin);
     if (!pool) {
-      pool = new Pool(origin, {
-        connections: Math.max(instance.maxRequestConcurrency, 1), pipelining: 1, headersTimeout: HARD_TIMEOUT_MS, bodyTimeout: HARD_TIMEOUT_MS,
-      });
+      pool = new UpstreamPool(origin, HARD_TIMEOUT_MS);
       this.#pools.set(origin, pool);
     }
     return pool;
@@ -141,6 +141,6 @@ export class Dispatcher {
     if (this.#wanted.has(origin)) return;
     const pool = this.#pools.get(origin);
     this.#pools.delete(origin);
-    void pool?.close().catch(() => {});
+    pool?.close();
   }
 }

@@ -2,11 +2,11 @@
 // the platform's credential and any SVC-* the client sent; the SVC-* headers the platform adds.
 import type { IncomingHttpHeaders } from 'node:http';
 import type { ReadyInstance } from '../control/instances/service.ts';
-import type { Invocation } from './invocation.ts';
+import type { Invocation, ResponseHeaders } from './invocation.ts';
 
 const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'trailers',
-  'transfer-encoding', 'upgrade', 'host', 'content-length',
+  'transfer-encoding', 'upgrade', 'host', 'content-length', 'expect',
 ]);
 
 /**
@@ -24,34 +24,34 @@ export function forwardedRequestHeaders(headers: IncomingHttpHeaders, passThroug
   return forwarded;
 }
 
-/** What the container gets: the client's headers and the platform's SVC-* ones, as undici's flat list. */
-export function containerHeaders(invocation: Invocation, instance: ReadyInstance, maxResultBytes: number): string[] {
-  const { target } = invocation;
-  const outputDir = instance.endpoint.outputDir ? `${instance.endpoint.outputDir}/${invocation.id}` : '';
-  const headers: string[] = [];
+/** The SVC-* lines every request of a version to one instance carries: rendered once per pair. */
+const fixedLines = new WeakMap<ReadyInstance, { target: Invocation['target']; maxResultBytes: number; lines: string }>();
+
+function versionLines(target: Invocation['target'], instance: ReadyInstance, maxResultBytes: number): string {
+  const known = fixedLines.get(instance);
+  if (known?.target === target && known.maxResultBytes === maxResultBytes) return known.lines;
+  const lines = `svc-ncaid: ${target.ncaId}\r\nsvc-function-name: ${target.functionName}\r\nsvc-function-id: ${target.functionId}\r\n`
+    + `svc-function-version-id: ${target.versionId}\r\nsvc-max-response-size-bytes: ${maxResultBytes}\r\nsvc-backend: ${instance.backend}\r\n`
+    + `svc-instancetype: ${instance.instanceType}\r\nsvc-region: ${instance.region}\r\nsvc-env: svc\r\n`;
+  fixedLines.set(instance, { target, maxResultBytes, lines });
+  return lines;
+}
+
+/** What the container gets: the client's headers and the platform's SVC-* ones, as header lines. */
+export function containerHeaders(invocation: Invocation, instance: ReadyInstance, maxResultBytes: number): string {
   const { request } = invocation;
-  for (const name in request.headers) headers.push(name, request.headers[name]);
-  headers.push(
-    'svc-reqid', invocation.id,
-    'svc-sub', invocation.subject,
-    'svc-ncaid', target.ncaId,
-    'svc-function-name', target.functionName,
-    'svc-function-id', target.functionId,
-    'svc-function-version-id', target.versionId,
-    'svc-asset-dir', outputDir ? `${outputDir}/assets` : '',
-    'svc-large-output-dir', outputDir,
-    'svc-max-response-size-bytes', String(maxResultBytes),
-    'svc-backend', instance.backend,
-    'svc-instancetype', instance.instanceType,
-    'svc-region', instance.region,
-    'svc-env', 'svc',
-  );
-  if (request.assets?.length) headers.push('svc-function-asset-ids', request.assets.join(','));
-  return headers;
+  const outputDir = instance.endpoint.outputDir ? `${instance.endpoint.outputDir}/${invocation.id}` : '';
+  let lines = '';
+  for (const name in request.headers) lines += `${name}: ${request.headers[name]}\r\n`;
+  lines += `svc-reqid: ${invocation.id}\r\nsvc-sub: ${invocation.subject}\r\n`
+    + `svc-asset-dir: ${outputDir && `${outputDir}/assets`}\r\nsvc-large-output-dir: ${outputDir}\r\n`
+    + versionLines(invocation.target, instance, maxResultBytes);
+  if (request.assets?.length) lines += `svc-function-asset-ids: ${request.assets.join(',')}\r\n`;
+  return lines;
 }
 
 /** Container response headers that go to the client. */
-export function forwardedResponseHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
+export function forwardedResponseHeaders(headers: ResponseHeaders): ResponseHeaders {
   const forwarded: Record<string, string | string[]> = {};
   for (const name in headers) {
     const value = headers[name];

@@ -2,9 +2,12 @@
 import { Problem } from '../domain/problem.ts';
 import type { Target } from './resolver.ts';
 
+/** An instance's response headers, names lower-cased; a repeated header is an array. */
+export type ResponseHeaders = Record<string, string | string[]>;
+
 export interface StoredResult {
   status: number;
-  headers: Record<string, string | string[]>;
+  headers: ResponseHeaders;
   body: Buffer;
 }
 
@@ -26,7 +29,7 @@ export interface BodyWriter {
 /** The synchronous client's end, written by the HTTP layer (reply.ts); the plane never sees a socket. */
 export interface ClientSink {
   /** The function's response starts; the returned writer takes its body. */
-  start(invocation: Invocation, status: number, headers: Record<string, string | string[] | undefined>): BodyWriter;
+  start(invocation: Invocation, status: number, headers: ResponseHeaders): BodyWriter;
   /** The whole answer at once (a result finished before the client was told anything). */
   result(invocation: Invocation, result: StoredResult): void;
   /** Nothing started within the poll window: 202 with the progress so far. */

@@ -8,16 +8,15 @@ import { absoluteUrl } from '../http/host.ts';
 import { isLargeResultPath } from './large-results.ts';
 import type { Logger } from '../logger.ts';
 import { forwardedResponseHeaders, svcStatus } from './headers.ts';
-import { rewrapsErrors, type BodyWriter, type ClientSink, type Invocation, type Progress, type StoredResult } from './invocation.ts';
+import { rewrapsErrors, type BodyWriter, type ClientSink, type Invocation, type Progress, type ResponseHeaders, type StoredResult } from './invocation.ts';
 
 const EXPOSED = 'svc-reqid, svc-status, svc-percent-complete';
 /** Bodies up to this size are read whole and sent in one write; larger ones and SSE stream through. */
 const BUFFERED_BYTES = 64 * 1024;
 
-type Headers = Record<string, string | string[] | undefined>;
-
-function invocationHeaders(id: string, status: number): Record<string, string> {
-  return { 'svc-reqid': id, 'svc-status': svcStatus(status), 'access-control-expose-headers': EXPOSED };
+/** Adds the platform's headers of an answer to `headers`. */
+function withInvocationHeaders<H extends Record<string, string | string[]>>(headers: H, id: string, status: number): H {
+  return Object.assign(headers, { 'svc-reqid': id, 'svc-status': svcStatus(status), 'access-control-expose-headers': EXPOSED });
 }
 
 function kebab(status: number): string {
@@ -43,22 +42,22 @@ function containerProblem(status: number, body: Buffer, instance: string, reques
 
 /** A whole answer in one write; a container's error rewrapped as problem+json when `rewrap` (rewrapsErrors). */
 export function sendResult(res: ServerResponse, request: { id: string; rewrap: boolean }, result: StoredResult, instance: string) {
-  const headers = invocationHeaders(request.id, result.status);
   if (result.status >= 400 && request.rewrap && !String(result.headers['content-type'] ?? '').startsWith(PROBLEM_CONTENT_TYPE)) {
-    res.writeHead(result.status, { ...headers, 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8` });
+    res.writeHead(result.status, withInvocationHeaders({ 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8` }, request.id, result.status));
     res.end(containerProblem(result.status, result.body, instance, request.id));
     return;
   }
   const forwarded = forwardedResponseHeaders(result.headers);
   // A large result's Location is the platform's own signed path: made absolute, on the host the client reached.
   if (result.status === 302 && isLargeResultPath(forwarded.location)) forwarded.location = absoluteUrl(res.req, forwarded.location);
-  res.writeHead(result.status, { ...forwarded, ...headers, 'content-length': String(result.body.length) });
+  forwarded['content-length'] = String(result.body.length);
+  res.writeHead(result.status, withInvocationHeaders(forwarded, request.id, result.status));
   res.end(result.body);
 }
 
 /** 202: SVC-REQID, the progress so far and the partial response as the body. */
 export function sendPending(res: ServerResponse, invocation: { id: string; progress?: Progress }) {
-  const headers: Record<string, string> = invocationHeaders(invocation.id, 202);
+  const headers: Record<string, string> = withInvocationHeaders({}, invocation.id, 202);
   const progress = invocation.progress;
   if (progress) headers['svc-percent-complete'] = String(progress.percent);
   if (progress?.partialResponse !== undefined) {
@@ -78,7 +77,7 @@ class ResponseWriter implements BodyWriter {
   readonly #res: ServerResponse;
   readonly #invocation: Invocation;
   readonly #status: number;
-  readonly #headers: Headers;
+  readonly #headers: ResponseHeaders;
   readonly #instance: string;
   readonly #rewrap: boolean;
   readonly #answered: (status: number) => void;
@@ -86,7 +85,7 @@ class ResponseWriter implements BodyWriter {
   #size = 0;
   #streaming = false;
 
-  constructor(res: ServerResponse, invocation: Invocation, status: number, headers: Headers, instance: string, answered: (status: number) => void) {
+  constructor(res: ServerResponse, invocation: Invocation, status: number, headers: ResponseHeaders, instance: string, answered: (status: number) => void) {
     this.#res = res;
     this.#answered = answered;
     this.#invocation = invocation;
@@ -113,10 +112,8 @@ class ResponseWriter implements BodyWriter {
     if (this.#streaming) {
       this.#res.end();
     } else {
-      const headers: Record<string, string | string[]> = {};
-      for (const name in this.#headers) if (this.#headers[name] !== undefined) headers[name] = this.#headers[name];
       const body = this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks);
-      sendResult(this.#res, { id: this.#invocation.id, rewrap: this.#rewrap }, { status: this.#status, headers, body }, this.#instance);
+      sendResult(this.#res, { id: this.#invocation.id, rewrap: this.#rewrap }, { status: this.#status, headers: this.#headers, body }, this.#instance);
     }
     this.#answered(this.#status);
   }
@@ -131,7 +128,7 @@ class ResponseWriter implements BodyWriter {
 
   #stream() {
     this.#streaming = true;
-    this.#res.writeHead(this.#status, { ...forwardedResponseHeaders(this.#headers), ...invocationHeaders(this.#invocation.id, this.#status) });
+    this.#res.writeHead(this.#status, withInvocationHeaders(forwardedResponseHeaders(this.#headers), this.#invocation.id, this.#status));
     this.#res.flushHeaders();
   }
 }
@@ -155,7 +152,7 @@ export class ClientReply implements ClientSink {
     this.#answered = answered;
   }
 
-  start(invocation: Invocation, status: number, headers: Headers): BodyWriter {
+  start(invocation: Invocation, status: number, headers: ResponseHeaders): BodyWriter {
     return new ResponseWriter(this.#res, invocation, status, headers, this.#instance, this.#answered);
   }
 

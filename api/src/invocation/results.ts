@@ -2,7 +2,7 @@
 // expires, and survives a restart (at-most-once: a request that was running when the platform stopped
 // ends 502, it is never run twice).
 import type { Logger } from '../logger.ts';
-import { Invocation, problemResult, type BodyWriter, type StoredResult } from './invocation.ts';
+import { Invocation, problemResult, type BodyWriter, type ResponseHeaders, type StoredResult } from './invocation.ts';
 import type { DurableRecord, InvocationsRepo } from './repo.ts';
 
 export const RESTARTED = 'The platform restarted while the request was running; it was not retried (at-most-once execution)';
@@ -144,7 +144,7 @@ function revive(record: DurableRecord): Invocation {
  */
 export class ResultCollector implements BodyWriter {
   readonly #status: number;
-  readonly #headers: Record<string, string | string[]>;
+  readonly #headers: ResponseHeaders;
   readonly #limit: number;
   readonly #done: (result: StoredResult, abort: boolean) => void;
   readonly #spill: ((held: Buffer[]) => BodyWriter) | undefined;
@@ -153,11 +153,10 @@ export class ResultCollector implements BodyWriter {
   #over = false;
   #spilled: BodyWriter | undefined;
 
-  constructor(status: number, headers: Record<string, string | string[] | undefined>, limit: number,
+  constructor(status: number, headers: ResponseHeaders, limit: number,
     done: (result: StoredResult, abort: boolean) => void, spill?: (held: Buffer[]) => BodyWriter) {
     this.#status = status;
-    this.#headers = {};
-    for (const name in headers) if (headers[name] !== undefined) this.#headers[name] = headers[name];
+    this.#headers = headers;
     this.#limit = limit;
     this.#done = done;
     this.#spill = spill;

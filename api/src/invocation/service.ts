@@ -13,7 +13,7 @@ import type { ProgressReport } from '../compute/protocol.ts';
 import type { Dispatcher, ExchangeOutcome } from './dispatcher.ts';
 import type { LargeResults } from './large-results.ts';
 import {
-  Invocation, problemResult, rewrapsErrors, type BodyWriter, type ClientSink, type InvocationRequest, type Progress, type StoredResult,
+  Invocation, problemResult, rewrapsErrors, type BodyWriter, type ClientSink, type InvocationRequest, type Progress, type ResponseHeaders, type StoredResult,
 } from './invocation.ts';
 import { isShared, type Grant, type InvocationQueue, type SharedQueue } from './queue.ts';
 import { ResultCollector, type DurableResults } from './results.ts';
@@ -244,7 +244,7 @@ export class InvocationService {
   }
 
   /** The response starts: to the waiting client if there is one, else into a result. */
-  #started(invocation: Invocation, status: number, headers: Record<string, string | string[] | undefined>): BodyWriter {
+  #started(invocation: Invocation, status: number, headers: ResponseHeaders): BodyWriter {
     const sink = detachSink(invocation);
     if (sink) return sink.start(invocation, status, headers);
     const done = (result: StoredResult, abort: boolean) => {

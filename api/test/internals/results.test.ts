@@ -49,7 +49,7 @@ test('after a restart: queued ones wait again, a running one ends 502 (never run
 
 test('a response nobody waits for is kept whole up to the limit, else it becomes a 502', () => {
   const kept: StoredResult[] = [];
-  const small = new ResultCollector(201, { 'content-type': 'text/plain', gone: undefined }, 8, (result) => kept.push(result));
+  const small = new ResultCollector(201, { 'content-type': 'text/plain' }, 8, (result) => kept.push(result));
   small.data(Buffer.from('abcd'));
   small.data(Buffer.from('efgh'));
   small.end();
