@@ -1,7 +1,7 @@
 // bench/invoke: POST /v2/svc/pexec through the gateway, next to the same echo instance called directly,
 // through nginx (Debian) proxy_pass with upstream keep-alive, and through the barest Node.js proxy (an
 // http server forwarding with undici: the ceiling of any Node implementation on this machine), at
-// concurrency 1, 32 and 256. With PostgreSQL and NATS JetStream reachable, a last row per level: two API
+// concurrency 1, 32 and 256, in rounds (medians reported). With PostgreSQL and NATS JetStream reachable, a last row per level: two API
 // replicas on them behind a round-robin client.
 // Targets: c=32 ≥ 0.85× the bare Node.js proxy (≥ 0.8× nginx); added p50 at c=1 ≤ 0.15 ms; c=256 ≥ 0.8× the bare proxy.
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -17,10 +17,15 @@ import { forgetVersion, NATS_URL, natsAvailable } from '../../api/test/helpers/n
 import { servePlatform, type ServedPlatform } from '../../api/test/helpers/served.ts';
 import { freePort } from '../../api/test/helpers/wait.ts';
 import { load, type LoadTarget } from '../lib/load.ts';
-import { printTable } from '../lib/report.ts';
+import { median, printTable } from '../lib/report.ts';
 
 const NGINX = '/usr/sbin/nginx';
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+/**
+ * Rows are measured in rounds, each path once per round in turn, and reported as medians: on a shared
+ * 2-core machine the speed drifts by a fifth within a minute, more than the gaps measured here.
+ */
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const LEVELS = (process.env.BENCH_LEVELS ?? '1,32,256').split(',').map(Number);
 /** BENCH_PROFILE=<dir>: svc serve writes a V8 CPU profile there when it stops (node --cpu-prof). */
 const PROFILE = process.env.BENCH_PROFILE;
@@ -84,6 +89,17 @@ function cpuMicros(pids: number[]): number {
     ticks += Number(fields[11]) + Number(fields[12]);
   }
   return ticks * 10_000;
+}
+
+type Measured = Awaited<ReturnType<typeof load>> & { cpu?: number };
+
+/** Each figure's median over the rounds (errors summed). */
+function medianOf(rounds: Measured[]): Measured {
+  const cpu = rounds.flatMap((round) => (round.cpu === undefined ? [] : [round.cpu]));
+  return {
+    requestsPerSecond: median(rounds.map((round) => round.requestsPerSecond)), p50: median(rounds.map((round) => round.p50)),
+    p99: median(rounds.map((round) => round.p99)), errors: rounds.reduce((sum, round) => sum + round.errors, 0), cpu: cpu.length ? median(cpu) : undefined,
+  };
 }
 
 /** Registers and deploys the echo sample through `url`; its pexec target and version id. */
@@ -155,26 +171,31 @@ try {
     ...(replicated ? { 'svc pexec, 2 replicas on NATS': replicated.target } : {}),
   };
   for (const target of Object.values(targets)) await load(target, 8, 1);
+  const measure = async (target: LoadTarget, pids: number[], concurrency: number): Promise<Measured> => {
+    const before = cpuMicros(pids);
+    const result = await load(target, concurrency, SECONDS);
+    return { ...result, cpu: pids.length ? (cpuMicros(pids) - before) / (result.requestsPerSecond * SECONDS) : undefined };
+  };
   const rows: (string | number)[][] = [];
   const summary: string[] = [];
   for (const concurrency of LEVELS) {
-    const results: Record<string, Awaited<ReturnType<typeof load>> & { cpu?: number }> = {};
-    for (const [name, target] of Object.entries(targets)) {
-      const pids = processes[name] ?? [];
-      const before = cpuMicros(pids);
-      results[name] = await load(target, concurrency, SECONDS);
-      if (pids.length) results[name].cpu = (cpuMicros(pids) - before) / (results[name].requestsPerSecond * SECONDS);
+    const rounds: Record<string, Measured[]> = {};
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const [name, target] of Object.entries(targets)) (rounds[name] ??= []).push(await measure(target, processes[name] ?? [], concurrency));
     }
+    const results = Object.fromEntries(Object.entries(rounds).map(([name, measured]) => [name, medianOf(measured)]));
     const [svc, nginxRow, bareRow, direct] = [results['svc pexec (gateway)'], results['nginx proxy_pass'], results['bare Node.js proxy'], results['direct to the instance']];
     for (const [name, result] of Object.entries(results)) {
       rows.push([`c=${concurrency}  ${name}`, result.requestsPerSecond, result.p50, result.p99, result.requestsPerSecond / nginxRow.requestsPerSecond,
         result.requestsPerSecond / bareRow.requestsPerSecond, result.cpu === undefined ? '' : Math.round(result.cpu), result.errors]);
     }
-    summary.push(`c=${concurrency}: svc ${(svc.requestsPerSecond / bareRow.requestsPerSecond).toFixed(2)}× the bare Node.js proxy, `
+    // Each round's ratio pairs two rows measured moments apart; their spread says how far to trust the median.
+    const perRound = rounds['svc pexec (gateway)'].map((ours, round) => (ours.requestsPerSecond / rounds['bare Node.js proxy'][round].requestsPerSecond).toFixed(2));
+    summary.push(`c=${concurrency}: svc ${(svc.requestsPerSecond / bareRow.requestsPerSecond).toFixed(2)}× the bare Node.js proxy (rounds ${perRound.join(', ')}), `
       + `${(svc.requestsPerSecond / nginxRow.requestsPerSecond).toFixed(2)}× nginx; added p50 ${(svc.p50 - direct.p50).toFixed(3)} ms over direct; `
       + `CPU per request ${Math.round(svc.cpu!)} µs vs ${Math.round(bareRow.cpu!)} µs (bare)`);
   }
-  printTable(`bench/invoke: ${SECONDS} s per row, echo sample, closed-loop clients (node ${process.version})`,
+  printTable(`bench/invoke: medians of ${ROUNDS} rounds of ${SECONDS} s per row, echo sample, closed-loop clients (node ${process.version})`,
     ['concurrency  path', 'req/s', 'p50 ms', 'p99 ms', '× nginx', '× bare', 'CPU µs/req', 'errors'], rows);
   console.log(summary.join('\n'));
   console.log('targets: c=32 ≥ 0.85× the bare Node.js proxy (≥ 0.8× nginx); added p50 at c=1 ≤ 0.15 ms; c=256 ≥ 0.8× the bare proxy');
