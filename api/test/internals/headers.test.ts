@@ -8,7 +8,7 @@ import { Invocation } from '../../src/invocation/invocation.ts';
 test('the client headers minus hop-by-hop ones, the bearer and any SVC-*; JSON by default', () => {
   const forwarded = forwardedRequestHeaders({
     authorization: 'Bearer secret', connection: 'keep-alive', host: 'api.localhost', 'content-length': '12', 'transfer-encoding': 'chunked',
-    'svc-sub': 'forged', 'svc-ncaid': 'forged', 'x-custom': 'kept', accept: 'text/plain', 'x-list': ['a', 'b'] as unknown as string,
+    'svc-sub': 'forged', 'svc-ncaid': 'forged', 'x-custom': 'kept', expect: '100-continue', accept: 'text/plain', 'x-list': ['a', 'b'] as unknown as string,
   });
   assert.deepEqual(forwarded, { 'x-custom': 'kept', accept: 'text/plain', 'x-list': 'a, b', 'content-type': 'application/json' });
   assert.equal(forwardedRequestHeaders({ 'content-type': 'text/csv' })['content-type'], 'text/csv');

@@ -188,3 +188,21 @@ test('a consumer that asks to pause stops the reads until it resumes; an abort e
   });
   assert.equal(await aborted, 'the client left');
 });
+
+test('what an exchange holds reaches only that exchange, not the next one on its connection', async (t) => {
+  const { origin, connections } = await rawServer(t, (socket, request) => {
+    if (request.includes('/first')) socket.write('HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst');
+    else void dribble(socket, ['HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsec', 'ond']);
+  });
+  const pool = new UpstreamPool(origin, 60_000);
+  t.after(() => pool.close());
+  let first: ReturnType<UpstreamPool['dispatch']> | undefined;
+  await new Promise<void>((resolve, reject) => {
+    first = pool.dispatch({ ...POST, path: '/first' }, { head: () => {}, data: () => true, end: resolve, error: reject });
+  });
+  await sleep(5);
+  const second = send(pool, { ...POST, path: '/second' });
+  first!.abort(new Error('too late'));
+  assert.equal((await second).body, 'second');
+  assert.equal(connections(), 1);
+});
