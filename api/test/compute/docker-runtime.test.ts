@@ -155,6 +155,22 @@ describe('docker runtime', () => {
     await theirs.stop(1000);
   });
 
+  test('a container that ends before its logs were read is removed only once they are', async () => {
+    let release!: () => void;
+    engine.logsHeld = new Promise((resolve) => (release = resolve));
+    try {
+      const { instance } = await start(instanceSpec('nvcr.io/org/app:1.2', { inferencePort: 8000 }));
+      const id = [...engine.containers.keys()].at(-1)!;
+      engine.exit(id, 3);
+      setTimeout(release, 100);
+      assert.deepEqual(await instance.exited, { code: 3, signal: null });
+      assert.deepEqual(instance.logTail(), ['server starting', 'listening']);
+      assert.equal(engine.containers.has(id), false, 'removed after');
+    } finally {
+      engine.logsHeld = undefined;
+    }
+  });
+
   test('an engine that stops answering: an agent tries an instance START_ATTEMPTS times, then it is FAILED with the reason', async () => {
     const gone = new DockerEngineStandIn(path.join(state.dir, 'gone.sock'));
     await gone.listen();

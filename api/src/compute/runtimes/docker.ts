@@ -48,6 +48,8 @@ export interface DockerRuntimeOptions {
 
 /** STREAMING control port inside the container when the function's health.port is its inference port. */
 const DEFAULT_CONTROL_PORT = 8011;
+/** How long an ended container is kept for its log stream to finish before it is removed. */
+const LOGS_AFTER_EXIT_MS = 5_000;
 
 /** What the runtime reads of the engine's answers. */
 const createdAnswer = z.object({ Id: z.string() });
@@ -140,10 +142,12 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
 
   function running(containerId: string, endpointPorts: PortMap, context: RuntimeContext, release: () => void): RuntimeInstance {
     const tail = new LogTail();
-    followLogs(containerId, tail).catch((error: unknown) => context.log.warn({ err: error }, 'container logs unavailable'));
+    const logsRead = followLogs(containerId, tail).catch((error: unknown) => context.log.warn({ err: error }, 'container logs unavailable'));
     let ended = false;
     const exited = waitForExit(containerId).then(async (status) => {
       ended = true;
+      // A container that ends at once may end before its logs were asked for: removed first, they would be lost.
+      await Promise.race([logsRead, sleep(LOGS_AFTER_EXIT_MS, undefined, { ref: false })]);
       await api.call('DELETE', `/containers/${containerId}`, { query: { force: true } })
         .catch((error: unknown) => context.log.warn({ err: error, containerId }, 'container not removed'));
       release();
