@@ -24,28 +24,45 @@ export function forwardedRequestHeaders(headers: IncomingHttpHeaders, passThroug
   return forwarded;
 }
 
-/** The SVC-* lines every request of a version to one instance carries: rendered once per pair. */
-const fixedLines = new WeakMap<ReadyInstance, { target: Invocation['target']; maxResultBytes: number; lines: string }>();
+/** CR, LF and NUL would end a header line early: values an admin or an agent chose lose them. */
+const lineSafe = (value: string) => value.replace(/[\r\n\0]/g, ' ');
 
-function versionLines(target: Invocation['target'], instance: ReadyInstance, maxResultBytes: number): string {
-  const known = fixedLines.get(instance);
-  if (known?.target === target && known.maxResultBytes === maxResultBytes) return known.lines;
-  const lines = `svc-ncaid: ${target.ncaId}\r\nsvc-function-name: ${target.functionName}\r\nsvc-function-id: ${target.functionId}\r\n`
-    + `svc-function-version-id: ${target.versionId}\r\nsvc-max-response-size-bytes: ${maxResultBytes}\r\nsvc-backend: ${instance.backend}\r\n`
-    + `svc-instancetype: ${instance.instanceType}\r\nsvc-region: ${instance.region}\r\nsvc-env: svc\r\n`;
-  fixedLines.set(instance, { target, maxResultBytes, lines });
-  return lines;
+interface FixedLines {
+  target: Invocation['target'];
+  maxResultBytes: number;
+  /** The SVC-* lines every request of the version to the instance carries. */
+  lines: string;
+  /** The instance's output directory, line-safe ('' when it has none). */
+  outputDir: string;
+}
+
+/** Rendered once per version and instance, not per request. */
+const fixed = new WeakMap<ReadyInstance, FixedLines>();
+
+function fixedLines(target: Invocation['target'], instance: ReadyInstance, maxResultBytes: number): FixedLines {
+  const known = fixed.get(instance);
+  if (known?.target === target && known.maxResultBytes === maxResultBytes) return known;
+  const values: [string, string][] = [
+    ['svc-ncaid', target.ncaId], ['svc-function-name', target.functionName], ['svc-function-id', target.functionId],
+    ['svc-function-version-id', target.versionId], ['svc-max-response-size-bytes', String(maxResultBytes)], ['svc-backend', instance.backend],
+    ['svc-instancetype', instance.instanceType], ['svc-region', instance.region], ['svc-env', 'svc'],
+  ];
+  const lines = values.map(([name, value]) => `${name}: ${lineSafe(value)}\r\n`).join('');
+  const rendered = { target, maxResultBytes, lines, outputDir: lineSafe(instance.endpoint.outputDir ?? '') };
+  fixed.set(instance, rendered);
+  return rendered;
 }
 
 /** What the container gets: the client's headers and the platform's SVC-* ones, as header lines. */
 export function containerHeaders(invocation: Invocation, instance: ReadyInstance, maxResultBytes: number): string {
   const { request } = invocation;
-  const outputDir = instance.endpoint.outputDir ? `${instance.endpoint.outputDir}/${invocation.id}` : '';
+  const { lines: fixedPart, outputDir: root } = fixedLines(invocation.target, instance, maxResultBytes);
+  const outputDir = root && `${root}/${invocation.id}`;
+  // The client's headers come from Node's parser, which refuses CR and LF in them.
   let lines = '';
   for (const name in request.headers) lines += `${name}: ${request.headers[name]}\r\n`;
   lines += `svc-reqid: ${invocation.id}\r\nsvc-sub: ${invocation.subject}\r\n`
-    + `svc-asset-dir: ${outputDir && `${outputDir}/assets`}\r\nsvc-large-output-dir: ${outputDir}\r\n`
-    + versionLines(invocation.target, instance, maxResultBytes);
+    + `svc-asset-dir: ${outputDir && `${outputDir}/assets`}\r\nsvc-large-output-dir: ${outputDir}\r\n${fixedPart}`;
   if (request.assets?.length) lines += `svc-function-asset-ids: ${request.assets.join(',')}\r\n`;
   return lines;
 }

@@ -9,7 +9,7 @@ export interface ResponseEvents {
   data(chunk: Buffer): boolean;
 }
 
-export class ProtocolError extends Error {
+class ProtocolError extends Error {
   readonly code = 'EPROTO';
 }
 
@@ -64,11 +64,6 @@ export class ResponseReader {
   constructor(events: ResponseEvents, bodyless: boolean) {
     this.#events = events;
     this.#bodyless = bodyless;
-  }
-
-  /** Whether the body has started to arrive: a failure after this point broke a response. */
-  get started(): boolean {
-    return this.#started;
   }
 
   /** True when the consumer asked to pause (the caller pauses the socket). */

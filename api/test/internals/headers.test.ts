@@ -41,3 +41,16 @@ test('the container gets the platform\'s SVC-* headers after the client\'s', () 
 test('SVC-STATUS: 202 in progress, 2xx/3xx fulfilled, the rest errored', () => {
   assert.deepEqual([202, 200, 302, 400, 502].map(svcStatus), ['in-progress', 'fulfilled', 'fulfilled', 'errored', 'errored']);
 });
+
+test('a value an admin or an agent chose cannot add a header line to the container request', () => {
+  const target = { ncaId: 'acct', functionId: 'f1', versionId: 'v1', functionName: 'echo', inferenceUrl: '/echo' };
+  const invocation = new Invocation('req-1', target, 'owner', { headers: {}, body: Buffer.alloc(0), sse: false });
+  const instance = {
+    instanceId: 'i1', versionId: 'v1', clusterId: 'c1', maxRequestConcurrency: 1, gpu: 'L40', instanceType: 't', backend: 'b', region: 'eu\r\nx-injected: 1',
+    endpoint: { host: '10.0.0.2', ports: { inference: 8000 }, outputDir: '/out\nx-injected: 2' },
+  } as ReadyInstance;
+  const lines = containerHeaders(invocation, instance, 1024).slice(0, -2).split('\r\n');
+  assert.ok(lines.every((line) => !line.startsWith('x-injected') && !line.includes('\n')), lines.join(' | '));
+  assert.ok(lines.includes('svc-region: eu  x-injected: 1'));
+});
+
