@@ -25,7 +25,11 @@ export interface ServedPlatform {
 }
 
 export interface ServeOptions {
-  /** argv prefix the platform runs under, e.g. `ip netns exec <ns>` (it must exec the command). */
+  /**
+   * argv prefix the platform runs under, e.g. `ip netns exec <ns>` (it must exec the command). svc serve
+   * re-execs itself to add its heap cap (process/guard.ts) unless NODE_OPTIONS sets one: a wrapper that
+   * must stay in place, such as valgrind, needs `NODE_OPTIONS: '--max-old-space-size=…'` in `env`.
+   */
   wrap?: string[];
   /** The address the test reaches the platform at (default localhost). */
   address?: string;
