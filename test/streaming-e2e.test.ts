@@ -50,8 +50,9 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
     }
   });
 
-  test('frames decode over HTTPS through the proxy; a dropped WebSocket resumes on the same instance; bye brings a fresh instance', async () => {
+  test('frames decode over HTTPS through the proxy; a dropped WebSocket resumes on the same instance; bye brings a fresh instance', async (t) => {
     const page = await stack.context.newPage();
+    t.after(() => page.close());
     await goto(page, stack.pageUrl('?autostart=1'));
     await waitForSnapshot(page, '30 decoded frames', (s) => s.framesDecodedFromBarcode >= 30);
     const session = await page.evaluate('svcStream.client.config.sessionId') as string;
@@ -69,17 +70,16 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
     await page.evaluate('svcStream.bye("test done")');
     const fresh = await waitFor(stack.svc, stack.key, stack.fn, (record) => running(record) && record.activeInstances.every((instance: any) => instance.instanceId !== instanceBefore), 60_000);
     assert.equal(fresh.activeInstances[0].instanceStatus, 'RUNNING');
-    await page.close();
   });
 
-  test('relay-only ICE through the platform TURN server', async () => {
+  test('relay-only ICE through the platform TURN server', async (t) => {
     const page = await stack.context.newPage();
+    t.after(() => page.close());
     // The previous session's cookie is still in the browser: the client's sign-in replaces it.
     await goto(page, stack.pageUrl('?autostart=1&relay=1'));
     const snapshot = await waitForSnapshot(page, 'frames over the relay', (s) => s.framesDecodedFromBarcode >= 30 && s.metrics.localCandidateType !== undefined, 45_000);
     assert.equal(snapshot.metrics.localCandidateType, 'relay');
     await page.evaluate('svcStream.bye("test done")');
-    await page.close();
   });
 
   test('A streams, B waits in line with its place shown, A closes the tab, B streams without ever seeing an error', async (t) => {

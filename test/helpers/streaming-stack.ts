@@ -40,7 +40,11 @@ export interface Snapshot {
 export async function goto(page: Page, url: string): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     try {
-      await page.goto(url);
+      await page.goto(url).catch(async (error: unknown) => {
+        // Chromium restarted the same navigation itself: wait for that load rather than start another.
+        if (!String(error).includes('interrupted by another navigation')) throw error;
+        await page.waitForLoadState('load');
+      });
       await page.waitForFunction('typeof svcStream === "object"', undefined, { timeout: 10_000 });
       return;
     } catch (error) {
