@@ -162,6 +162,8 @@ test('a consumer that asks to pause stops the reads until it resumes; an abort e
   t.after(() => pool.close());
   let received = 0;
   let paused = false;
+  /** What had arrived when the pause ended: read then, not after a fixed sleep that a slow machine outruns. */
+  let beforeResume = 0;
   const answer = new Promise<void>((resolve, reject) => {
     const exchange = pool.dispatch(POST, {
       head: () => {},
@@ -169,16 +171,18 @@ test('a consumer that asks to pause stops the reads until it resumes; an abort e
         received += chunk.length;
         if (paused || received < 64 * 1024) return true;
         paused = true;
-        setTimeout(() => exchange.resume(), 100);
+        setTimeout(() => {
+          beforeResume = received;
+          exchange.resume();
+        }, 100);
         return false;
       },
       end: resolve,
       error: reject,
     });
   });
-  await sleep(50);
-  assert.ok(paused && received < big.length, `reads stop while paused (${received} of ${big.length} bytes)`);
   await answer;
+  assert.ok(paused && beforeResume < big.length, `reads stop while paused (${beforeResume} of ${big.length} bytes)`);
   assert.equal(received, big.length);
 
   const aborted = new Promise((resolve) => {
