@@ -113,11 +113,18 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
 
   test('a WebSocket that connects and says nothing gives its instance to the next person within 5 s', async (t) => {
     // The silent socket takes the instance as soon as one is free (its open waits in line like anyone).
+    let refused = 'nothing yet';
     const silent = await until('the silent socket taking an instance', () => new Promise<WebSocket | undefined>((resolve) => {
       const ws = new WebSocket(`wss://localhost:${stack.proxyPort}/sign_in`, [`token.${stack.userToken}`, `function-id.${stack.fn.id}`], { rejectUnauthorized: false });
       ws.once('open', () => resolve(ws));
-      ws.once('error', () => resolve(undefined));
-    }), 60_000);
+      ws.once('error', (error) => {
+        refused = error.message;
+        resolve(undefined);
+      });
+    }), 60_000).catch((error: Error) => {
+      // Seen once in CI on a slow machine: say how the sign-in was refused, for whoever meets it next.
+      throw new Error(`${error.message}; the last refusal: ${refused}`);
+    });
     const closedBy = new Promise<number>((resolve) => silent.once('close', resolve));
     const page = await stack.context.newPage();
     t.after(() => page.close());
