@@ -21,11 +21,12 @@ function logLines(served: ServedPlatform): Record<string, any>[] {
 
 const readiness = (served: ServedPlatform) => request(served.url, 'GET', '/admin/health/readiness');
 
-test('svc serve runs under the heap cap, as the same process (no wrapper parent)', async (t) => {
+test('svc serve runs under the heap cap and without pretenuring, as the same process (no wrapper parent)', async (t) => {
   const served = await servePlatform({ SVC_TURN_SERVER: 'none', SVC_MAX_HEAP_MB: '384' });
   t.after(() => served.stop());
   const commandLine = readFileSync(`/proc/${served.process.pid}/cmdline`, 'utf8').split('\0');
   assert.ok(commandLine.includes('--max-old-space-size=384'), commandLine.join(' '));
+  assert.ok(commandLine.includes('--no-allocation-site-pretenuring'), commandLine.join(' '));
 });
 
 test('a blocked event loop is logged with where it is stuck, and readiness fails until it has recovered', async (t) => {

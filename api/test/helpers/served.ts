@@ -27,8 +27,8 @@ export interface ServedPlatform {
 export interface ServeOptions {
   /**
    * argv prefix the platform runs under, e.g. `ip netns exec <ns>` (it must exec the command). svc serve
-   * re-execs itself to add its heap cap (process/guard.ts) unless NODE_OPTIONS sets one: a wrapper that
-   * must stay in place, such as valgrind, needs `NODE_OPTIONS: '--max-old-space-size=…'` in `env`.
+   * re-execs itself to add its V8 flags (process/guard.ts): a wrapper that does not follow an exec, such as
+   * valgrind without --trace-children, is left behind.
    */
   wrap?: string[];
   /** The address the test reaches the platform at (default localhost). */
