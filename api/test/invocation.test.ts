@@ -44,6 +44,7 @@ describe('invocation', () => {
     assert.equal(response.headers['svc-status'], 'fulfilled');
     const reqId = response.headers['svc-reqid'];
     assert.match(String(reqId), /^[0-9a-f-]{36}$/);
+    assert.equal(response.headers['x-request-id'], reqId, 'one id per request: the HTTP request id is the invocation id');
     assert.deepEqual(response.body.echo, { hello: 'world' });
     const seen = response.body.headers;
     assert.equal(seen['svc-reqid'], reqId);
@@ -78,6 +79,10 @@ describe('invocation', () => {
     assert.deepEqual(position.body, { functionId: slow.id, functionVersionId: slow.versionId, positionInQueue: 0 });
     const progress = await svc.api('GET', `/v2/svc/pexec/status/${reqId}`, { bearer: key, headers: { 'svc-poll-seconds': '1' } });
     assert.equal(progress.status, 202);
+    assert.equal(first.headers['x-request-id'], reqId);
+    assert.equal(progress.headers['svc-reqid'], reqId);
+    assert.match(String(progress.headers['x-request-id']), /^[0-9a-f-]{36}$/);
+    assert.notEqual(progress.headers['x-request-id'], reqId, 'a poll is a request of its own');
     const percent = Number(progress.headers['svc-percent-complete']);
     assert.ok(percent > 0 && percent < 100, `progress ${percent}`);
     assert.ok(progress.body.step >= 1, 'the partial response is the body');

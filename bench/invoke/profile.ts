@@ -34,7 +34,7 @@ try {
   const api = (method: string, url: string, options: Record<string, unknown>) => request(platform.url, method, url, { host: 'api.localhost', ...options });
   const fn = (await api('POST', '/v2/svc/functions', {
     bearer: token,
-    body: { name: 'profile-echo', containerImage: 'local/echo:1', inferenceUrl: '/echo', inferencePort: 8000, health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT5S', expectedStatusCode: 200 } },
+    body: { name: 'profile-echo', containerImage: 'local/echo:1', containerEnvironment: [{ key: 'ECHO_HEADERS', value: 'false' }], inferenceUrl: '/echo', inferencePort: 8000, health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT5S', expectedStatusCode: 200 } },
   })).body.function;
   versionId = fn.versionId;
   await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {

@@ -30,6 +30,11 @@ const LEVELS = (process.env.BENCH_LEVELS ?? '1,32,256').split(',').map(Number);
 /** BENCH_PROFILE=<dir>: svc serve writes a V8 CPU profile there when it stops (node --cpu-prof). */
 const PROFILE = process.env.BENCH_PROFILE;
 const BODY = JSON.stringify({ message: 'hello', n: 42 });
+/**
+ * The echo answers the body alone, not the svc-* headers it was sent: every path then gets the same answer,
+ * and what is compared is the proxies, not the size of what the echo writes back.
+ */
+const BODY_ONLY = [{ key: 'ECHO_HEADERS', value: 'false' }];
 const JSON_TYPE = { 'content-type': 'application/json' };
 
 async function startNginx(upstreamPort: number): Promise<{ port: number; process: ChildProcess }> {
@@ -106,7 +111,7 @@ function medianOf(rounds: Measured[]): Measured {
 async function deployEcho(url: string, credentials: { token: string; apiKey: string }): Promise<{ target: LoadTarget; versionId: string }> {
   const api = (method: string, route: string, body?: unknown) => request(url, method, route, { host: 'api.localhost', bearer: credentials.token, body });
   const fn = (await api('POST', '/v2/svc/functions', {
-    name: 'bench-echo', containerImage: 'local/echo:1', inferenceUrl: '/echo', inferencePort: 8000,
+    name: 'bench-echo', containerImage: 'local/echo:1', inferenceUrl: '/echo', inferencePort: 8000, containerEnvironment: BODY_ONLY,
     health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT5S', expectedStatusCode: 200 },
   })).body.function;
   await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {

@@ -15,8 +15,6 @@ export interface AppOptions {
   verifier: CredentialVerifier;
   log: Logger;
   bodyLimit: string;
-  /** Header that carries the request id on this host's responses. */
-  requestIdHeader?: string;
   /** Request metrics (http/metrics.ts), labelled with `host` and the declared route template. */
   metrics?: { observeHttp(host: string, method: string, route: string, status: number, seconds: number): void };
   host?: string;
@@ -40,12 +38,11 @@ function createExpressApp(options: AppOptions) {
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
-  const requestIdHeader = options.requestIdHeader ?? 'x-request-id';
 
   app.use((req: Request, res: Response, next: NextFunction) => {
     const requestId = randomUUID();
     res.locals.requestId = requestId;
-    res.setHeader(requestIdHeader, requestId);
+    res.setHeader('x-request-id', requestId);
     const started = process.hrtime.bigint();
     res.on('finish', () => {
       const ms = Number(process.hrtime.bigint() - started) / 1e6;

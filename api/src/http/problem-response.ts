@@ -28,6 +28,7 @@ export function writeProblem(res: ServerResponse, problem: Problem, instance: st
   const body = JSON.stringify(problem.toBody(instance.split('?')[0], requestId));
   res.writeHead(problem.status, {
     ...problem.headers, 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8`, 'content-length': String(Buffer.byteLength(body)),
+    'x-request-id': requestId,
   });
   res.end(body);
 }

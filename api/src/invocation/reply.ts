@@ -14,9 +14,21 @@ const EXPOSED = 'svc-reqid, svc-status, svc-percent-complete';
 /** Bodies up to this size are read whole and sent in one write; larger ones and SSE stream through. */
 const BUFFERED_BYTES = 64 * 1024;
 
-/** Adds the platform's headers of an answer to `headers`. */
-function withInvocationHeaders<H extends Record<string, string | string[]>>(headers: H, id: string, status: number): H {
-  return Object.assign(headers, { 'svc-reqid': id, 'svc-status': svcStatus(status), 'access-control-expose-headers': EXPOSED });
+/**
+ * Whom an answer is for: the invocation (SVC-REQID) and the HTTP request carrying it (x-request-id; the
+ * same id on pexec, the poll's own on a status poll).
+ */
+export interface Addressee {
+  id: string;
+  requestId: string;
+}
+
+/**
+ * Adds the platform's headers of an answer to `headers`. x-request-id is written here, not set ahead by
+ * the lean server: a response without setHeader takes Node's cheaper writeHead.
+ */
+function withInvocationHeaders<H extends Record<string, string | string[]>>(headers: H, to: Addressee, status: number): H {
+  return Object.assign(headers, { 'x-request-id': to.requestId, 'svc-reqid': to.id, 'svc-status': svcStatus(status), 'access-control-expose-headers': EXPOSED });
 }
 
 function kebab(status: number): string {
@@ -41,23 +53,23 @@ function containerProblem(status: number, body: Buffer, instance: string, reques
 }
 
 /** A whole answer in one write; a container's error rewrapped as problem+json when `rewrap` (rewrapsErrors). */
-export function sendResult(res: ServerResponse, request: { id: string; rewrap: boolean }, result: StoredResult, instance: string) {
-  if (result.status >= 400 && request.rewrap && !String(result.headers['content-type'] ?? '').startsWith(PROBLEM_CONTENT_TYPE)) {
-    res.writeHead(result.status, withInvocationHeaders({ 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8` }, request.id, result.status));
-    res.end(containerProblem(result.status, result.body, instance, request.id));
+export function sendResult(res: ServerResponse, to: Addressee & { rewrap: boolean }, result: StoredResult, instance: string) {
+  if (result.status >= 400 && to.rewrap && !String(result.headers['content-type'] ?? '').startsWith(PROBLEM_CONTENT_TYPE)) {
+    res.writeHead(result.status, withInvocationHeaders({ 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8` }, to, result.status));
+    res.end(containerProblem(result.status, result.body, instance, to.id));
     return;
   }
   const forwarded = forwardedResponseHeaders(result.headers);
   // A large result's Location is the platform's own signed path: made absolute, on the host the client reached.
   if (result.status === 302 && isLargeResultPath(forwarded.location)) forwarded.location = absoluteUrl(res.req, forwarded.location);
   forwarded['content-length'] = String(result.body.length);
-  res.writeHead(result.status, withInvocationHeaders(forwarded, request.id, result.status));
+  res.writeHead(result.status, withInvocationHeaders(forwarded, to, result.status));
   res.end(result.body);
 }
 
 /** 202: SVC-REQID, the progress so far and the partial response as the body. */
-export function sendPending(res: ServerResponse, invocation: { id: string; progress?: Progress }) {
-  const headers: Record<string, string> = withInvocationHeaders({}, invocation.id, 202);
+export function sendPending(res: ServerResponse, invocation: { id: string; progress?: Progress }, requestId: string) {
+  const headers: Record<string, string> = withInvocationHeaders({}, { id: invocation.id, requestId }, 202);
   const progress = invocation.progress;
   if (progress) headers['svc-percent-complete'] = String(progress.percent);
   if (progress?.partialResponse !== undefined) {
@@ -74,25 +86,21 @@ export function sendPending(res: ServerResponse, invocation: { id: string; progr
  * small bodies (and errors, which are rewrapped) are held and sent in one write.
  */
 class ResponseWriter implements BodyWriter {
+  readonly #reply: ClientReply;
   readonly #res: ServerResponse;
-  readonly #invocation: Invocation;
+  readonly #to: Addressee & { rewrap: boolean };
   readonly #status: number;
   readonly #headers: ResponseHeaders;
-  readonly #instance: string;
-  readonly #rewrap: boolean;
-  readonly #answered: (status: number) => void;
   #chunks: Buffer[] = [];
   #size = 0;
   #streaming = false;
 
-  constructor(res: ServerResponse, invocation: Invocation, status: number, headers: ResponseHeaders, instance: string, answered: (status: number) => void) {
-    this.#res = res;
-    this.#answered = answered;
-    this.#invocation = invocation;
+  constructor(reply: ClientReply, invocation: Invocation, status: number, headers: ResponseHeaders) {
+    this.#reply = reply;
+    this.#res = reply.res;
+    this.#to = { id: invocation.id, requestId: reply.requestId, rewrap: status >= 400 && rewrapsErrors(invocation.request) };
     this.#status = status;
     this.#headers = headers;
-    this.#instance = instance;
-    this.#rewrap = status >= 400 && rewrapsErrors(invocation.request);
     // Event streams must reach the client as produced: the headers go out before the first event.
     if (invocation.request.sse) this.#stream();
   }
@@ -101,7 +109,7 @@ class ResponseWriter implements BodyWriter {
     if (this.#streaming) return this.#res.write(chunk);
     this.#chunks.push(chunk);
     this.#size += chunk.length;
-    if (this.#rewrap || this.#size <= BUFFERED_BYTES) return true;
+    if (this.#to.rewrap || this.#size <= BUFFERED_BYTES) return true;
     this.#stream();
     let flowing = true;
     for (const held of this.#chunks.splice(0)) flowing = this.#res.write(held);
@@ -113,9 +121,9 @@ class ResponseWriter implements BodyWriter {
       this.#res.end();
     } else {
       const body = this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks);
-      sendResult(this.#res, { id: this.#invocation.id, rewrap: this.#rewrap }, { status: this.#status, headers: this.#headers, body }, this.#instance);
+      sendResult(this.#res, this.#to, { status: this.#status, headers: this.#headers, body }, this.#reply.instance);
     }
-    this.#answered(this.#status);
+    this.#reply.answered(this.#status);
   }
 
   error() {
@@ -128,7 +136,7 @@ class ResponseWriter implements BodyWriter {
 
   #stream() {
     this.#streaming = true;
-    this.#res.writeHead(this.#status, withInvocationHeaders(forwardedResponseHeaders(this.#headers), this.#invocation.id, this.#status));
+    this.#res.writeHead(this.#status, withInvocationHeaders(forwardedResponseHeaders(this.#headers), this.#to, this.#status));
     this.#res.flushHeaders();
   }
 }
@@ -138,35 +146,36 @@ class ResponseWriter implements BodyWriter {
  * told the status once the whole answer is written (the invocation metrics).
  */
 export class ClientReply implements ClientSink {
-  readonly #res: ServerResponse;
-  readonly #instance: string;
-  readonly #requestId: string;
+  readonly res: ServerResponse;
+  readonly instance: string;
+  /** The HTTP request's id, which is also the invocation's. */
+  readonly requestId: string;
+  readonly answered: (status: number) => void;
   readonly #log: Logger;
-  readonly #answered: (status: number) => void;
 
   constructor(res: ServerResponse, instance: string, requestId: string, log: Logger, answered: (status: number) => void) {
-    this.#res = res;
-    this.#instance = instance;
-    this.#requestId = requestId;
+    this.res = res;
+    this.instance = instance;
+    this.requestId = requestId;
     this.#log = log;
-    this.#answered = answered;
+    this.answered = answered;
   }
 
   start(invocation: Invocation, status: number, headers: ResponseHeaders): BodyWriter {
-    return new ResponseWriter(this.#res, invocation, status, headers, this.#instance, this.#answered);
+    return new ResponseWriter(this, invocation, status, headers);
   }
 
   result(invocation: Invocation, result: StoredResult) {
-    sendResult(this.#res, { id: invocation.id, rewrap: rewrapsErrors(invocation.request) }, result, this.#instance);
-    this.#answered(result.status);
+    sendResult(this.res, { id: invocation.id, requestId: this.requestId, rewrap: rewrapsErrors(invocation.request) }, result, this.instance);
+    this.answered(result.status);
   }
 
   pending(invocation: Invocation) {
-    sendPending(this.#res, invocation);
-    this.#answered(202);
+    sendPending(this.res, invocation, this.requestId);
+    this.answered(202);
   }
 
   fail(error: unknown) {
-    writeProblem(this.#res, asProblem(error, this.#log, this.#requestId), this.#instance, this.#requestId);
+    writeProblem(this.res, asProblem(error, this.#log, this.requestId), this.instance, this.requestId);
   }
 }

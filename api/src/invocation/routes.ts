@@ -115,7 +115,7 @@ function invoker(service: InvocationService, options: InvocationRouteOptions) {
       const request = { headers: forwardedRequestHeaders(req.headers, passThrough !== undefined), body, sse, passThrough, assets };
       const sink = new ClientReply(res, pathOf(req), requestId, options.log, seen);
       // The longer default for event streams is pexec's alone (the reference keeps it for old clients).
-      const invocation = await service.submit(target, principal, request, sink, pollMs(given['svc-poll-seconds'], sse && !passThrough, limits));
+      const invocation = await service.submit(requestId, target, principal, request, sink, pollMs(given['svc-poll-seconds'], sse && !passThrough, limits));
       res.once('close', () => {
         if (!res.writableFinished) void service.cancel(invocation);
       });
@@ -175,10 +175,10 @@ export function invocationRoutes(service: InvocationService, resolver: VersionRe
       method: 'GET', path: '/v2/svc/pexec/status/{requestId}', summary: 'Poll a request answered 202; the final answer comes once', tag,
       access: invokeAccess, params: statusParams, headers,
       responses: invocationResponses,
-      handle: async ({ principal, params, headers: given, req }, res) => {
+      handle: async ({ principal, params, headers: given, req, requestId }, res) => {
         const outcome = await service.status(principal, params.requestId, pollMs(given['svc-poll-seconds'], false, limits));
-        if ('pending' in outcome) sendPending(res, outcome.pending);
-        else sendResult(res, { id: params.requestId, rewrap: outcome.rewrap }, outcome.result, pathOf(req));
+        if ('pending' in outcome) sendPending(res, outcome.pending, requestId);
+        else sendResult(res, { id: params.requestId, requestId, rewrap: outcome.rewrap }, outcome.result, pathOf(req));
         return undefined;
       },
     }),

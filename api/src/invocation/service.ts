@@ -3,7 +3,6 @@
 // the response streams into the waiting client's sink. If nothing has started within the poll window the
 // client gets 202 and the request becomes durable (results.ts): it ends fulfilled or errored, never
 // silently lost, and never runs twice.
-import { randomUUID } from 'node:crypto';
 import type { Principal } from '../domain/principal.ts';
 import type { FunctionLoad } from '../domain/load.ts';
 import { notFound } from '../domain/problem.ts';
@@ -79,11 +78,11 @@ export class InvocationService {
   }
 
   /**
-   * Queues a request whose client waits on `sink` for up to `pollMs`; 429 when its version's queue is
-   * full. The sink is answered with the response, a result, or a 202.
+   * Queues request `id` (SVC-REQID, the HTTP request's id) whose client waits on `sink` for up to `pollMs`;
+   * 429 when its version's queue is full. The sink is answered with the response, a result, or a 202.
    */
-  async submit(target: Target, principal: Principal, request: InvocationRequest, sink: ClientSink, pollMs: number): Promise<Invocation> {
-    const invocation = new Invocation(randomUUID(), target, principal.ownerId, request);
+  async submit(id: string, target: Target, principal: Principal, request: InvocationRequest, sink: ClientSink, pollMs: number): Promise<Invocation> {
+    const invocation = new Invocation(id, target, principal.ownerId, request);
     invocation.sink = sink;
     this.#invocations.set(invocation.id, invocation);
     this.#noteRequest(target);

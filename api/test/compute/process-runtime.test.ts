@@ -53,8 +53,9 @@ describe('process runtime', () => {
   });
 
   test('the samples answer per their contract (image looked up without its tag)', async () => {
-    const [echo, slow, sse, error] = await Promise.all([
+    const [echo, bodyOnly, slow, sse, error] = await Promise.all([
       start(samples, instanceSpec('local/echo:1.0')),
+      start(samples, instanceSpec('local/echo:1', { containerEnvironment: [{ key: 'ECHO_HEADERS', value: 'false' }] })),
       start(samples, instanceSpec('local/slow:latest')),
       start(samples, instanceSpec('local/sse')),
       start(samples, instanceSpec('local/error@sha256:0123')),
@@ -64,6 +65,8 @@ describe('process runtime', () => {
     assert.equal(echoed.status, 200);
     assert.match(echoed.headers.get('content-type') ?? '', /^application\/json/);
     assert.deepEqual(echoed.body, { echo: { hello: 'world' }, headers: { 'svc-reqid': 'req-1', 'svc-function-id': 'fn-1' } });
+    const bare = await postJson(`${bodyOnly.url}/echo`, { hello: 'world' }, { 'svc-reqid': 'req-2' });
+    assert.deepEqual(bare.body, { echo: { hello: 'world' } }, 'ECHO_HEADERS=false: the body alone');
 
     assert.deepEqual(await postJson(`${error.url}/error`, { status: 503, message: 'overloaded' }).then((r) => [r.status, r.body]), [503, { error: 'overloaded' }]);
     assert.deepEqual(await postJson(`${error.url}/error`, {}).then((r) => [r.status, r.body]), [500, { error: 'boom' }]);
