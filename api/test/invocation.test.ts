@@ -28,7 +28,7 @@ describe('invocation', () => {
     svc.api('POST', `/v2/svc/pexec/functions/${fn.id}`, { bearer: key, body, headers });
 
   before(async () => {
-    svc = await startTestPlatform({ config: { invocation: { maxQueueDepth: 3 } } });
+    svc = await startTestPlatform({ config: { invocation: { maxQueueDepth: 3, maxRequestBytes: 4096 } } });
     token = await svc.token();
     key = await svc.apiKey(token, ['invoke_function', 'queue_details', 'list_functions']);
     echo = await deploy(svc, token, sample('local/echo:1', '/echo'));
@@ -149,6 +149,31 @@ describe('invocation', () => {
     const teapot = await pexec(failing, { status: 418, message: 'short and stout' });
     assert.equal(teapot.status, 418);
     assert.equal(teapot.body.detail, 'short and stout');
+  });
+
+  test('a body over maxRequestBytes is a 413, whether its length is declared or it comes chunked after the head', async () => {
+    const within = 'x'.repeat(4000);
+    const over = 'x'.repeat(4100);
+    assert.equal((await pexec(echo, { text: within })).body.echo.text.length, within.length);
+    const refused = await pexec(echo, { text: over });
+    assert.equal(refused.status, 413);
+    assert.match(refused.body.detail, /exceeds 4096 bytes/);
+    // The head first, the body chunked 100 ms later: it is counted as it arrives.
+    const late = (body: string) => new Promise<{ status: number; body: any }>((resolve, reject) => {
+      const request = http.request(`${svc.url}/v2/svc/pexec/functions/${echo.id}`, {
+        method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+      }, (response) => {
+        let text = '';
+        response.on('data', (chunk) => (text += chunk)).on('end', () => resolve({ status: response.statusCode!, body: JSON.parse(text) }));
+      });
+      request.on('error', reject);
+      request.flushHeaders();
+      setTimeout(() => request.end(body), 100);
+    });
+    assert.equal((await late(JSON.stringify({ text: within }))).body.echo.text.length, within.length);
+    const lateRefused = await late(JSON.stringify({ text: over }));
+    assert.equal(lateRefused.status, 413);
+    assert.match(lateRefused.body.detail, /exceeds 4096 bytes/);
   });
 
   test('refusals: unknown 404, not deployed 404, STREAMING 400, a full queue 429', async () => {

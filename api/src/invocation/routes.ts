@@ -49,8 +49,17 @@ function pollMs(header: number | undefined, sse: boolean, limits: PollLimits): n
   return Math.max(1, seconds) * 1000;
 }
 
-/** The whole request body, refused past `limit`. Events rather than for-await: cheaper per request. */
+const tooLarge = (limit: number) => new Problem('payload-too-large', `Request body exceeds ${limit} bytes`);
+
+/**
+ * The whole request body, refused past `limit`. A small body has usually arrived with the head: it is taken
+ * from the stream's buffer at once (its end may not be parsed yet). Otherwise events rather than
+ * for-await: cheaper per request.
+ */
 function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(req.headers['content-length'] ?? Number.NaN);
+  if (declared > limit) return Promise.reject(tooLarge(limit));
+  if (req.readableFlowing === null && req.readableLength === declared) return Promise.resolve((req.read() as Buffer | null) ?? Buffer.alloc(0));
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -59,7 +68,7 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
       if (size > limit) {
         req.removeAllListeners('data');
         req.resume();
-        reject(new Problem('payload-too-large', `Request body exceeds ${limit} bytes`));
+        reject(tooLarge(limit));
       } else chunks.push(chunk);
     });
     req.once('end', () => resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)));
