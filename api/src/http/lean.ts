@@ -59,7 +59,7 @@ export function leanServer(options: LeanServerOptions): LeanServe {
     const started = performance.now();
     let principal: Principal | undefined;
     // No setHeader here: each of the route's answers writes x-request-id itself (Node's cheaper writeHead).
-    res.once('finish', () => {
+    res.on('finish', () => {
       const ms = performance.now() - started;
       options.metrics?.observeHttp(host, req.method!, route.path, res.statusCode, ms / 1000);
       if (options.log.isLevelEnabled('info')) {

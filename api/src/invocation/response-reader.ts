@@ -20,23 +20,31 @@ const CRLF = 0x0a;
 type Framing = 'none' | 'length' | 'chunked' | 'close';
 type ChunkStep = 'size' | 'data' | 'data-end' | 'trailer';
 
-/** The status line and header lines of a response head, names lower-cased, repeated names as arrays. */
+const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: |\r|$)/;
+
+/**
+ * The status line and header lines of a response head, names lower-cased, repeated names as arrays. Lines
+ * are found with indexOf rather than split: this runs once per response on the hot path.
+ */
 function parseHead(text: string): { status: number; keepAlive: boolean; headers: Record<string, string | string[]> } {
-  const lines = text.split('\r\n');
-  const statusLine = /^HTTP\/1\.([01]) (\d{3})(?: |$)/.exec(lines[0]);
+  const statusLine = STATUS_LINE.exec(text);
   if (!statusLine) throw new ProtocolError('the instance answered something that is not an HTTP/1.x status line');
   const headers: Record<string, string | string[]> = {};
-  for (let i = 1; i < lines.length; i++) {
-    const colon = lines[i].indexOf(':');
-    if (colon <= 0) throw new ProtocolError('the instance answered a malformed header line');
-    const name = lines[i].slice(0, colon).toLowerCase();
-    const value = lines[i].slice(colon + 1).trim();
+  const firstBreak = text.indexOf('\r\n');
+  for (let at = firstBreak < 0 ? text.length : firstBreak + 2; at < text.length;) {
+    let end = text.indexOf('\r\n', at);
+    if (end < 0) end = text.length;
+    const colon = text.indexOf(':', at);
+    if (colon <= at || colon > end) throw new ProtocolError('the instance answered a malformed header line');
+    const name = text.slice(at, colon).toLowerCase();
+    const value = text.slice(colon + 1, end).trim();
     const seen = headers[name];
     if (seen === undefined) headers[name] = value;
     else if (Array.isArray(seen)) seen.push(value);
     else headers[name] = [seen, value];
+    at = end + 2;
   }
-  const connection = String(headers.connection ?? '').toLowerCase();
+  const connection = headers.connection === undefined ? '' : String(headers.connection).toLowerCase();
   const keepAlive = statusLine[1] === '1' ? !connection.includes('close') : connection.includes('keep-alive');
   return { status: Number(statusLine[2]), keepAlive, headers };
 }
@@ -111,7 +119,7 @@ export class ResponseReader {
   #frame(status: number, keepAlive: boolean, headers: Record<string, string | string[]>) {
     this.#started = true;
     this.reusable = keepAlive;
-    const timeout = /timeout=(\d+)/.exec(String(headers['keep-alive'] ?? ''));
+    const timeout = headers['keep-alive'] === undefined ? null : /timeout=(\d+)/.exec(String(headers['keep-alive']));
     if (timeout) this.idleTimeoutMs = Number(timeout[1]) * 1000;
     const coding = headers['transfer-encoding'];
     const length = headers['content-length'];

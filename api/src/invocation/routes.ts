@@ -125,7 +125,7 @@ function invoker(service: InvocationService, options: InvocationRouteOptions) {
       const sink = new ClientReply(res, pathOf(req), requestId, options.log, seen);
       // The longer default for event streams is pexec's alone (the reference keeps it for old clients).
       const invocation = await service.submit(requestId, target, principal, request, sink, pollMs(given['svc-poll-seconds'], sse && !passThrough, limits));
-      res.once('close', () => {
+      res.on('close', () => {
         if (!res.writableFinished) void service.cancel(invocation);
       });
     } catch (error) {
