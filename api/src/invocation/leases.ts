@@ -104,25 +104,19 @@ export class SlotLeases {
     for (const versionId of [...this.#changed.keys()]) this.changed(versionId);
   }
 
-  #take(versionId: string, leases: Leases, instances: ReadyInstance[]): Lease | undefined {
-    const slots = instances.map((ready) => ({ ready, inflight: 0 }));
+  /** Up to `count` leases on the least loaded instances with room, written into `leases`. */
+  #takeMany(versionId: string, leases: Leases, instances: ReadyInstance[], count: number): Lease[] {
+    const slots = new Map(instances.map((ready) => [ready.instanceId, { ready, inflight: 0 }]));
     for (const lease of Object.values(leases)) {
-      const slot = slots.find((candidate) => candidate.ready.instanceId === lease.instanceId);
+      const slot = slots.get(lease.instanceId);
       if (slot) slot.inflight++;
     }
-    const free = leastLoaded(slots);
-    if (!free) return undefined;
-    const id = randomUUID();
-    leases[id] = { instanceId: free.ready.instanceId, replica: this.#replica, until: Date.now() + LEASE_MS };
-    return { id, versionId, instance: free.ready };
-  }
-
-  #takeMany(versionId: string, leases: Leases, instances: ReadyInstance[], count: number): Lease[] {
     const taken: Lease[] = [];
-    while (taken.length < count) {
-      const lease = this.#take(versionId, leases, instances);
-      if (!lease) break;
-      taken.push(lease);
+    for (let free = leastLoaded([...slots.values()]); free && taken.length < count; free = leastLoaded([...slots.values()])) {
+      free.inflight++;
+      const id = randomUUID();
+      leases[id] = { instanceId: free.ready.instanceId, replica: this.#replica, until: Date.now() + LEASE_MS };
+      taken.push({ id, versionId, instance: free.ready });
     }
     return taken;
   }
@@ -166,7 +160,8 @@ export class SlotLeases {
             const { leases, revision } = await this.#read(versionId);
             const before = JSON.stringify(leases);
             const applied = batch.map((change) => change.apply(leases));
-            if (JSON.stringify(leases) === before || await this.#write(versionId, leases, revision)) outcomes = applied;
+            const after = JSON.stringify(leases);
+            if (after === before || await this.#write(versionId, leases, after, revision)) outcomes = applied;
           }
           batch.forEach((change, i) => change.done(outcomes![i]));
         } catch (error) {
@@ -197,11 +192,9 @@ export class SlotLeases {
   }
 
   /** Compare-and-set: false when another replica changed the entry first (the entry is then read again). */
-  async #write(versionId: string, leases: Leases, revision: number): Promise<boolean> {
+  async #write(versionId: string, leases: Leases, encoded: string, revision: number): Promise<boolean> {
     try {
-      const written = revision === 0
-        ? await this.#kv.create(versionId, JSON.stringify(leases))
-        : await this.#kv.update(versionId, JSON.stringify(leases), revision);
+      const written = revision === 0 ? await this.#kv.create(versionId, encoded) : await this.#kv.update(versionId, encoded, revision);
       this.#remember(versionId, leases, written);
       return true;
     } catch (error) {
