@@ -20,6 +20,8 @@ const CRLF = 0x0a;
 type Framing = 'none' | 'length' | 'chunked' | 'close';
 type ChunkStep = 'size' | 'data' | 'data-end' | 'trailer';
 
+/** A chunk-size line: hex digits, then optional extensions. */
+const CHUNK_SIZE = /^[0-9a-fA-F]{1,12}\s*(?:;.*)?$/;
 const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: |\r|$)/;
 
 /**
@@ -188,9 +190,8 @@ export class ResponseReader {
       return false;
     }
     if (this.#chunkStep === 'trailer') return line === '';
-    const size = /^([0-9a-fA-F]{1,12})\s*(;.*)?$/.exec(line);
-    if (!size) throw new ProtocolError('the instance sent an invalid chunk size');
-    this.#remaining = parseInt(size[1], 16);
+    if (!CHUNK_SIZE.test(line)) throw new ProtocolError('the instance sent an invalid chunk size');
+    this.#remaining = parseInt(line, 16); // stops at the first character that is not a hex digit
     this.#chunkStep = this.#remaining === 0 ? 'trailer' : 'data';
     return false;
   }
