@@ -18,7 +18,7 @@ const BUFFERED_BYTES = 64 * 1024;
  * Whom an answer is for: the invocation (SVC-REQID) and the HTTP request carrying it (x-request-id; the
  * same id on pexec, the poll's own on a status poll).
  */
-export interface Addressee {
+interface Addressee {
   id: string;
   requestId: string;
 }
@@ -87,7 +87,6 @@ export function sendPending(res: ServerResponse, invocation: { id: string; progr
  */
 class ResponseWriter implements BodyWriter {
   readonly #reply: ClientReply;
-  readonly #res: ServerResponse;
   readonly #to: Addressee & { rewrap: boolean };
   readonly #status: number;
   readonly #headers: ResponseHeaders;
@@ -97,7 +96,6 @@ class ResponseWriter implements BodyWriter {
 
   constructor(reply: ClientReply, invocation: Invocation, status: number, headers: ResponseHeaders) {
     this.#reply = reply;
-    this.#res = reply.res;
     this.#to = { id: invocation.id, requestId: reply.requestId, rewrap: status >= 400 && rewrapsErrors(invocation.request) };
     this.#status = status;
     this.#headers = headers;
@@ -106,38 +104,38 @@ class ResponseWriter implements BodyWriter {
   }
 
   data(chunk: Buffer): boolean {
-    if (this.#streaming) return this.#res.write(chunk);
+    if (this.#streaming) return this.#reply.res.write(chunk);
     this.#chunks.push(chunk);
     this.#size += chunk.length;
     if (this.#to.rewrap || this.#size <= BUFFERED_BYTES) return true;
     this.#stream();
     let flowing = true;
-    for (const held of this.#chunks.splice(0)) flowing = this.#res.write(held);
+    for (const held of this.#chunks.splice(0)) flowing = this.#reply.res.write(held);
     return flowing;
   }
 
   end() {
     if (this.#streaming) {
-      this.#res.end();
+      this.#reply.res.end();
     } else {
       const body = this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks);
-      sendResult(this.#res, this.#to, { status: this.#status, headers: this.#headers, body }, this.#reply.instance);
+      sendResult(this.#reply.res, this.#to, { status: this.#status, headers: this.#headers, body }, this.#reply.instance);
     }
     this.#reply.answered(this.#status);
   }
 
   error() {
-    this.#res.destroy();
+    this.#reply.res.destroy();
   }
 
   onDrain(resume: () => void) {
-    this.#res.once('drain', resume);
+    this.#reply.res.once('drain', resume);
   }
 
   #stream() {
     this.#streaming = true;
-    this.#res.writeHead(this.#status, withInvocationHeaders(forwardedResponseHeaders(this.#headers), this.#to, this.#status));
-    this.#res.flushHeaders();
+    this.#reply.res.writeHead(this.#status, withInvocationHeaders(forwardedResponseHeaders(this.#headers), this.#to, this.#status));
+    this.#reply.res.flushHeaders();
   }
 }
 
