@@ -106,13 +106,14 @@ export class SlotLeases {
 
   /** Up to `count` leases on the least loaded instances with room, written into `leases`. */
   #takeMany(versionId: string, leases: Leases, instances: ReadyInstance[], count: number): Lease[] {
-    const slots = new Map(instances.map((ready) => [ready.instanceId, { ready, inflight: 0 }]));
+    const slots = instances.map((ready) => ({ ready, inflight: 0 }));
+    const byInstance = new Map(slots.map((slot) => [slot.ready.instanceId, slot]));
     for (const lease of Object.values(leases)) {
-      const slot = slots.get(lease.instanceId);
+      const slot = byInstance.get(lease.instanceId);
       if (slot) slot.inflight++;
     }
     const taken: Lease[] = [];
-    for (let free = leastLoaded([...slots.values()]); free && taken.length < count; free = leastLoaded([...slots.values()])) {
+    for (let free = leastLoaded(slots); free && taken.length < count; free = leastLoaded(slots)) {
       free.inflight++;
       const id = randomUUID();
       leases[id] = { instanceId: free.ready.instanceId, replica: this.#replica, until: Date.now() + LEASE_MS };

@@ -53,4 +53,3 @@ test('a value an admin or an agent chose cannot add a header line to the contain
   assert.ok(lines.every((line) => !line.startsWith('x-injected') && !line.includes('\n')), lines.join(' | '));
   assert.ok(lines.includes('svc-region: eu  x-injected: 1'));
 });
-
