@@ -1,8 +1,10 @@
 // bench/invoke: POST /v2/svc/pexec through the gateway, next to the same echo instance called directly,
 // through nginx (Debian) proxy_pass with upstream keep-alive, and through the barest Node.js proxy (an
 // http server forwarding with undici: the ceiling of any Node implementation on this machine), at
-// concurrency 1, 32 and 256, in rounds (medians reported). With PostgreSQL and NATS JetStream reachable, a last row per level: two API
-// replicas on them behind a round-robin client.
+// concurrency 1, 32 and 256, in rounds (medians reported). A second bare proxy also sends and answers the
+// SVC-* headers the platform must: it shows which part of a gap is the wire contract's, paid by the echo
+// and the client, not the proxy's. With PostgreSQL and NATS JetStream reachable, a last row per level: two
+// API replicas on them behind a round-robin client.
 // Targets: c=32 ≥ 0.85× the bare Node.js proxy (≥ 0.8× nginx); added p50 at c=1 ≤ 0.15 ms; c=256 ≥ 0.8× the bare proxy.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -36,6 +38,7 @@ const BODY = JSON.stringify({ message: 'hello', n: 42 });
  */
 const BODY_ONLY = [{ key: 'ECHO_HEADERS', value: 'false' }];
 const JSON_TYPE = { 'content-type': 'application/json' };
+const CONTRACT_ROW = 'bare Node.js proxy, svc headers';
 
 async function startNginx(upstreamPort: number): Promise<{ port: number; process: ChildProcess }> {
   if (!existsSync(NGINX)) throw new Error('bench/invoke needs nginx: apt-get install nginx-light');
@@ -62,20 +65,49 @@ http {
   return { port, process: child };
 }
 
-/** The barest Node.js reverse proxy, in its own process: read the body, forward with undici, answer. */
-async function startBareNodeProxy(upstreamPort: number): Promise<{ port: number; process: ChildProcess }> {
+/**
+ * What the platform must add to an exchange and the barest proxy does not (wire-reference 5): the SVC-*
+ * headers each request carries to its container (values as long as the platform's), and those each answer
+ * carries to its client.
+ */
+const CONTRACT = `
+  const fixed = {
+    'svc-ncaid': 'accountidaccountidaccountidaccountid1234567', 'svc-function-name': 'bench-echo', 'svc-function-id': randomUUID(),
+    'svc-function-version-id': randomUUID(), 'svc-max-response-size-bytes': '5242880', 'svc-backend': 'local',
+    'svc-instancetype': 'LOCAL.CPU_1x', 'svc-region': 'local', 'svc-env': 'svc',
+  };
+  const toContainer = (id) => ({
+    'content-type': 'application/json', 'svc-reqid': id, 'svc-sub': 'ownerOfTheCredential123',
+    'svc-asset-dir': '/tmp/svc/instances/' + id + '/assets', 'svc-large-output-dir': '/tmp/svc/instances/' + id, ...fixed,
+  });
+  const toClient = (id, length) => ({
+    'content-type': 'application/json', 'content-length': length, 'x-request-id': id, 'svc-reqid': id, 'svc-status': 'fulfilled',
+    'access-control-expose-headers': 'svc-reqid, svc-status, svc-percent-complete',
+  });`;
+const BARE = `
+  const toContainer = () => ({ 'content-type': 'application/json' });
+  const toClient = (id, length) => ({ 'content-type': 'application/json', 'content-length': length });`;
+
+/**
+ * The barest Node.js reverse proxy, in its own process: read the body, forward with undici, answer. With
+ * `contract`, it also sends and answers the platform's headers: the same bytes on the wire as svc.
+ */
+async function startBareNodeProxy(upstreamPort: number, contract: boolean): Promise<{ port: number; process: ChildProcess }> {
   const port = await freePort();
   const source = `
     import http from 'node:http';
+    import { randomUUID } from 'node:crypto';
     import { Pool } from 'undici';
+    ${contract ? CONTRACT : BARE}
     const pool = new Pool('http://127.0.0.1:${upstreamPort}', { connections: 256 });
     http.createServer((req, res) => {
       const chunks = [];
       req.on('data', (chunk) => chunks.push(chunk));
       req.on('end', async () => {
-        const upstream = await pool.request({ path: '/echo', method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks) });
+        const id = ${contract ? 'randomUUID()' : "''"};
+        const upstream = await pool.request({ path: '/echo', method: 'POST', headers: toContainer(id), body: Buffer.concat(chunks) });
         const body = Buffer.from(await upstream.body.arrayBuffer());
-        res.writeHead(upstream.statusCode, { 'content-type': 'application/json', 'content-length': body.length }).end(body);
+        res.writeHead(upstream.statusCode, toClient(id, body.length)).end(body);
       });
     }).listen(${port}, '127.0.0.1');`;
   const child = spawn(process.execPath, ['--input-type=module', '-e', source], { stdio: 'inherit', cwd: path.resolve(import.meta.dirname, '../..') });
@@ -147,7 +179,7 @@ const platform = await servePlatform({
   ...(PROFILE ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${path.resolve(PROFILE)}` } : {}),
 });
 let nginx: ChildProcess | undefined;
-let bareNode: ChildProcess | undefined;
+const bareNodes: ChildProcess[] = [];
 let replicated: Awaited<ReturnType<typeof startReplicas>>;
 try {
   const { target: ours, versionId } = await deployEcho(platform.url, await platform.credentials(['invoke_function', 'list_functions']));
@@ -158,13 +190,15 @@ try {
   const echoPort = (JSON.parse(row.endpoint) as { ports: { inference: number } }).ports.inference;
   const started = await startNginx(echoPort);
   nginx = started.process;
-  const bare = await startBareNodeProxy(echoPort);
-  bareNode = bare.process;
+  const bare = await startBareNodeProxy(echoPort, false);
+  const contract = await startBareNodeProxy(echoPort, true);
+  bareNodes.push(bare.process, contract.process);
   replicated = await startReplicas();
 
   /** The proxy processes whose CPU per request is measured. */
   const processes: Record<string, number[]> = {
     'bare Node.js proxy': [bare.process.pid!],
+    [CONTRACT_ROW]: [contract.process.pid!],
     'svc pexec (gateway)': [platform.process.pid!],
     'svc pexec, 2 replicas on NATS': replicated?.replicas.map((replica) => replica.process.pid!) ?? [],
   };
@@ -172,6 +206,8 @@ try {
     'direct to the instance': { origin: `http://127.0.0.1:${echoPort}`, path: '/echo', headers: JSON_TYPE, body: BODY },
     'nginx proxy_pass': { origin: `http://127.0.0.1:${started.port}`, path: '/', headers: JSON_TYPE, body: BODY },
     'bare Node.js proxy': { origin: `http://127.0.0.1:${bare.port}`, path: '/echo', headers: JSON_TYPE, body: BODY },
+    // The client sends it what it sends svc, the credential included.
+    [CONTRACT_ROW]: { ...ours, origin: `http://127.0.0.1:${contract.port}`, path: '/echo' },
     'svc pexec (gateway)': ours,
     ...(replicated ? { 'svc pexec, 2 replicas on NATS': replicated.target } : {}),
   };
@@ -189,7 +225,8 @@ try {
       for (const [name, target] of Object.entries(targets)) (rounds[name] ??= []).push(await measure(target, processes[name] ?? [], concurrency));
     }
     const results = Object.fromEntries(Object.entries(rounds).map(([name, measured]) => [name, medianOf(measured)]));
-    const [svc, nginxRow, bareRow, direct] = [results['svc pexec (gateway)'], results['nginx proxy_pass'], results['bare Node.js proxy'], results['direct to the instance']];
+    const [svc, nginxRow, bareRow, contractRow, direct] = [results['svc pexec (gateway)'], results['nginx proxy_pass'], results['bare Node.js proxy'], results[CONTRACT_ROW],
+      results['direct to the instance']];
     for (const [name, result] of Object.entries(results)) {
       rows.push([`c=${concurrency}  ${name}`, result.requestsPerSecond, result.p50, result.p99, result.requestsPerSecond / nginxRow.requestsPerSecond,
         result.requestsPerSecond / bareRow.requestsPerSecond, result.cpu === undefined ? '' : Math.round(result.cpu), result.errors]);
@@ -198,7 +235,8 @@ try {
     const perRound = rounds['svc pexec (gateway)'].map((ours, round) => (ours.requestsPerSecond / rounds['bare Node.js proxy'][round].requestsPerSecond).toFixed(2));
     summary.push(`c=${concurrency}: svc ${(svc.requestsPerSecond / bareRow.requestsPerSecond).toFixed(2)}× the bare Node.js proxy (rounds ${perRound.join(', ')}), `
       + `${(svc.requestsPerSecond / nginxRow.requestsPerSecond).toFixed(2)}× nginx; added p50 ${(svc.p50 - direct.p50).toFixed(3)} ms over direct; `
-      + `CPU per request ${Math.round(svc.cpu!)} µs vs ${Math.round(bareRow.cpu!)} µs (bare)`);
+      + `CPU per request ${Math.round(svc.cpu!)} µs vs ${Math.round(bareRow.cpu!)} µs (bare); `
+      + `${(svc.requestsPerSecond / contractRow.requestsPerSecond).toFixed(2)}× the bare proxy carrying the same headers`);
   }
   printTable(`bench/invoke: medians of ${ROUNDS} rounds of ${SECONDS} s per row, echo sample, closed-loop clients (node ${process.version})`,
     ['concurrency  path', 'req/s', 'p50 ms', 'p99 ms', '× nginx', '× bare', 'CPU µs/req', 'errors'], rows);
@@ -206,7 +244,7 @@ try {
   console.log('targets: c=32 ≥ 0.85× the bare Node.js proxy (≥ 0.8× nginx); added p50 at c=1 ≤ 0.15 ms; c=256 ≥ 0.8× the bare proxy');
 } finally {
   nginx?.kill('SIGTERM');
-  bareNode?.kill('SIGTERM');
+  for (const child of bareNodes) child.kill('SIGTERM');
   for (const replica of replicated?.replicas.reverse() ?? []) await replica.stop();
   await replicated?.database.drop();
   if (replicated) await forgetVersion(replicated.versionId);
