@@ -424,7 +424,7 @@ export class JetStreamQueue implements SharedQueue {
       try {
         const reply = await this.#nc.request(grantSubject(ticket.replica), JSON.stringify({ id: ticket.id, lease }), { timeout: GRANT_TIMEOUT_MS });
         if (reply.string() !== 'taken') return false;
-        this.#leases.handOver(lease);
+        void this.#leases.handOver(lease).catch((error) => this.#options.log.warn({ err: error }, 'could not write a slot handed over; the next write of this replica lets it go'));
         return true;
       } catch (error) {
         if (!(error as RequestError).isNoResponders?.() && asked < GRANT_ATTEMPTS) continue;
@@ -443,7 +443,6 @@ export class JetStreamQueue implements SharedQueue {
     this.#waiting.delete(requestId);
     this.#taken.set(requestId, lease.id);
     if (this.#taken.size > TAKEN_REMEMBERED) this.#taken.delete(this.#taken.keys().next().value!);
-    this.#leases.hold(lease);
     this.#run(waiting.invocation, this.#grant(lease));
     return true;
   }
@@ -453,7 +452,14 @@ export class JetStreamQueue implements SharedQueue {
     const parsed = grantSchema.safeParse(msg.json());
     if (!parsed.success) return msg.respond('gone');
     const { id, lease } = parsed.data;
-    msg.respond(this.#take(id, lease) ? 'taken' : 'gone');
+    const again = this.#taken.get(id) === lease.id;
+    if (!this.#take(id, lease)) return msg.respond('gone');
+    if (again) return msg.respond('taken');
+    // Counted here before the granting replica stops counting it: the slot never counts nowhere.
+    this.#leases.hold(lease).then(() => msg.respond('taken'), (error) => {
+      this.#options.log.warn({ err: error }, 'could not write a granted slot; the next write of this replica counts it');
+      msg.respond('taken');
+    });
   }
 
   #grant(lease: Lease): Grant {

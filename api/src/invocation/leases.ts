@@ -1,7 +1,9 @@
-// Instance slots shared by API replicas: one NATS KV entry per function version holds every lease on its
-// instances ({leaseId: {instanceId, replica, until}}), changed only by compare-and-set on the entry's
-// revision, so two replicas never take the same last slot. A replica renews its leases while their
-// requests run; a killed replica's leases expire after LEASE_MS and their slots come back.
+// Instance slots shared by API replicas: one NATS KV entry per function version holds, per replica, how many
+// requests it runs on each instance ({replica: {until, inflight: {instanceId: n}}}). A replica writes only
+// its own record, from its own tally, by compare-and-set on the entry's revision, so two replicas never take
+// the same last slot. The entry's size grows with replicas and instances, not with requests in flight. A
+// replica rewrites its record while it runs requests; a killed replica's record expires after LEASE_MS and
+// its slots come back.
 // Entries are cached from the bucket's watch, and a replica's changes to one version wait for its write
 // in flight and then go together in the next one: one round trip per batch, not per request.
 import { randomUUID } from 'node:crypto';
@@ -13,32 +15,40 @@ import { leastLoaded } from './slots.ts';
 export const LEASE_MS = 15_000;
 const RENEW_MS = LEASE_MS / 3;
 
-const leasesSchema = z.record(z.string(), z.object({ instanceId: z.string(), replica: z.string(), until: z.number() }));
-type Leases = z.infer<typeof leasesSchema>;
+const recordsSchema = z.record(z.string(), z.object({ until: z.number(), inflight: z.record(z.string(), z.number().int().nonnegative()) }));
+type Records = z.infer<typeof recordsSchema>;
 
+/** An entry's records; one in another shape (an older release's) counts as none: its slots expire anyway. */
+function decode(entry: KvEntry | null | undefined): Records {
+  if (entry?.operation !== 'PUT') return {};
+  try {
+    return recordsSchema.safeParse(entry.json()).data ?? {};
+  } catch {
+    return {};
+  }
+}
+
+/** One slot taken: `id` tells a grant asked again from a new one. */
 export interface Lease {
   id: string;
   versionId: string;
   instance: ReadyInstance;
 }
 
-/** A change to a version's leases, applied in a batch; `done` gets its outcome once the batch is written. */
-interface Change {
-  apply(leases: Leases): unknown;
-  done(outcome: unknown, error?: unknown): void;
-}
+/** Requests this replica runs, per instance of one version. */
+type Tally = Map<string, number>;
 
 export class SlotLeases {
   readonly #kv: KV;
   readonly #replica: string;
-  /** My leases still held, per version (renewed every RENEW_MS). */
-  readonly #mine = new Map<string, Set<string>>();
+  /** What this replica runs, per version: what its record says once written. */
+  readonly #tallies = new Map<string, Tally>();
   /** Wakes acquirers of a version when its entry changes. */
   readonly #changed = new Map<string, Set<() => void>>();
-  /** The latest entry per version seen (watch or own writes): its leases and revision. */
-  readonly #entries = new Map<string, { leases: Leases; revision: number }>();
-  /** Changes waiting for the version's write in flight. */
-  readonly #pending = new Map<string, Change[]>();
+  /** The latest entry per version seen (watch or own writes): its records and revision. */
+  readonly #entries = new Map<string, { records: Records; revision: number }>();
+  /** Takes waiting for the version's write in flight; a version here with none only needs its record written. */
+  readonly #pending = new Map<string, Take[]>();
   readonly #writing = new Set<string>();
   readonly #renewer: NodeJS.Timeout;
 
@@ -46,7 +56,7 @@ export class SlotLeases {
     this.#kv = kv;
     this.#replica = replica;
     this.#renewer = setInterval(() => {
-      for (const [versionId, held] of this.#mine) if (held.size) void this.#change(versionId, (leases) => this.#renew(leases, held)).catch(() => {});
+      for (const [versionId, tally] of this.#tallies) if (tally.size) void this.#publish(versionId).catch(() => {});
     }, RENEW_MS);
     this.#renewer.unref();
   }
@@ -62,7 +72,7 @@ export class SlotLeases {
   /** Up to `count` slots in one write (at least one, waiting while all are full); undefined once stopped. */
   async acquireMany(versionId: string, count: number, instances: () => ReadyInstance[], stopped: () => boolean): Promise<Lease[] | undefined> {
     while (!stopped()) {
-      const taken = await this.#takeNow(versionId, count, instances);
+      const taken = await this.#take(versionId, count, instances);
       if (taken.length) return taken;
       await this.#nextChange(versionId, 1000);
     }
@@ -71,29 +81,33 @@ export class SlotLeases {
 
   /** A slot if an instance has room now; undefined without waiting. */
   async tryAcquire(versionId: string, instances: () => ReadyInstance[]): Promise<Lease | undefined> {
-    return (await this.#takeNow(versionId, 1, instances))[0];
+    return (await this.#take(versionId, 1, instances))[0];
   }
 
-  /** A lease taken for a request that runs here (granted by the head's replica): renewed here from now on. */
-  hold(lease: Lease) {
-    this.#held(lease.versionId).add(lease.id);
+  /**
+   * A slot another replica took for a request that runs here: counted here from now on. Resolves once
+   * written, so the replica that took it may stop counting it without the slot ever counting nowhere.
+   */
+  hold(lease: Lease): Promise<void> {
+    this.#count(lease, 1);
+    return this.#publish(lease.versionId);
   }
 
-  /** A lease handed to the replica whose request it serves: renewed there, and expiring if that one dies. */
-  handOver(lease: Lease) {
-    this.#held(lease.versionId).delete(lease.id);
+  /** A slot handed to the replica whose request it serves (which counts it already). */
+  handOver(lease: Lease): Promise<void> {
+    return this.release(lease);
   }
 
-  async release(lease: Lease) {
-    this.#held(lease.versionId).delete(lease.id);
-    await this.#change(lease.versionId, (leases) => delete leases[lease.id]);
+  release(lease: Lease): Promise<void> {
+    this.#count(lease, -1);
+    return this.#publish(lease.versionId);
   }
 
   /** The entry of a version changed (the bucket's watch): cached, and whoever waits for a slot looks again. */
   changed(versionId: string, entry?: KvEntry) {
     // Most entries are this replica's own writes, already cached: decoded only when newer.
     const known = this.#entries.get(versionId)?.revision ?? -1;
-    if (entry && entry.revision > known) this.#remember(versionId, entry.operation === 'PUT' ? leasesSchema.parse(entry.json()) : {}, entry.revision);
+    if (entry && entry.revision > known) this.#remember(versionId, decode(entry), entry.revision);
     const waiters = this.#changed.get(versionId);
     this.#changed.delete(versionId);
     for (const wake of waiters ?? []) wake();
@@ -104,69 +118,49 @@ export class SlotLeases {
     for (const versionId of [...this.#changed.keys()]) this.changed(versionId);
   }
 
-  /** Up to `count` leases on the least loaded instances with room, written into `leases`. */
-  #takeMany(versionId: string, leases: Leases, instances: ReadyInstance[], count: number): Lease[] {
-    const slots = instances.map((ready) => ({ ready, inflight: 0 }));
-    const byInstance = new Map(slots.map((slot) => [slot.ready.instanceId, slot]));
-    for (const lease of Object.values(leases)) {
-      const slot = byInstance.get(lease.instanceId);
-      if (slot) slot.inflight++;
-    }
-    const taken: Lease[] = [];
-    for (let free = leastLoaded(slots); free && taken.length < count; free = leastLoaded(slots)) {
-      free.inflight++;
-      const id = randomUUID();
-      leases[id] = { instanceId: free.ready.instanceId, replica: this.#replica, until: Date.now() + LEASE_MS };
-      taken.push({ id, versionId, instance: free.ready });
-    }
-    return taken;
+  #tally(versionId: string): Tally {
+    let tally = this.#tallies.get(versionId);
+    if (!tally) this.#tallies.set(versionId, tally = new Map());
+    return tally;
   }
 
-  #renew(leases: Leases, held: Set<string>) {
-    for (const id of held) if (leases[id]) leases[id].until = Date.now() + LEASE_MS;
+  #count(lease: Lease, change: 1 | -1) {
+    const tally = this.#tally(lease.versionId);
+    const count = (tally.get(lease.instance.instanceId) ?? 0) + change;
+    if (count > 0) tally.set(lease.instance.instanceId, count);
+    else tally.delete(lease.instance.instanceId);
   }
 
-  /** Up to `count` slots with room at the time of the write (instances are read then), held here. */
-  async #takeNow(versionId: string, count: number, instances: () => ReadyInstance[]): Promise<Lease[]> {
-    const taken = await this.#change(versionId, (leases) => this.#takeMany(versionId, leases, instances(), count));
-    for (const lease of taken) this.#held(versionId).add(lease.id);
-    return taken;
-  }
-
-  #held(versionId: string): Set<string> {
-    let held = this.#mine.get(versionId);
-    if (!held) this.#mine.set(versionId, held = new Set());
-    return held;
-  }
-
-  /** Queues a change to the version's leases; resolves with what `apply` returned once it is written. */
-  #change<T>(versionId: string, apply: (leases: Leases) => T): Promise<T> {
+  /** Up to `count` slots with room at the time of the write (instances are read then), counted here. */
+  #take(versionId: string, count: number, instances: () => ReadyInstance[]): Promise<Lease[]> {
     return new Promise((resolve, reject) => {
-      const changes = this.#pending.get(versionId) ?? [];
-      changes.push({ apply, done: (outcome, error) => (error === undefined ? resolve(outcome as T) : reject(error)) });
-      this.#pending.set(versionId, changes);
-      if (!this.#writing.has(versionId)) void this.#flush(versionId);
+      this.#queue(versionId, { count, instances, done: (taken, error) => (error === undefined ? resolve(taken) : reject(error)) });
     });
   }
 
-  /** Writes every queued change of a version in one compare-and-set, again on a lost race, until none wait. */
+  /** Writes this replica's record of the version with the next batch. */
+  #publish(versionId: string): Promise<void> {
+    return this.#take(versionId, 0, () => []).then(() => undefined);
+  }
+
+  #queue(versionId: string, take: Take) {
+    const takes = this.#pending.get(versionId);
+    if (takes) takes.push(take);
+    else this.#pending.set(versionId, [take]);
+    if (!this.#writing.has(versionId)) void this.#flush(versionId);
+  }
+
+  /** Writes every queued take of a version with this replica's record, in one compare-and-set, until none wait. */
   async #flush(versionId: string) {
     this.#writing.add(versionId);
     try {
-      for (let batch = this.#pending.get(versionId); batch?.length; batch = this.#pending.get(versionId)) {
+      for (let batch = this.#pending.get(versionId); batch; batch = this.#pending.get(versionId)) {
         this.#pending.delete(versionId);
         try {
-          let outcomes: unknown[] | undefined;
-          while (!outcomes) {
-            const { leases, revision } = await this.#read(versionId);
-            const before = JSON.stringify(leases);
-            const applied = batch.map((change) => change.apply(leases));
-            const after = JSON.stringify(leases);
-            if (after === before || await this.#write(versionId, leases, after, revision)) outcomes = applied;
-          }
-          batch.forEach((change, i) => change.done(outcomes![i]));
+          const outcomes = await this.#write(versionId, batch);
+          batch.forEach((take, i) => take.done(outcomes[i]));
         } catch (error) {
-          for (const change of batch) change.done(undefined, error);
+          for (const take of batch) take.done([], error);
         }
       }
     } finally {
@@ -174,29 +168,64 @@ export class SlotLeases {
     }
   }
 
-  #remember(versionId: string, leases: Leases, revision: number) {
-    const known = this.#entries.get(versionId);
-    if (!known || known.revision < revision) this.#entries.set(versionId, { leases, revision });
+  /** The batch's takes against the latest entry, and this replica's record written; again on a lost race. */
+  async #write(versionId: string, batch: Take[]): Promise<Lease[][]> {
+    for (;;) {
+      const { records, revision } = await this.#read(versionId);
+      const tally = new Map(this.#tally(versionId));
+      const outcomes = batch.map((take) => this.#takeMany(versionId, records, tally, take));
+      if (batch.every((take) => take.count > 0) && outcomes.every((taken) => taken.length === 0)) return outcomes;
+      const until = Date.now() + LEASE_MS;
+      if (tally.size) records[this.#replica] = { until, inflight: Object.fromEntries(tally) };
+      else delete records[this.#replica];
+      if (await this.#compareAndSet(versionId, records, revision)) {
+        for (const taken of outcomes) for (const lease of taken) this.#count(lease, 1);
+        return outcomes;
+      }
+    }
   }
 
-  /** A copy of the version's leases without the expired ones (their replica stopped renewing them). */
-  async #read(versionId: string): Promise<{ leases: Leases; revision: number }> {
+  /** Up to `take.count` leases on the least loaded instances with room, counted in `tally`. */
+  #takeMany(versionId: string, records: Records, tally: Tally, take: Take): Lease[] {
+    if (take.count === 0) return [];
+    const slots = take.instances().map((ready) => ({ ready, inflight: tally.get(ready.instanceId) ?? 0 }));
+    for (const [replica, record] of Object.entries(records)) {
+      if (replica === this.#replica) continue;
+      for (const slot of slots) slot.inflight += record.inflight[slot.ready.instanceId] ?? 0;
+    }
+    const taken: Lease[] = [];
+    for (let free = leastLoaded(slots); free && taken.length < take.count; free = leastLoaded(slots)) {
+      free.inflight++;
+      tally.set(free.ready.instanceId, (tally.get(free.ready.instanceId) ?? 0) + 1);
+      taken.push({ id: randomUUID(), versionId, instance: free.ready });
+    }
+    return taken;
+  }
+
+  #remember(versionId: string, records: Records, revision: number) {
+    const known = this.#entries.get(versionId);
+    if (!known || known.revision < revision) this.#entries.set(versionId, { records, revision });
+  }
+
+  /** The version's records without the expired ones (their replica stopped writing), to change. */
+  async #read(versionId: string): Promise<{ records: Records; revision: number }> {
     if (!this.#entries.has(versionId)) {
       const entry = await this.#kv.get(versionId);
-      this.#remember(versionId, entry?.operation === 'PUT' ? leasesSchema.parse(entry.json()) : {}, entry?.revision ?? 0);
+      this.#remember(versionId, decode(entry), entry?.revision ?? 0);
     }
-    const { leases, revision } = this.#entries.get(versionId)!;
+    const { records, revision } = this.#entries.get(versionId)!;
     const now = Date.now();
-    const live: Leases = {};
-    for (const [id, lease] of Object.entries(leases)) if (lease.until >= now) live[id] = { ...lease };
-    return { leases: live, revision };
+    const live: Records = {};
+    for (const [replica, record] of Object.entries(records)) if (record.until >= now) live[replica] = record;
+    return { records: live, revision };
   }
 
-  /** Compare-and-set: false when another replica changed the entry first (the entry is then read again). */
-  async #write(versionId: string, leases: Leases, encoded: string, revision: number): Promise<boolean> {
+  /** False when another replica changed the entry first (the entry is then read again). */
+  async #compareAndSet(versionId: string, records: Records, revision: number): Promise<boolean> {
+    const encoded = JSON.stringify(records);
     try {
       const written = revision === 0 ? await this.#kv.create(versionId, encoded) : await this.#kv.update(versionId, encoded, revision);
-      this.#remember(versionId, leases, written);
+      this.#remember(versionId, records, written);
       return true;
     } catch (error) {
       if (!/wrong last sequence|key exists/i.test((error as Error).message)) throw error;
@@ -216,4 +245,11 @@ export class SlotLeases {
       });
     });
   }
+}
+
+/** Slots wanted in the next write; a count of 0 only wants this replica's record written. */
+interface Take {
+  count: number;
+  instances(): ReadyInstance[];
+  done(taken: Lease[], error?: unknown): void;
 }
