@@ -1,35 +1,59 @@
 // SlotLeases (invocation/leases.ts) on a real NATS KV bucket: two instances of it stand for two API
 // replicas. The entry of a version holds one count record per replica, whatever the requests in flight;
 // the replicas together never take more than an instance's maxRequestConcurrency; a slot handed from one
-// replica to another is counted by the receiver before the giver lets it go.
+// replica to another is counted by the receiver before the giver lets it go. The replica that grants a
+// version's slots keeps spare ones, taken and given back without a write, and gives them up when it stops
+// granting or leaves them unused.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, describe, test } from 'node:test';
 import { Kvm } from '@nats-io/kv';
 import { connect } from '@nats-io/transport-node';
 import type { ReadyInstance } from '../src/control/instances/service.ts';
-import { SlotLeases } from '../src/invocation/leases.ts';
+import { LEASE_MS, SlotLeases } from '../src/invocation/leases.ts';
 import { forgetVersion, NATS_URL, natsAvailable } from './helpers/nats.ts';
+import { until } from './helpers/wait.ts';
 
 const ready = await natsAvailable();
 
 describe('slot leases shared by replicas', { skip: !ready }, () => {
-  const versionId = randomUUID();
-  after(() => forgetVersion(versionId));
+  const versions: string[] = [];
+  after(async () => {
+    for (const versionId of versions) await forgetVersion(versionId);
+  });
 
-  test('count records per replica, the instance limit across both, and a hand-over counted before it is let go', async () => {
+  async function setup() {
+    const versionId = randomUUID();
+    versions.push(versionId);
     const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
     const kv = await new Kvm(nc).create('svc_slots', { history: 1 });
-    const [first, second] = [new SlotLeases(kv, 'replica-a'), new SlotLeases(kv, 'replica-b')];
+    const replicas = [new SlotLeases(kv, 'replica-a'), new SlotLeases(kv, 'replica-b')];
     const instance: ReadyInstance = {
       instanceId: 'i1', versionId, clusterId: 'c1', maxRequestConcurrency: 3, gpu: 'L40', instanceType: 't', backend: 'b', region: 'r',
       endpoint: { host: '127.0.0.1', ports: { inference: 1, health: 1 } },
     };
-    const instances = () => [instance];
-    const inflight = async () => {
-      const records = (await kv.get(versionId))!.json<Record<string, { inflight: Record<string, number> }>>();
-      return Object.fromEntries(Object.entries(records).map(([replica, record]) => [replica, record.inflight.i1]));
+    /** Each replica's count on the instance, and the entry's revision (a write changes it). */
+    const entry = async () => {
+      const found = await kv.get(versionId);
+      const records = found?.operation === 'PUT' ? found.json<Record<string, { inflight: Record<string, number> }>>() : {};
+      return { counts: Object.fromEntries(Object.entries(records).map(([replica, record]) => [replica, record.inflight.i1])), revision: found?.revision };
     };
+    // The bucket's watch tells both replicas of every change, as the queue's does.
+    const watch = await kv.watch({ key: versionId });
+    void (async () => {
+      for await (const change of watch) for (const replica of replicas) replica.changed(versionId, change);
+    })();
+    const close = async () => {
+      watch.stop();
+      for (const replica of replicas) replica.close();
+      await nc.close();
+    };
+    return { versionId, replicas, instances: () => [instance], entry, close };
+  }
+
+  test('count records per replica, the instance limit across both, and a hand-over counted before it is let go', async () => {
+    const { versionId, replicas: [first, second], instances, entry, close } = await setup();
+    const inflight = async () => (await entry()).counts;
     try {
       const taken = await first.acquireMany(versionId, 2, instances, () => false);
       assert.equal(taken?.length, 2);
@@ -44,13 +68,47 @@ describe('slot leases shared by replicas', { skip: !ready }, () => {
       await first.handOver(taken![0]);
       assert.deepEqual(await inflight(), { 'replica-a': 1, 'replica-b': 2 });
 
-      await Promise.all([first.release(taken![1]), second.release(taken![0]), second.release(third)]);
+      await Promise.all([first.release(taken![1]), second.release(taken![0]), second.release(third!)]);
       assert.deepEqual(await inflight(), {}, 'a replica that runs nothing keeps no record');
       assert.ok(await second.tryAcquire(versionId, instances), 'the slots are free again');
     } finally {
-      first.close();
-      second.close();
-      await nc.close();
+      await close();
+    }
+  });
+
+  test('the granting replica keeps spare slots: taken and given back without a write, given up when it stops granting', async () => {
+    const { versionId, replicas: [granting, other], instances, entry, close } = await setup();
+    try {
+      granting.keepSpare(versionId, true);
+      const lease = await granting.tryAcquire(versionId, instances);
+      assert.ok(lease);
+      const counted = await entry();
+      assert.deepEqual(counted.counts, { 'replica-a': 3 }, 'the slot taken and the two left as spare');
+      assert.equal(await other.tryAcquire(versionId, instances), undefined, 'spare slots count: none for the other replica');
+
+      await granting.release(lease);
+      const again = await granting.tryAcquire(versionId, instances);
+      assert.ok(again, 'a spare slot');
+      assert.equal((await entry()).revision, counted.revision, 'neither the release nor the take wrote');
+
+      await granting.release(again);
+      granting.keepSpare(versionId, false);
+      await until('the spare slots given up', async () => (await entry()).counts['replica-a'] === undefined);
+      assert.ok(await other.tryAcquire(versionId, instances), 'the other replica finds room');
+    } finally {
+      await close();
+    }
+  });
+
+  test('spare slots left unused for a renewal period go back', async () => {
+    const { versionId, replicas: [granting], instances, entry, close } = await setup();
+    try {
+      granting.keepSpare(versionId, true);
+      await granting.release((await granting.tryAcquire(versionId, instances))!);
+      assert.deepEqual((await entry()).counts, { 'replica-a': 3 });
+      await until('unused spare slots given back', async () => (await entry()).counts['replica-a'] === undefined, LEASE_MS);
+    } finally {
+      await close();
     }
   });
 });

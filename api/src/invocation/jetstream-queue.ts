@@ -350,6 +350,7 @@ export class JetStreamQueue implements SharedQueue {
     const tickets = await consumer.consume({ max_messages: HEAD_WINDOW });
     const held: JsMsg[] = [];
     this.#holding.set(versionId, held);
+    this.#leases.keepSpare(versionId, true);
     let arrived = () => {};
     let ended = false;
     const stop = () => {
@@ -377,6 +378,7 @@ export class JetStreamQueue implements SharedQueue {
       }
     } finally {
       this.#holding.delete(versionId);
+      this.#leases.keepSpare(versionId, false);
       clearInterval(keepAlive);
       await pulling;
       for (const msg of held.splice(0)) msg.nak();

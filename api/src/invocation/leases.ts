@@ -6,6 +6,8 @@
 // its slots come back.
 // Entries are cached from the bucket's watch, and a replica's changes to one version wait for its write
 // in flight and then go together in the next one: one round trip per batch, not per request.
+// The replica that grants a version's slots (it holds the head) also counts a few spare ones: a request
+// takes a spare slot and gives it back without a write. Spare slots unused for a renewal period go back.
 import { randomUUID } from 'node:crypto';
 import type { KV, KvEntry } from '@nats-io/kv';
 import { z } from 'zod';
@@ -35,14 +37,46 @@ export interface Lease {
   instance: ReadyInstance;
 }
 
-/** Requests this replica runs, per instance of one version. */
+/** Spare slots the granting replica keeps at most. */
+const SPARE_MAX = 32;
+
+/** Slots per instance of one version. */
 type Tally = Map<string, number>;
+
+function add(tally: Tally, instanceId: string, change: number) {
+  const count = (tally.get(instanceId) ?? 0) + change;
+  if (count > 0) tally.set(instanceId, count);
+  else tally.delete(instanceId);
+}
+
+function total(tally: Tally): number {
+  let sum = 0;
+  for (const count of tally.values()) sum += count;
+  return sum;
+}
+
+/** This replica's part of one version's entry: the slots its requests run on, and spare ones it counts too. */
+class Share {
+  readonly running: Tally = new Map();
+  readonly spare: Tally = new Map();
+  /** Spare slots are kept only while this replica grants the version's slots. */
+  keepsSpare = false;
+  /** A spare slot was taken since the last renewal. */
+  spareUsed = false;
+
+  /** What its record says: every slot it counts, per instance. */
+  counted(running = this.running, spare = this.spare): Record<string, number> {
+    const counts = Object.fromEntries(running);
+    for (const [instanceId, count] of spare) counts[instanceId] = (counts[instanceId] ?? 0) + count;
+    return counts;
+  }
+}
 
 export class SlotLeases {
   readonly #kv: KV;
   readonly #replica: string;
-  /** What this replica runs, per version: what its record says once written. */
-  readonly #tallies = new Map<string, Tally>();
+  /** This replica's part of each version's entry: what its record says once written. */
+  readonly #shares = new Map<string, Share>();
   /** Wakes acquirers of a version when its entry changes. */
   readonly #changed = new Map<string, Set<() => void>>();
   /** The latest entry per version seen (watch or own writes): its records and revision. */
@@ -56,7 +90,12 @@ export class SlotLeases {
     this.#kv = kv;
     this.#replica = replica;
     this.#renewer = setInterval(() => {
-      for (const [versionId, tally] of this.#tallies) if (tally.size) void this.#publish(versionId).catch(() => {});
+      for (const [versionId, share] of this.#shares) {
+        const counting = share.running.size > 0 || share.spare.size > 0;
+        if (!share.spareUsed) share.spare.clear();
+        share.spareUsed = false;
+        if (counting) void this.#publish(versionId).catch(() => {});
+      }
     }, RENEW_MS);
     this.#renewer.unref();
   }
@@ -89,18 +128,32 @@ export class SlotLeases {
    * written, so the replica that took it may stop counting it without the slot ever counting nowhere.
    */
   hold(lease: Lease): Promise<void> {
-    this.#count(lease, 1);
+    add(this.#share(lease.versionId).running, lease.instance.instanceId, 1);
     return this.#publish(lease.versionId);
   }
 
   /** A slot handed to the replica whose request it serves (which counts it already). */
   handOver(lease: Lease): Promise<void> {
-    return this.release(lease);
+    add(this.#share(lease.versionId).running, lease.instance.instanceId, -1);
+    return this.#publish(lease.versionId);
   }
 
+  /** The request is done: its slot is spare if this replica keeps spare ones (no write), else let go. */
   release(lease: Lease): Promise<void> {
-    this.#count(lease, -1);
-    return this.#publish(lease.versionId);
+    const share = this.#share(lease.versionId);
+    add(share.running, lease.instance.instanceId, -1);
+    if (!share.keepsSpare || total(share.spare) >= SPARE_MAX) return this.#publish(lease.versionId);
+    add(share.spare, lease.instance.instanceId, 1);
+    return Promise.resolve();
+  }
+
+  /** Whether this replica grants the version's slots (holds its head): only then it keeps spare ones. */
+  keepSpare(versionId: string, keep: boolean) {
+    const share = this.#share(versionId);
+    share.keepsSpare = keep;
+    if (keep || !share.spare.size) return;
+    share.spare.clear();
+    void this.#publish(versionId).catch(() => {});
   }
 
   /** The entry of a version changed (the bucket's watch): cached, and whoever waits for a slot looks again. */
@@ -118,24 +171,48 @@ export class SlotLeases {
     for (const versionId of [...this.#changed.keys()]) this.changed(versionId);
   }
 
-  #tally(versionId: string): Tally {
-    let tally = this.#tallies.get(versionId);
-    if (!tally) this.#tallies.set(versionId, tally = new Map());
-    return tally;
+  #share(versionId: string): Share {
+    let share = this.#shares.get(versionId);
+    if (!share) this.#shares.set(versionId, share = new Share());
+    return share;
   }
 
-  #count(lease: Lease, change: 1 | -1) {
-    const tally = this.#tally(lease.versionId);
-    const count = (tally.get(lease.instance.instanceId) ?? 0) + change;
-    if (count > 0) tally.set(lease.instance.instanceId, count);
-    else tally.delete(lease.instance.instanceId);
-  }
-
-  /** Up to `count` slots with room at the time of the write (instances are read then), counted here. */
+  /**
+   * Up to `count` slots: spare ones at once if there are, else those with room at the time of the write
+   * (instances are read then), counted here.
+   */
   #take(versionId: string, count: number, instances: () => ReadyInstance[]): Promise<Lease[]> {
+    const spared = count > 0 ? this.#fromSpare(versionId, count, instances()) : [];
+    if (spared.length) return Promise.resolve(spared);
     return new Promise((resolve, reject) => {
       this.#queue(versionId, { count, instances, done: (taken, error) => (error === undefined ? resolve(taken) : reject(error)) });
     });
+  }
+
+  /** Spare slots on the least busy of `instances`; spare ones on instances no longer there are let go. */
+  #fromSpare(versionId: string, count: number, instances: ReadyInstance[]): Lease[] {
+    const share = this.#share(versionId);
+    if (!share.spare.size) return [];
+    const there = new Map(instances.map((ready) => [ready.instanceId, ready]));
+    let gone = false;
+    for (const instanceId of share.spare.keys()) {
+      if (there.has(instanceId)) continue;
+      share.spare.delete(instanceId);
+      gone = true;
+    }
+    if (gone) void this.#publish(versionId).catch(() => {});
+    const taken: Lease[] = [];
+    while (taken.length < count && share.spare.size) {
+      let best: string | undefined;
+      for (const instanceId of share.spare.keys()) {
+        if (best === undefined || (share.running.get(instanceId) ?? 0) < (share.running.get(best) ?? 0)) best = instanceId;
+      }
+      add(share.spare, best!, -1);
+      add(share.running, best!, 1);
+      taken.push({ id: randomUUID(), versionId, instance: there.get(best!)! });
+    }
+    share.spareUsed = true;
+    return taken;
   }
 
   /** Writes this replica's record of the version with the next batch. */
@@ -170,36 +247,58 @@ export class SlotLeases {
 
   /** The batch's takes against the latest entry, and this replica's record written; again on a lost race. */
   async #write(versionId: string, batch: Take[]): Promise<Lease[][]> {
+    const share = this.#share(versionId);
     for (;;) {
       const { records, revision } = await this.#read(versionId);
-      const tally = new Map(this.#tally(versionId));
-      const outcomes = batch.map((take) => this.#takeMany(versionId, records, tally, take));
+      const running = new Map(share.running);
+      const spare = new Map(share.spare);
+      const outcomes = batch.map((take) => this.#takeMany(versionId, records, running, spare, take));
+      const extra = share.keepsSpare && batch.some((take) => take.count > 0) ? this.#spareMore(records, running, spare, batch) : new Map<string, number>();
       if (batch.every((take) => take.count > 0) && outcomes.every((taken) => taken.length === 0)) return outcomes;
-      const until = Date.now() + LEASE_MS;
-      if (tally.size) records[this.#replica] = { until, inflight: Object.fromEntries(tally) };
+      const counted = share.counted(running, spare);
+      if (Object.keys(counted).length) records[this.#replica] = { until: Date.now() + LEASE_MS, inflight: counted };
       else delete records[this.#replica];
       if (await this.#compareAndSet(versionId, records, revision)) {
-        for (const taken of outcomes) for (const lease of taken) this.#count(lease, 1);
+        for (const taken of outcomes) for (const lease of taken) add(share.running, lease.instance.instanceId, 1);
+        for (const [instanceId, count] of extra) add(share.spare, instanceId, count);
         return outcomes;
       }
     }
   }
 
-  /** Up to `take.count` leases on the least loaded instances with room, counted in `tally`. */
-  #takeMany(versionId: string, records: Records, tally: Tally, take: Take): Lease[] {
-    if (take.count === 0) return [];
-    const slots = take.instances().map((ready) => ({ ready, inflight: tally.get(ready.instanceId) ?? 0 }));
+  /** Slots counted on each of `instances`: everyone's records but this replica's, plus `mine`. */
+  #load(records: Records, instances: ReadyInstance[], mine: Tally[]) {
+    const slots = instances.map((ready) => ({ ready, inflight: mine.reduce((sum, tally) => sum + (tally.get(ready.instanceId) ?? 0), 0) }));
     for (const [replica, record] of Object.entries(records)) {
       if (replica === this.#replica) continue;
       for (const slot of slots) slot.inflight += record.inflight[slot.ready.instanceId] ?? 0;
     }
+    return slots;
+  }
+
+  /** Up to `take.count` leases on the least loaded instances with room, counted in `running`. */
+  #takeMany(versionId: string, records: Records, running: Tally, spare: Tally, take: Take): Lease[] {
+    if (take.count === 0) return [];
+    const slots = this.#load(records, take.instances(), [running, spare]);
     const taken: Lease[] = [];
     for (let free = leastLoaded(slots); free && taken.length < take.count; free = leastLoaded(slots)) {
       free.inflight++;
-      tally.set(free.ready.instanceId, (tally.get(free.ready.instanceId) ?? 0) + 1);
+      add(running, free.ready.instanceId, 1);
       taken.push({ id: randomUUID(), versionId, instance: free.ready });
     }
     return taken;
+  }
+
+  /** Spare slots added to `spare` up to SPARE_MAX, where there is room after the batch's takes. */
+  #spareMore(records: Records, running: Tally, spare: Tally, batch: Take[]): Tally {
+    const extra: Tally = new Map();
+    const slots = this.#load(records, batch.find((take) => take.count > 0)!.instances(), [running, spare]);
+    for (let free = leastLoaded(slots); free && total(spare) < SPARE_MAX; free = leastLoaded(slots)) {
+      free.inflight++;
+      add(spare, free.ready.instanceId, 1);
+      add(extra, free.ready.instanceId, 1);
+    }
+    return extra;
   }
 
   #remember(versionId: string, records: Records, revision: number) {
