@@ -107,6 +107,19 @@ describe('JetStreamQueue across two replicas', { skip: !ready }, () => {
     assert.equal(granted[2].id, 'waits');
   });
 
+  test('on a replica without the head too, with nothing waiting and room, a request runs without a ticket', async () => {
+    const { pair, granted, request, instance, versionId } = await setup(10, 4);
+    const learned = new Promise<void>((resolve) => pair[1].onInstances(() => resolve()));
+    pair[0].ready(instance.versionId, [instance]);
+    await pair[0].enqueue(request('first'));
+    await until('the first grant', async () => granted.length === 1);
+    await learned;
+    const before = await ticketsTaken(versionId);
+    await pair[1].enqueue(request('direct'));
+    assert.deepEqual(granted.map((entry) => [entry.id, entry.replica]), [['first', 0], ['direct', 1]], 'granted on its replica before enqueue returned');
+    assert.equal(await ticketsTaken(versionId), before, 'no ticket was written');
+  });
+
   test('a replica that dies while running a request another replica granted: its slot comes back once its lease runs out', async () => {
     const { pair, join, granted, request, instance } = await setup(10, 1, 1);
     pair[0].ready(instance.versionId, [instance]);

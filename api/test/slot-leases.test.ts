@@ -1,9 +1,9 @@
 // SlotLeases (invocation/leases.ts) on a real NATS KV bucket: two instances of it stand for two API
 // replicas. The entry of a version holds one count record per replica, whatever the requests in flight;
 // the replicas together never take more than an instance's maxRequestConcurrency; a slot handed from one
-// replica to another is counted by the receiver before the giver lets it go. The replica that grants a
-// version's slots keeps spare ones, taken and given back without a write, and gives them up when it stops
-// granting or leaves them unused.
+// replica to another is counted by the receiver before the giver lets it go. A replica keeps spare slots,
+// taken and given back without a write, and gives them up when another replica waits for one or when it
+// leaves them unused.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, describe, test } from 'node:test';
@@ -67,34 +67,29 @@ describe('slot leases shared by replicas', { skip: !ready }, () => {
       assert.deepEqual(await inflight(), { 'replica-a': 2, 'replica-b': 2 }, 'counted by both for a moment, never by none');
       await first.handOver(taken![0]);
       assert.deepEqual(await inflight(), { 'replica-a': 1, 'replica-b': 2 });
-
-      await Promise.all([first.release(taken![1]), second.release(taken![0]), second.release(third!)]);
-      assert.deepEqual(await inflight(), {}, 'a replica that runs nothing keeps no record');
-      assert.ok(await second.tryAcquire(versionId, instances), 'the slots are free again');
     } finally {
       await close();
     }
   });
 
-  test('the granting replica keeps spare slots: taken and given back without a write, given up when it stops granting', async () => {
-    const { versionId, replicas: [granting, other], instances, entry, close } = await setup();
+  test('spare slots: half the room left at most, taken and given back without a write, given up when another replica waits', async () => {
+    const { versionId, replicas: [first, other], instances, entry, close } = await setup();
     try {
-      granting.keepSpare(versionId, true);
-      const lease = await granting.tryAcquire(versionId, instances);
+      const lease = await first.tryAcquire(versionId, instances);
       assert.ok(lease);
-      const counted = await entry();
-      assert.deepEqual(counted.counts, { 'replica-a': 3 }, 'the slot taken and the two left as spare');
-      assert.equal(await other.tryAcquire(versionId, instances), undefined, 'spare slots count: none for the other replica');
+      assert.deepEqual((await entry()).counts, { 'replica-a': 2 }, 'the slot taken and one of the two left kept spare');
+      assert.ok(await other.tryAcquire(versionId, instances), 'the other half of the room for the other replica');
+      assert.equal(await other.tryAcquire(versionId, instances), undefined, 'spare slots count: no more room');
 
-      await granting.release(lease);
-      const again = await granting.tryAcquire(versionId, instances);
+      const counted = await entry();
+      await first.release(lease);
+      const again = await first.tryAcquire(versionId, instances);
       assert.ok(again, 'a spare slot');
       assert.equal((await entry()).revision, counted.revision, 'neither the release nor the take wrote');
 
-      await granting.release(again);
-      granting.keepSpare(versionId, false);
-      await until('the spare slots given up', async () => (await entry()).counts['replica-a'] === undefined);
-      assert.ok(await other.tryAcquire(versionId, instances), 'the other replica finds room');
+      // The other replica waits for a slot: its record says so, and the first gives up its spare one.
+      assert.ok(await other.acquire(versionId, instances, () => false), 'the waiting replica gets a slot');
+      assert.deepEqual((await entry()).counts, { 'replica-a': 1, 'replica-b': 2 }, 'the first counts only the slot it runs on');
     } finally {
       await close();
     }
@@ -103,9 +98,8 @@ describe('slot leases shared by replicas', { skip: !ready }, () => {
   test('spare slots left unused for a renewal period go back', async () => {
     const { versionId, replicas: [granting], instances, entry, close } = await setup();
     try {
-      granting.keepSpare(versionId, true);
       await granting.release((await granting.tryAcquire(versionId, instances))!);
-      assert.deepEqual((await entry()).counts, { 'replica-a': 3 });
+      assert.deepEqual((await entry()).counts, { 'replica-a': 2 });
       await until('unused spare slots given back', async () => (await entry()).counts['replica-a'] === undefined, LEASE_MS);
     } finally {
       await close();

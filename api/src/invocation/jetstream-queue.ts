@@ -8,6 +8,8 @@
 //   grants together in order to the tickets' replicas over NATS request/reply, and acks; a ticket whose
 //   replica is gone is adopted when its request is a stored 202 (at most once, by a conditional claim in
 //   the store), else dropped (its client went with the replica);
+// - a request that finds nothing of its version waiting and a slot free (leases.ts) takes it at once, on
+//   any replica, and never becomes a ticket;
 // - ready instances are published by the placement replica in the KV bucket svc_ready and watched by all.
 import { randomUUID } from 'node:crypto';
 import { connect, nanos, type Msg, type NatsConnection, type RequestError, type Subscription } from '@nats-io/transport-node';
@@ -165,16 +167,23 @@ export class JetStreamQueue implements SharedQueue {
   }
 
   /**
-   * With the version's head here, no ticket waiting and an instance with room, a request needs no ticket
-   * (no publish, pull and ack): it runs now. A ticket still on its way from another replica can be
-   * overtaken by at most its delivery.
+   * With no ticket of the version held at the head here or waiting from here, no other replica's request
+   * waiting for a slot (leases.ts) and an instance with room, a request needs no ticket (no publish, pull
+   * and ack): it runs now. A ticket still on its way from another replica can be overtaken by at most its
+   * delivery.
    */
   async #runAtOnce(invocation: Invocation): Promise<boolean> {
     const { versionId } = invocation;
-    if (this.#holding.get(versionId)?.length !== 0) return false;
+    const held = this.#holding.get(versionId);
+    if (held ? held.length > 0 : this.#hasTicket(versionId)) return false;
     const lease = await this.#leases.tryAcquire(versionId, () => this.#usable(versionId));
     if (lease) this.#run(invocation, this.#grant(lease));
     return lease !== undefined;
+  }
+
+  #hasTicket(versionId: string): boolean {
+    for (const { invocation } of this.#waiting.values()) if (invocation.versionId === versionId) return true;
+    return false;
   }
 
   /** It held the head already: it takes the next slot directly instead of a new ticket at the tail. */
@@ -350,7 +359,6 @@ export class JetStreamQueue implements SharedQueue {
     const tickets = await consumer.consume({ max_messages: HEAD_WINDOW });
     const held: JsMsg[] = [];
     this.#holding.set(versionId, held);
-    this.#leases.keepSpare(versionId, true);
     let arrived = () => {};
     let ended = false;
     const stop = () => {
@@ -378,7 +386,6 @@ export class JetStreamQueue implements SharedQueue {
       }
     } finally {
       this.#holding.delete(versionId);
-      this.#leases.keepSpare(versionId, false);
       clearInterval(keepAlive);
       await pulling;
       for (const msg of held.splice(0)) msg.nak();

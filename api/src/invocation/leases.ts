@@ -6,8 +6,9 @@
 // its slots come back.
 // Entries are cached from the bucket's watch, and a replica's changes to one version wait for its write
 // in flight and then go together in the next one: one round trip per batch, not per request.
-// The replica that grants a version's slots (it holds the head) also counts a few spare ones: a request
-// takes a spare slot and gives it back without a write. Spare slots unused for a renewal period go back.
+// A replica also counts a few spare slots: a request takes one and gives it back without a write. A
+// replica whose grants find no room says so in its record (`waiting`): then the others give up their spare
+// slots and take none directly, so waiting requests go first. Spare slots unused for a renewal period go back.
 import { randomUUID } from 'node:crypto';
 import type { KV, KvEntry } from '@nats-io/kv';
 import { z } from 'zod';
@@ -17,7 +18,11 @@ import { leastLoaded } from './slots.ts';
 export const LEASE_MS = 15_000;
 const RENEW_MS = LEASE_MS / 3;
 
-const recordsSchema = z.record(z.string(), z.object({ until: z.number(), inflight: z.record(z.string(), z.number().int().nonnegative()) }));
+const recordsSchema = z.record(z.string(), z.object({
+  until: z.number(),
+  inflight: z.record(z.string(), z.number().int().nonnegative()),
+  waiting: z.boolean().optional(),
+}));
 type Records = z.infer<typeof recordsSchema>;
 
 /** An entry's records; one in another shape (an older release's) counts as none: its slots expire anyway. */
@@ -37,7 +42,7 @@ export interface Lease {
   instance: ReadyInstance;
 }
 
-/** Spare slots the granting replica keeps at most. */
+/** Spare slots a replica keeps at most. */
 const SPARE_MAX = 32;
 
 /** Slots per instance of one version. */
@@ -59,16 +64,21 @@ function total(tally: Tally): number {
 class Share {
   readonly running: Tally = new Map();
   readonly spare: Tally = new Map();
-  /** Spare slots are kept only while this replica grants the version's slots. */
-  keepsSpare = false;
   /** A spare slot was taken since the last renewal. */
   spareUsed = false;
+  /** Its grants found no room: requests wait for slots here. */
+  waiting = false;
 
-  /** What its record says: every slot it counts, per instance. */
-  counted(running = this.running, spare = this.spare): Record<string, number> {
-    const counts = Object.fromEntries(running);
-    for (const [instanceId, count] of spare) counts[instanceId] = (counts[instanceId] ?? 0) + count;
-    return counts;
+  get empty(): boolean {
+    return this.running.size === 0 && this.spare.size === 0 && !this.waiting;
+  }
+
+  /** Its record, or undefined when it counts nothing. */
+  record(running = this.running, spare = this.spare): Records[string] | undefined {
+    if (!running.size && !spare.size && !this.waiting) return undefined;
+    const inflight = Object.fromEntries(running);
+    for (const [instanceId, count] of spare) inflight[instanceId] = (inflight[instanceId] ?? 0) + count;
+    return { until: Date.now() + LEASE_MS, inflight, ...(this.waiting ? { waiting: true } : {}) };
   }
 }
 
@@ -91,10 +101,10 @@ export class SlotLeases {
     this.#replica = replica;
     this.#renewer = setInterval(() => {
       for (const [versionId, share] of this.#shares) {
-        const counting = share.running.size > 0 || share.spare.size > 0;
+        if (share.empty) continue;
         if (!share.spareUsed) share.spare.clear();
         share.spareUsed = false;
-        if (counting) void this.#publish(versionId).catch(() => {});
+        void this.#publish(versionId).catch(() => {});
       }
     }, RENEW_MS);
     this.#renewer.unref();
@@ -108,19 +118,29 @@ export class SlotLeases {
     return (await this.acquireMany(versionId, 1, instances, stopped))?.[0];
   }
 
-  /** Up to `count` slots in one write (at least one, waiting while all are full); undefined once stopped. */
+  /**
+   * Up to `count` slots in one write (at least one, waiting while all are full); undefined once stopped.
+   * While it waits, its record says so.
+   */
   async acquireMany(versionId: string, count: number, instances: () => ReadyInstance[], stopped: () => boolean): Promise<Lease[] | undefined> {
-    while (!stopped()) {
-      const taken = await this.#take(versionId, count, instances);
-      if (taken.length) return taken;
-      await this.#nextChange(versionId, 1000);
+    try {
+      while (!stopped()) {
+        const taken = await this.#take(versionId, { count, instances, first: false });
+        this.#wait(versionId, taken.length < count);
+        if (taken.length) return taken;
+        await this.#nextChange(versionId, 1000);
+      }
+    } catch (error) {
+      this.#wait(versionId, false);
+      throw error;
     }
+    this.#wait(versionId, false);
     return undefined;
   }
 
-  /** A slot if an instance has room now; undefined without waiting. */
+  /** A slot if an instance has room now and no other replica's requests wait for one; undefined without waiting. */
   async tryAcquire(versionId: string, instances: () => ReadyInstance[]): Promise<Lease | undefined> {
-    return (await this.#take(versionId, 1, instances))[0];
+    return (await this.#take(versionId, { count: 1, instances, first: true }))[0];
   }
 
   /**
@@ -138,22 +158,13 @@ export class SlotLeases {
     return this.#publish(lease.versionId);
   }
 
-  /** The request is done: its slot is spare if this replica keeps spare ones (no write), else let go. */
+  /** The request is done: its slot is kept spare (no write), unless there are enough or others wait. */
   release(lease: Lease): Promise<void> {
     const share = this.#share(lease.versionId);
     add(share.running, lease.instance.instanceId, -1);
-    if (!share.keepsSpare || total(share.spare) >= SPARE_MAX) return this.#publish(lease.versionId);
+    if (total(share.spare) >= SPARE_MAX || this.#othersWait(lease.versionId)) return this.#publish(lease.versionId);
     add(share.spare, lease.instance.instanceId, 1);
     return Promise.resolve();
-  }
-
-  /** Whether this replica grants the version's slots (holds its head): only then it keeps spare ones. */
-  keepSpare(versionId: string, keep: boolean) {
-    const share = this.#share(versionId);
-    share.keepsSpare = keep;
-    if (keep || !share.spare.size) return;
-    share.spare.clear();
-    void this.#publish(versionId).catch(() => {});
   }
 
   /** The entry of a version changed (the bucket's watch): cached, and whoever waits for a slot looks again. */
@@ -161,6 +172,12 @@ export class SlotLeases {
     // Most entries are this replica's own writes, already cached: decoded only when newer.
     const known = this.#entries.get(versionId)?.revision ?? -1;
     if (entry && entry.revision > known) this.#remember(versionId, decode(entry), entry.revision);
+    // Another replica's requests wait: spare slots here go to them.
+    const share = this.#shares.get(versionId);
+    if (share?.spare.size && this.#othersWait(versionId)) {
+      share.spare.clear();
+      void this.#publish(versionId).catch(() => {});
+    }
     const waiters = this.#changed.get(versionId);
     this.#changed.delete(versionId);
     for (const wake of waiters ?? []) wake();
@@ -177,15 +194,29 @@ export class SlotLeases {
     return share;
   }
 
+  /** Whether another replica's record says requests wait there (the latest entry seen). */
+  #othersWait(versionId: string, records = this.#entries.get(versionId)?.records): boolean {
+    const now = Date.now();
+    for (const replica in records) if (replica !== this.#replica && records[replica].waiting && records[replica].until >= now) return true;
+    return false;
+  }
+
+  #wait(versionId: string, waiting: boolean) {
+    const share = this.#share(versionId);
+    if (share.waiting === waiting) return;
+    share.waiting = waiting;
+    void this.#publish(versionId).catch(() => {});
+  }
+
   /**
-   * Up to `count` slots: spare ones at once if there are, else those with room at the time of the write
-   * (instances are read then), counted here.
+   * Up to `want.count` slots: spare ones at once if there are, else those with room at the time of the
+   * write (instances are read then), counted here. A `first` take gets none while others wait.
    */
-  #take(versionId: string, count: number, instances: () => ReadyInstance[]): Promise<Lease[]> {
-    const spared = count > 0 ? this.#fromSpare(versionId, count, instances()) : [];
+  #take(versionId: string, want: Want): Promise<Lease[]> {
+    const spared = want.count > 0 && !(want.first && this.#othersWait(versionId)) ? this.#fromSpare(versionId, want.count, want.instances()) : [];
     if (spared.length) return Promise.resolve(spared);
     return new Promise((resolve, reject) => {
-      this.#queue(versionId, { count, instances, done: (taken, error) => (error === undefined ? resolve(taken) : reject(error)) });
+      this.#queue(versionId, { ...want, done: (taken, error) => (error === undefined ? resolve(taken) : reject(error)) });
     });
   }
 
@@ -217,7 +248,7 @@ export class SlotLeases {
 
   /** Writes this replica's record of the version with the next batch. */
   #publish(versionId: string): Promise<void> {
-    return this.#take(versionId, 0, () => []).then(() => undefined);
+    return this.#take(versionId, { count: 0, instances: () => [], first: false }).then(() => undefined);
   }
 
   #queue(versionId: string, take: Take) {
@@ -253,10 +284,11 @@ export class SlotLeases {
       const running = new Map(share.running);
       const spare = new Map(share.spare);
       const outcomes = batch.map((take) => this.#takeMany(versionId, records, running, spare, take));
-      const extra = share.keepsSpare && batch.some((take) => take.count > 0) ? this.#spareMore(records, running, spare, batch) : new Map<string, number>();
+      const extra = outcomes.some((taken) => taken.length) && !this.#othersWait(versionId, records)
+        ? this.#spareMore(records, running, spare, batch) : new Map<string, number>();
       if (batch.every((take) => take.count > 0) && outcomes.every((taken) => taken.length === 0)) return outcomes;
-      const counted = share.counted(running, spare);
-      if (Object.keys(counted).length) records[this.#replica] = { until: Date.now() + LEASE_MS, inflight: counted };
+      const record = share.record(running, spare);
+      if (record) records[this.#replica] = record;
       else delete records[this.#replica];
       if (await this.#compareAndSet(versionId, records, revision)) {
         for (const taken of outcomes) for (const lease of taken) add(share.running, lease.instance.instanceId, 1);
@@ -278,7 +310,7 @@ export class SlotLeases {
 
   /** Up to `take.count` leases on the least loaded instances with room, counted in `running`. */
   #takeMany(versionId: string, records: Records, running: Tally, spare: Tally, take: Take): Lease[] {
-    if (take.count === 0) return [];
+    if (take.count === 0 || (take.first && this.#othersWait(versionId, records))) return [];
     const slots = this.#load(records, take.instances(), [running, spare]);
     const taken: Lease[] = [];
     for (let free = leastLoaded(slots); free && taken.length < take.count; free = leastLoaded(slots)) {
@@ -289,11 +321,13 @@ export class SlotLeases {
     return taken;
   }
 
-  /** Spare slots added to `spare` up to SPARE_MAX, where there is room after the batch's takes. */
+  /** Spare slots added to `spare`: up to SPARE_MAX, and at most half the room left after the batch's takes. */
   #spareMore(records: Records, running: Tally, spare: Tally, batch: Take[]): Tally {
     const extra: Tally = new Map();
     const slots = this.#load(records, batch.find((take) => take.count > 0)!.instances(), [running, spare]);
-    for (let free = leastLoaded(slots); free && total(spare) < SPARE_MAX; free = leastLoaded(slots)) {
+    const room = slots.reduce((sum, slot) => sum + Math.max(0, slot.ready.maxRequestConcurrency - slot.inflight), 0);
+    let wanted = Math.min(SPARE_MAX - total(spare), Math.floor(room / 2));
+    for (let free = leastLoaded(slots); free && wanted > 0; free = leastLoaded(slots), wanted--) {
       free.inflight++;
       add(spare, free.ready.instanceId, 1);
       add(extra, free.ready.instanceId, 1);
@@ -346,9 +380,15 @@ export class SlotLeases {
   }
 }
 
-/** Slots wanted in the next write; a count of 0 only wants this replica's record written. */
-interface Take {
+/** Slots wanted; a count of 0 only wants this replica's record written. */
+interface Want {
   count: number;
   instances(): ReadyInstance[];
+  /** Taken ahead of any queue: none while another replica's requests wait. */
+  first: boolean;
+}
+
+/** Slots wanted in the next write. */
+interface Take extends Want {
   done(taken: Lease[], error?: unknown): void;
 }
