@@ -22,14 +22,14 @@ describe('slot leases shared by replicas', { skip: !ready }, () => {
     for (const versionId of versions) await forgetVersion(versionId);
   });
 
-  async function setup() {
+  async function setup(maxRequestConcurrency = 3) {
     const versionId = randomUUID();
     versions.push(versionId);
     const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
     const kv = await new Kvm(nc).create('svc_slots', { history: 1 });
     const replicas = [new SlotLeases(kv, 'replica-a'), new SlotLeases(kv, 'replica-b')];
     const instance: ReadyInstance = {
-      instanceId: 'i1', versionId, clusterId: 'c1', maxRequestConcurrency: 3, gpu: 'L40', instanceType: 't', backend: 'b', region: 'r',
+      instanceId: 'i1', versionId, clusterId: 'c1', maxRequestConcurrency, gpu: 'L40', instanceType: 't', backend: 'b', region: 'r',
       endpoint: { host: '127.0.0.1', ports: { inference: 1, health: 1 } },
     };
     /** Each replica's count on the instance, and the entry's revision (a write changes it). */
@@ -72,7 +72,7 @@ describe('slot leases shared by replicas', { skip: !ready }, () => {
     }
   });
 
-  test('spare slots: half the room left at most, taken and given back without a write, given up when another replica waits', async () => {
+  test('spare slots: half the room left at most, taken and given back without a write, given up when another replica has requests waiting', async () => {
     const { versionId, replicas: [first, other], instances, entry, close } = await setup();
     try {
       const lease = await first.tryAcquire(versionId, instances);
@@ -87,9 +87,27 @@ describe('slot leases shared by replicas', { skip: !ready }, () => {
       assert.ok(again, 'a spare slot');
       assert.equal((await entry()).revision, counted.revision, 'neither the release nor the take wrote');
 
-      // The other replica waits for a slot: its record says so, and the first gives up its spare one.
+      // Requests wait on the other replica: its record says so, and the first gives up its spare slot.
+      other.wait(versionId, true);
       assert.ok(await other.acquire(versionId, instances, () => false), 'the waiting replica gets a slot');
       assert.deepEqual((await entry()).counts, { 'replica-a': 1, 'replica-b': 2 }, 'the first counts only the slot it runs on');
+      other.wait(versionId, false);
+    } finally {
+      await close();
+    }
+  });
+
+  test('while another replica has requests waiting, none is taken ahead of them, even with room', async () => {
+    const { versionId, replicas: [first, other], instances, entry, close } = await setup(10);
+    try {
+      const lease = await first.tryAcquire(versionId, instances);
+      assert.deepEqual((await entry()).counts, { 'replica-a': 5 }, 'one slot and four spare: half the room left');
+      other.wait(versionId, true);
+      await until('the spare slots given up', async () => (await entry()).counts['replica-a'] === 1);
+      assert.equal(await first.tryAcquire(versionId, instances), undefined, 'nine free, none taken ahead of the waiting replica');
+      assert.ok(await other.tryAcquire(versionId, instances), 'the waiting replica takes one');
+      other.wait(versionId, false);
+      await first.release(lease!);
     } finally {
       await close();
     }

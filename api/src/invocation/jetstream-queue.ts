@@ -83,6 +83,8 @@ export class JetStreamQueue implements SharedQueue {
   readonly #waiting = new Map<string, { invocation: Invocation; seq: number }>();
   /** Request id → the lease it was granted with (the latest TAKEN_REMEMBERED). */
   readonly #taken = new Map<string, string>();
+  /** Request id → the write counting its granted slot here, until done. */
+  readonly #counting = new Map<string, Promise<void>>();
   readonly #instances = new Map<string, ReadyInstance[]>();
   /** Instances that failed a connection here, left out until placement announces a new set. */
   readonly #benched = new Set<string>();
@@ -381,10 +383,13 @@ export class JetStreamQueue implements SharedQueue {
     const keepAlive = setInterval(() => held.forEach((msg) => msg.working()), ACK_WAIT_MS / 3);
     try {
       while (!stopped()) {
+        // Tickets held here are requests waiting: the other replicas give way while there are.
+        this.#leases.wait(versionId, held.length > 0);
         if (!held.length) await new Promise<void>((resolve) => (arrived = resolve));
         else await this.#grantHeld(versionId, held, stopped);
       }
     } finally {
+      this.#leases.wait(versionId, false);
       this.#holding.delete(versionId);
       clearInterval(keepAlive);
       await pulling;
@@ -463,12 +468,15 @@ export class JetStreamQueue implements SharedQueue {
     const { id, lease } = parsed.data;
     const again = this.#taken.get(id) === lease.id;
     if (!this.#take(id, lease)) return msg.respond('gone');
-    if (again) return msg.respond('taken');
-    // Counted here before the granting replica stops counting it: the slot never counts nowhere.
-    this.#leases.hold(lease).then(() => msg.respond('taken'), (error) => {
-      this.#options.log.warn({ err: error }, 'could not write a granted slot; the next write of this replica counts it');
-      msg.respond('taken');
-    });
+    // Counted here before the granting replica stops counting it: the slot never counts nowhere. A grant
+    // asked again is answered once that write is done too.
+    if (!again) {
+      const counted = this.#leases.hold(lease).catch((error: unknown) => {
+        this.#options.log.warn({ err: error }, 'could not write a granted slot; the next write of this replica counts it');
+      }).finally(() => this.#counting.delete(id));
+      this.#counting.set(id, counted);
+    }
+    void (this.#counting.get(id) ?? Promise.resolve()).then(() => msg.respond('taken'));
   }
 
   #grant(lease: Lease): Grant {

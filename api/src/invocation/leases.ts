@@ -7,8 +7,9 @@
 // Entries are cached from the bucket's watch, and a replica's changes to one version wait for its write
 // in flight and then go together in the next one: one round trip per batch, not per request.
 // A replica also counts a few spare slots: a request takes one and gives it back without a write. A
-// replica whose grants find no room says so in its record (`waiting`): then the others give up their spare
-// slots and take none directly, so waiting requests go first. Spare slots unused for a renewal period go back.
+// replica with requests waiting for slots says so in its record (`waiting`): then the others give up their
+// spare slots and take none directly, so waiting requests go first. Spare slots unused for a renewal period
+// go back.
 import { randomUUID } from 'node:crypto';
 import type { KV, KvEntry } from '@nats-io/kv';
 import { z } from 'zod';
@@ -118,24 +119,22 @@ export class SlotLeases {
     return (await this.acquireMany(versionId, 1, instances, stopped))?.[0];
   }
 
-  /**
-   * Up to `count` slots in one write (at least one, waiting while all are full); undefined once stopped.
-   * While it waits, its record says so.
-   */
+  /** Up to `count` slots in one write (at least one, waiting while all are full); undefined once stopped. */
   async acquireMany(versionId: string, count: number, instances: () => ReadyInstance[], stopped: () => boolean): Promise<Lease[] | undefined> {
-    try {
-      while (!stopped()) {
-        const taken = await this.#take(versionId, { count, instances, first: false });
-        this.#wait(versionId, taken.length < count);
-        if (taken.length) return taken;
-        await this.#nextChange(versionId, 1000);
-      }
-    } catch (error) {
-      this.#wait(versionId, false);
-      throw error;
+    while (!stopped()) {
+      const taken = await this.#take(versionId, { count, instances, first: false });
+      if (taken.length) return taken;
+      await this.#nextChange(versionId, 1000);
     }
-    this.#wait(versionId, false);
     return undefined;
+  }
+
+  /** Whether requests of the version wait here for slots: the record says so, and the others give way. */
+  wait(versionId: string, waiting: boolean) {
+    const share = this.#share(versionId);
+    if (share.waiting === waiting) return;
+    share.waiting = waiting;
+    void this.#publish(versionId).catch(() => {});
   }
 
   /** A slot if an instance has room now and no other replica's requests wait for one; undefined without waiting. */
@@ -164,6 +163,8 @@ export class SlotLeases {
     add(share.running, lease.instance.instanceId, -1);
     if (total(share.spare) >= SPARE_MAX || this.#othersWait(lease.versionId)) return this.#publish(lease.versionId);
     add(share.spare, lease.instance.instanceId, 1);
+    // No write, so no watch event: whoever waits here for a slot is told directly.
+    this.#wake(lease.versionId);
     return Promise.resolve();
   }
 
@@ -178,6 +179,10 @@ export class SlotLeases {
       share.spare.clear();
       void this.#publish(versionId).catch(() => {});
     }
+    this.#wake(versionId);
+  }
+
+  #wake(versionId: string) {
     const waiters = this.#changed.get(versionId);
     this.#changed.delete(versionId);
     for (const wake of waiters ?? []) wake();
@@ -201,23 +206,18 @@ export class SlotLeases {
     return false;
   }
 
-  #wait(versionId: string, waiting: boolean) {
-    const share = this.#share(versionId);
-    if (share.waiting === waiting) return;
-    share.waiting = waiting;
-    void this.#publish(versionId).catch(() => {});
-  }
-
   /**
    * Up to `want.count` slots: spare ones at once if there are, else those with room at the time of the
    * write (instances are read then), counted here. A `first` take gets none while others wait.
    */
   #take(versionId: string, want: Want): Promise<Lease[]> {
     const spared = want.count > 0 && !(want.first && this.#othersWait(versionId)) ? this.#fromSpare(versionId, want.count, want.instances()) : [];
-    if (spared.length) return Promise.resolve(spared);
-    return new Promise((resolve, reject) => {
-      this.#queue(versionId, { ...want, done: (taken, error) => (error === undefined ? resolve(taken) : reject(error)) });
+    if (want.count > 0 && spared.length === want.count) return Promise.resolve(spared);
+    const written = new Promise<Lease[]>((resolve, reject) => {
+      this.#queue(versionId, { ...want, count: want.count - spared.length, done: (taken, error) => (error === undefined ? resolve(taken) : reject(error)) });
     });
+    // The spare slots are taken already: a failed write for the rest still returns them.
+    return spared.length ? written.then((more) => spared.concat(more), () => spared) : written;
   }
 
   /** Spare slots on the least busy of `instances`; spare ones on instances no longer there are let go. */
@@ -292,7 +292,12 @@ export class SlotLeases {
       else delete records[this.#replica];
       if (await this.#compareAndSet(versionId, records, revision)) {
         for (const taken of outcomes) for (const lease of taken) add(share.running, lease.instance.instanceId, 1);
-        for (const [instanceId, count] of extra) add(share.spare, instanceId, count);
+        // Another replica began to wait during the write: the spare slots just written go to it.
+        if (this.#othersWait(versionId)) {
+          if (extra.size) void this.#publish(versionId).catch(() => {});
+        } else {
+          for (const [instanceId, count] of extra) add(share.spare, instanceId, count);
+        }
         return outcomes;
       }
     }
