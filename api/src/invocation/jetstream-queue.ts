@@ -191,7 +191,8 @@ export class JetStreamQueue implements SharedQueue {
   /** It held the head already: it takes the next slot directly instead of a new ticket at the tail. */
   requeue(invocation: Invocation) {
     void this.#leases.acquire(invocation.versionId, () => this.#usable(invocation.versionId), () => this.#closed)
-      .then((lease) => lease && this.#run(invocation, this.#grant(lease)));
+      .then((lease) => lease && this.#run(invocation, this.#grant(lease)))
+      .catch((error) => this.#options.log.error({ reqId: invocation.id, err: error }, 'a request queued again could not take a slot'));
   }
 
   remove(invocation: Invocation): boolean {
@@ -383,10 +384,13 @@ export class JetStreamQueue implements SharedQueue {
     const keepAlive = setInterval(() => held.forEach((msg) => msg.working()), ACK_WAIT_MS / 3);
     try {
       while (!stopped()) {
-        // Tickets held here are requests waiting: the other replicas give way while there are.
-        this.#leases.wait(versionId, held.length > 0);
-        if (!held.length) await new Promise<void>((resolve) => (arrived = resolve));
-        else await this.#grantHeld(versionId, held, stopped);
+        if (held.length) {
+          await this.#grantHeld(versionId, held, stopped);
+          continue;
+        }
+        // Nothing held: the other replicas need no longer give way (#grantHeld says when they must).
+        this.#leases.wait(versionId, false);
+        await new Promise<void>((resolve) => (arrived = resolve));
       }
     } finally {
       this.#leases.wait(versionId, false);
@@ -402,7 +406,9 @@ export class JetStreamQueue implements SharedQueue {
    * together (one write to NATS). A ticket stays in `held` (kept alive) until acked.
    */
   async #grantHeld(versionId: string, held: JsMsg[], stopped: () => boolean) {
-    const leases = await this.#leases.acquireMany(versionId, held.length, () => this.#usable(versionId), stopped) ?? [];
+    // No room for every ticket held: the other replicas give way until none is held (#holdHead).
+    const full = () => this.#leases.wait(versionId, true);
+    const leases = await this.#leases.acquireMany(versionId, held.length, () => this.#usable(versionId), stopped, full) ?? [];
     const tickets = leases.map((_, index) => ticketSchema.safeParse(held[index].json()));
     const delivered = await this.#deliverInOrder(tickets.map((ticket, index) => ticket.success && { ticket: ticket.data, lease: leases[index] }));
     await Promise.all(leases.filter((_, index) => !delivered[index]).map((lease) => this.#leases.release(lease)));

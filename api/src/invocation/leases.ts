@@ -119,10 +119,14 @@ export class SlotLeases {
     return (await this.acquireMany(versionId, 1, instances, stopped))?.[0];
   }
 
-  /** Up to `count` slots in one write (at least one, waiting while all are full); undefined once stopped. */
-  async acquireMany(versionId: string, count: number, instances: () => ReadyInstance[], stopped: () => boolean): Promise<Lease[] | undefined> {
+  /**
+   * Up to `count` slots in one write (at least one, waiting while all are full); undefined once stopped.
+   * `full` is told when there was room for fewer than `count`.
+   */
+  async acquireMany(versionId: string, count: number, instances: () => ReadyInstance[], stopped: () => boolean, full?: () => void): Promise<Lease[] | undefined> {
     while (!stopped()) {
       const taken = await this.#take(versionId, { count, instances, first: false });
+      if (taken.length < count) full?.();
       if (taken.length) return taken;
       await this.#nextChange(versionId, 1000);
     }
@@ -242,7 +246,7 @@ export class SlotLeases {
       add(share.running, best!, 1);
       taken.push({ id: randomUUID(), versionId, instance: there.get(best!)! });
     }
-    share.spareUsed = true;
+    if (taken.length) share.spareUsed = true;
     return taken;
   }
 
