@@ -4,11 +4,12 @@
 // to a registry (a stand-in: none is reachable here) that checks the credential the engine presents.
 import assert from 'node:assert/strict';
 import dgram from 'node:dgram';
+import { existsSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { DEFAULT_PROBE_SETTINGS, healthTarget, waitUntilHealthy } from '../../src/compute/health.ts';
-import { prepareInstance } from '../../src/compute/instance-env.ts';
+import { outputDirOf, prepareInstance } from '../../src/compute/instance-env.ts';
 import type { InstanceSpec } from '../../src/compute/protocol.ts';
 import { UnstartableError, type RuntimeInstance } from '../../src/compute/runtime.ts';
 import { createDockerRuntime, type DockerRuntimeOptions } from '../../src/compute/runtimes/docker.ts';
@@ -104,11 +105,12 @@ describe('docker runtime on podman', { skip }, () => {
   });
 
   test('a container that ignores SIGTERM is killed after the grace period (exit 137)', async () => {
-    const spec = instanceSpec(image('echo'), {
-      containerArgs: `node -e "process.on('SIGTERM', () => console.log('ignored')); console.log('armed'); setInterval(() => {}, 1000)"`,
-    });
+    const spec = instanceSpec(image('echo'));
+    // Armed is told by a file in the shared work dir, not a log line: podman's log follow can miss a line.
+    const armed = path.join(outputDirOf(path.join(state.dir, 'instances', spec.instanceId)), 'armed');
+    spec.containerArgs = `node -e "process.on('SIGTERM', () => console.log('ignored')); require('fs').writeFileSync('${armed}', ''); setInterval(() => {}, 1000)"`;
     const { instance } = await start(spec);
-    await eventually(() => (instance.logTail().includes('armed') ? true : undefined), 'the SIGTERM handler in place');
+    await eventually(() => (existsSync(armed) ? true : undefined), 'the SIGTERM handler in place');
     await instance.stop(1000);
     const status = await instance.exited;
     assert.equal(status.code, 137, 'SIGKILL after the grace period');
