@@ -3,9 +3,11 @@
 // cluster's agent before the request reached it. Written from the reference's request shapes.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { metricValue } from './helpers/autoscaler-platform.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { request, type TestResponse } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
+import { until } from './helpers/wait.ts';
 
 describe('assets', () => {
   let svc: TestPlatform;
@@ -131,9 +133,12 @@ describe('assets', () => {
     // Deleted while the request waited in line: it ends 500 saying why, and its slot goes to the next one.
     const { body: doomed } = await create();
     await upload(doomed.uploadUrl, 'gone soon');
+    // The one slot busy first, then the doomed request waiting behind it (told by the metrics, not by time).
+    const versionLoad = async (name: string) => metricValue((await svc.api('GET', '/metrics')).text, name, { function_version_id: mirror.versionId });
     const busy = pexec(ids[0], { 'x-hold-ms': '1000' });
+    await until('the first request running', async () => (await versionLoad('svc_function_inflight_requests')) === 1);
     const queued = pexec(doomed.assetId);
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await until('the doomed request waiting', async () => (await versionLoad('svc_function_queue_depth')) === 1);
     assert.equal((await svc.api('DELETE', `/v2/svc/assets/${doomed.assetId}`, { bearer: key })).status, 204);
     assert.equal((await busy).status, 200);
     const failed = await queued;

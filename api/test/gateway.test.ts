@@ -2,6 +2,7 @@
 // health endpoints.
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
@@ -9,8 +10,28 @@ import selfsigned from 'selfsigned';
 import { backends, POSTGRES_ADMIN_URL, tempDir } from './helpers/databases.ts';
 import { request } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
+import { AGENT_LINK_PATH } from '../src/compute/protocol.ts';
 
 const uuid = /^[0-9a-f-]{36}$/;
+
+/** A WebSocket upgrade the server refuses: its HTTP answer (an upgrade it accepts fails the test). */
+function upgradeRefusal(baseUrl: string, path: string, bearer: string): Promise<{ status: number; headers: http.IncomingHttpHeaders }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(new URL(path, baseUrl), {
+      headers: { host: 'api.localhost', connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', authorization: `Bearer ${bearer}` },
+    });
+    req.on('response', (res) => {
+      res.resume();
+      resolve({ status: res.statusCode ?? 0, headers: res.headers });
+    });
+    req.on('upgrade', (_res, socket) => {
+      socket.destroy();
+      reject(new Error('the upgrade was accepted'));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
 
 function assertProblem(response: { status: number; headers: Record<string, unknown>; body: any }, status: number, instance: string) {
   assert.equal(response.status, status);
@@ -184,6 +205,10 @@ describe('health endpoints', async () => {
         assert.equal(report.body.components.db_client.status, 'unhealthy');
         assert.ok(!report.body.components.db_client.error.includes('postgres://'), 'no connection string');
         assert.equal((await svc.api('GET', '/admin/health/liveness')).status, 200);
+        // An agent that links meanwhile is told to come back, not left hanging with its socket open.
+        const link = await upgradeRefusal(svc.url, AGENT_LINK_PATH, 'svcagent-not-checkable');
+        assert.equal(link.status, 503);
+        assert.equal(link.headers['retry-after'], '5');
         await admin.query(`alter database ${name} allow_connections true`);
         assert.equal((await svc.api('GET', '/admin/health/readiness')).status, 200);
       } finally {

@@ -7,7 +7,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { agentMessageSchema, decodeMessage, type AgentMessage, type ControlMessage, type StageRequest, type TaskSpec } from '../../compute/protocol.ts';
 import { bearerOf } from '../../http/auth.ts';
-import { unauthorized } from '../../domain/problem.ts';
+import { Problem, unauthorized } from '../../domain/problem.ts';
 import { rejectUpgrade } from '../../http/upgrade.ts';
 import type { Logger } from '../../logger.ts';
 import type { ClustersService } from '../clusters/service.ts';
@@ -88,7 +88,16 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
 
     /** Handles GET /v1/agents/link upgrades: 401 problem before the upgrade unless the credential is a cluster's. */
     async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer) {
-      const cluster = await clusters.authenticateAgent(bearerOf(req.headers.authorization) ?? '');
+      let cluster: Awaited<ReturnType<ClustersService['authenticateAgent']>>;
+      try {
+        cluster = await clusters.authenticateAgent(bearerOf(req.headers.authorization) ?? '');
+      } catch (error) {
+        // The store is out of reach (say, the database refuses connections): the agent retries later.
+        log.warn({ err: error }, 'could not check an agent credential');
+        return rejectUpgrade(req, socket, new Problem('service-unavailable', 'The agent credential could not be checked now; try again', {
+          headers: { 'retry-after': '5' },
+        }));
+      }
       if (!cluster) return rejectUpgrade(req, socket, unauthorized('An agent link needs its cluster\'s agent credential as bearer'));
       server.handleUpgrade(req, socket, head, (ws) => serve(ws, cluster.id));
     },
