@@ -67,7 +67,7 @@ class Share {
   readonly spare: Tally = new Map();
   /** A spare slot was taken since the last renewal. */
   spareUsed = false;
-  /** Its grants found no room: requests wait for slots here. */
+  /** Requests wait here for slots (set by the head's holder): the other replicas give way. */
   waiting = false;
 
   get empty(): boolean {
@@ -211,8 +211,8 @@ export class SlotLeases {
   }
 
   /**
-   * Up to `want.count` slots: spare ones at once if there are, else those with room at the time of the
-   * write (instances are read then), counted here. A `first` take gets none while others wait.
+   * Up to `want.count` slots: spare ones at once, the rest where there is room at the time of the write
+   * (instances are read then), counted here. A `first` take gets none while others wait.
    */
   #take(versionId: string, want: Want): Promise<Lease[]> {
     const spared = want.count > 0 && !(want.first && this.#othersWait(versionId)) ? this.#fromSpare(versionId, want.count, want.instances()) : [];
