@@ -43,9 +43,18 @@ async function withNats<T>(use: (nc: NatsConnection) => Promise<T>): Promise<T> 
   }
 }
 
-/** How many tickets a version's queue stream has taken so far (its last sequence number). */
+/**
+ * How many tickets a version's queue stream has taken so far (its last sequence number); none before the
+ * stream exists (a request that needs no ticket may run before any replica made it).
+ */
 export function ticketsTaken(versionId: string): Promise<number> {
-  return withNats(async (nc) => (await (await jetstreamManager(nc)).streams.info(`SVC_Q_${versionId}`)).state.last_seq);
+  return withNats(async (nc) => {
+    const info = await (await jetstreamManager(nc)).streams.info(`SVC_Q_${versionId}`).catch((error: unknown) => {
+      if (error instanceof Error && error.name === 'StreamNotFoundError') return undefined;
+      throw error;
+    });
+    return info?.state.last_seq ?? 0;
+  });
 }
 
 /** Removes what a test's function version left in the shared NATS server (its queue stream, KV entries). */
