@@ -61,6 +61,17 @@ function total(tally: Tally): number {
   return sum;
 }
 
+/** Up to `count` slots on the least loaded of `slots` with room, counted in `tally`; their instances. */
+function takeLeastLoaded(slots: { ready: ReadyInstance; inflight: number }[], count: number, tally: Tally): ReadyInstance[] {
+  const taken: ReadyInstance[] = [];
+  for (let free = leastLoaded(slots); free && taken.length < count; free = leastLoaded(slots)) {
+    free.inflight++;
+    add(tally, free.ready.instanceId, 1);
+    taken.push(free.ready);
+  }
+  return taken;
+}
+
 /** This replica's part of one version's entry: the slots its requests run on, and spare ones it counts too. */
 class Share {
   readonly running: Tally = new Map();
@@ -105,7 +116,7 @@ export class SlotLeases {
         if (share.empty) continue;
         if (!share.spareUsed) share.spare.clear();
         share.spareUsed = false;
-        void this.#publish(versionId).catch(() => {});
+        this.#writeSoon(versionId);
       }
     }, RENEW_MS);
     this.#renewer.unref();
@@ -138,7 +149,7 @@ export class SlotLeases {
     const share = this.#share(versionId);
     if (share.waiting === waiting) return;
     share.waiting = waiting;
-    void this.#publish(versionId).catch(() => {});
+    this.#writeSoon(versionId);
   }
 
   /** A slot if an instance has room now and no other replica's requests wait for one; undefined without waiting. */
@@ -181,7 +192,7 @@ export class SlotLeases {
     const share = this.#shares.get(versionId);
     if (share?.spare.size && this.#othersWait(versionId)) {
       share.spare.clear();
-      void this.#publish(versionId).catch(() => {});
+      this.#writeSoon(versionId);
     }
     this.#wake(versionId);
   }
@@ -235,7 +246,7 @@ export class SlotLeases {
       share.spare.delete(instanceId);
       gone = true;
     }
-    if (gone) void this.#publish(versionId).catch(() => {});
+    if (gone) this.#writeSoon(versionId);
     const taken: Lease[] = [];
     while (taken.length < count && share.spare.size) {
       let best: string | undefined;
@@ -248,6 +259,11 @@ export class SlotLeases {
     }
     if (taken.length) share.spareUsed = true;
     return taken;
+  }
+
+  /** The record written with the next batch, nobody waiting on it: a failed write is made good by the next. */
+  #writeSoon(versionId: string) {
+    void this.#publish(versionId).catch(() => {});
   }
 
   /** Writes this replica's record of the version with the next batch. */
@@ -298,7 +314,7 @@ export class SlotLeases {
         for (const taken of outcomes) for (const lease of taken) add(share.running, lease.instance.instanceId, 1);
         // Another replica began to wait during the write: the spare slots just written go to it.
         if (this.#othersWait(versionId)) {
-          if (extra.size) void this.#publish(versionId).catch(() => {});
+          if (extra.size) this.#writeSoon(versionId);
         } else {
           for (const [instanceId, count] of extra) add(share.spare, instanceId, count);
         }
@@ -321,13 +337,7 @@ export class SlotLeases {
   #takeMany(versionId: string, records: Records, running: Tally, spare: Tally, take: Take): Lease[] {
     if (take.count === 0 || (take.first && this.#othersWait(versionId, records))) return [];
     const slots = this.#load(records, take.instances(), [running, spare]);
-    const taken: Lease[] = [];
-    for (let free = leastLoaded(slots); free && taken.length < take.count; free = leastLoaded(slots)) {
-      free.inflight++;
-      add(running, free.ready.instanceId, 1);
-      taken.push({ id: randomUUID(), versionId, instance: free.ready });
-    }
-    return taken;
+    return takeLeastLoaded(slots, take.count, running).map((instance) => ({ id: randomUUID(), versionId, instance }));
   }
 
   /** Spare slots added to `spare`: up to SPARE_MAX, and at most half the room left after the batch's takes. */
@@ -335,12 +345,7 @@ export class SlotLeases {
     const extra: Tally = new Map();
     const slots = this.#load(records, batch.find((take) => take.count > 0)!.instances(), [running, spare]);
     const room = slots.reduce((sum, slot) => sum + Math.max(0, slot.ready.maxRequestConcurrency - slot.inflight), 0);
-    let wanted = Math.min(SPARE_MAX - total(spare), Math.floor(room / 2));
-    for (let free = leastLoaded(slots); free && wanted > 0; free = leastLoaded(slots), wanted--) {
-      free.inflight++;
-      add(spare, free.ready.instanceId, 1);
-      add(extra, free.ready.instanceId, 1);
-    }
+    for (const ready of takeLeastLoaded(slots, Math.min(SPARE_MAX - total(spare), Math.floor(room / 2)), spare)) add(extra, ready.instanceId, 1);
     return extra;
   }
 

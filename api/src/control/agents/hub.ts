@@ -88,18 +88,17 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
 
     /** Handles GET /v1/agents/link upgrades: 401 problem before the upgrade unless the credential is a cluster's. */
     async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer) {
-      let cluster: Awaited<ReturnType<ClustersService['authenticateAgent']>>;
       try {
-        cluster = await clusters.authenticateAgent(bearerOf(req.headers.authorization) ?? '');
+        const cluster = await clusters.authenticateAgent(bearerOf(req.headers.authorization) ?? '');
+        if (!cluster) return rejectUpgrade(req, socket, unauthorized('An agent link needs its cluster\'s agent credential as bearer'));
+        server.handleUpgrade(req, socket, head, (ws) => serve(ws, cluster.id));
       } catch (error) {
         // The store is out of reach (say, the database refuses connections): the agent retries later.
         log.warn({ err: error }, 'could not check an agent credential');
-        return rejectUpgrade(req, socket, new Problem('service-unavailable', 'The agent credential could not be checked now; try again', {
+        rejectUpgrade(req, socket, new Problem('service-unavailable', 'The agent credential could not be checked now; try again', {
           headers: { 'retry-after': '5' },
         }));
       }
-      if (!cluster) return rejectUpgrade(req, socket, unauthorized('An agent link needs its cluster\'s agent credential as bearer'));
-      server.handleUpgrade(req, socket, head, (ws) => serve(ws, cluster.id));
     },
 
     close() {
