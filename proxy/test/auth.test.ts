@@ -93,13 +93,14 @@ describe('user authentication (jwt mode)', () => {
   test('a granting token is accepted from each source: subprotocol item, cookie, query parameter', async () => {
     const token = await identity.token({ svc_functions: [FUNCTION_ID] });
     const wildcard = await identity.token({ svc_functions: '*' });
+    // One after another, so the log lists them in this order.
     const attempts = [
-      openWebSocket(`${running.wsUrl}/sign_in`, [`token.${token}`, 'svc-echo']),
-      openWebSocket(`${running.wsUrl}/sign_in`, [], { headers: { cookie: `svc-user-token=${token}` } }),
-      openWebSocket(`${running.wsUrl}/sign_in?access_token=${wildcard}`),
+      () => openWebSocket(`${running.wsUrl}/sign_in`, [`token.${token}`, 'svc-echo']),
+      () => openWebSocket(`${running.wsUrl}/sign_in`, [], { headers: { cookie: `svc-user-token=${token}` } }),
+      () => openWebSocket(`${running.wsUrl}/sign_in?access_token=${wildcard}`),
     ];
     for (const attempt of attempts) {
-      const open = expectOpen(await attempt);
+      const open = expectOpen(await attempt());
       assert.equal(open.first.type, 'session');
       open.ws.close();
       await closed(open.ws);
