@@ -49,6 +49,8 @@ const healthCheckSchema = z.object({
 const environmentSchema = z.array(z.object({ key: z.string(), value: z.string() }));
 const secretsSchema = z.array(z.object({ name: z.string(), value: z.unknown() }));
 const registryAuthSchema = z.object({ hostname: z.string(), secret: z.string() });
+/** What the instance type grants (the cluster's cpuCores, systemMemory); the agent caps the instance to it. */
+const resourcesSchema = z.object({ cpuCores: z.number().positive().optional(), memoryBytes: z.number().int().positive().optional() });
 
 /** One instance the control plane wants running on this agent's cluster. */
 export const instanceSpecSchema = z.object({
@@ -73,6 +75,7 @@ export const instanceSpecSchema = z.object({
   startupGracePeriodMs: z.number(),
   /** Credential for the registry of containerImage, when the account has one (docker runtime pulls). */
   registryAuth: registryAuthSchema.optional(),
+  resources: resourcesSchema.optional(),
   /**
    * 'task': a run-to-completion task (its TaskSpec turned into an instance for the runtime): no ports are
    * allocated or published, no health check runs, and the port contract is not in its environment.
@@ -136,6 +139,7 @@ export const taskSpecSchema = z.object({
   /** Grows when the spec changes under the same id (secrets updated): the agent refreshes the secrets file. */
   revision: z.number().int(),
   registryAuth: registryAuthSchema.optional(),
+  resources: resourcesSchema.optional(),
 });
 
 export const taskRunStates = [
@@ -203,6 +207,7 @@ export type GpuOffer = z.infer<typeof gpuOfferSchema>;
 export type PortMap = z.infer<typeof portMapSchema>;
 export type Endpoint = z.infer<typeof endpointSchema>;
 export type HealthCheck = z.infer<typeof healthCheckSchema>;
+export type Resources = z.infer<typeof resourcesSchema>;
 export type InstanceSpec = z.infer<typeof instanceSpecSchema>;
 export type InstanceState = (typeof instanceStates)[number];
 export type InstanceReport = z.infer<typeof instanceReportSchema>;

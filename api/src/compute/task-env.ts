@@ -97,5 +97,6 @@ export function taskInstanceSpec(spec: TaskSpec): InstanceSpec {
     health: { protocol: 'HTTP', uri: '/', port: 0, timeout: 'PT1S', expectedStatusCode: 200 },
     startupGracePeriodMs: 0, workload: 'task',
     ...(spec.registryAuth ? { registryAuth: spec.registryAuth } : {}),
+    ...(spec.resources ? { resources: spec.resources } : {}),
   };
 }

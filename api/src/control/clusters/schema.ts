@@ -1,6 +1,7 @@
 // Self-hosted cluster contracts (spec 4.3; the reference's cluster registration shapes) and cluster
 // groups (wire-reference 4).
 import { z } from 'zod';
+import { parseByteSize } from '../../byte-size.ts';
 import { ncaIdSchema } from '../accounts/schema.ts';
 
 const clusterName = z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$/, 'must be 1-63 letters, digits, ., - or _');
@@ -12,7 +13,8 @@ export const instanceTypeSchema = z.object({
   default: z.boolean().optional(),
   gpuCount: z.number().int().min(1).max(8).optional(),
   cpuCores: z.number().int().min(1).optional(),
-  systemMemory: z.string().max(32).optional(),
+  /** Caps an instance's memory on the agent (docs/security.md); a size such as 64Gi or 16GB. */
+  systemMemory: z.string().max(32).refine((value) => parseByteSize(value) !== undefined, 'must be a memory size such as 64Gi, 16GB or 512Mi').optional(),
   gpuMemory: z.string().max(32).optional(),
 });
 

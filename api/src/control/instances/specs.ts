@@ -4,6 +4,7 @@
 import type { InstanceSpec } from '../../compute/protocol.ts';
 import { parseDuration } from '../../duration.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
+import { resourcesOf } from '../clusters/resources.ts';
 import type { DeploymentRow } from '../deployments/repo.ts';
 import { documentOf, type FunctionsRepo } from '../functions/repo.ts';
 import type { FunctionsService } from '../functions/service.ts';
@@ -35,15 +36,18 @@ export function createSpecBuilder(sources: SpecSources) {
     const configured = deployment.specs.find((spec) => spec.gpuSpecificationId === row.gpu_spec_id)?.configuration?.startupGracePeriod;
     const grace = typeof configured === 'string' ? parseDuration(configured) : undefined;
     const registryAuth = await sources.registry.pullAuthFor(row.nca_id, fn.containerImage);
+    const cluster = context.clusters.get(row.cluster_id);
+    const resources = cluster && resourcesOf(cluster.gpus, row.gpu, row.instance_type);
     return {
       instanceId: row.instance_id, ncaId: row.nca_id, functionId: row.function_id, functionVersionId: row.version_id,
       functionName: fn.name, functionType: fn.functionType, gpu: row.gpu, instanceType: row.instance_type,
-      backend: context.clusters.get(row.cluster_id)?.group_name ?? '',
+      backend: cluster?.group_name ?? '',
       containerImage: fn.containerImage, containerArgs: fn.containerArgs, containerEnvironment: fn.containerEnvironment ?? [],
       secrets: await sources.functions.secretsOf(row.version_id),
       inferenceUrl: fn.inferenceUrl, inferencePort: fn.inferencePort, health: fn.health,
       startupGracePeriodMs: grace ?? sources.defaultStartupGraceMs ?? DEFAULT_GRACE_MS,
       ...(registryAuth ? { registryAuth } : {}),
+      ...(resources ? { resources } : {}),
     };
   }
 

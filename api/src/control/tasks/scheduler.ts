@@ -16,12 +16,13 @@
 // acknowledged is sent again. A cluster whose agent stays away longer than agentLostAfterMs has its
 // dispatched tasks ERRORED.
 import { randomUUID } from 'node:crypto';
-import type { TaskReport, TaskSpec } from '../../compute/protocol.ts';
+import type { Resources, TaskReport, TaskSpec } from '../../compute/protocol.ts';
 import { coalesce } from '../../coalesce.ts';
 import { parseDuration } from '../../duration.ts';
 import { withoutSecrets, type Logger } from '../../logger.ts';
 import type { SecretBox } from '../../store/encryption.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
+import { resourcesOf } from '../clusters/resources.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import type { PullAuth, RegistryService } from '../registry/service.ts';
 import { documentOf, secretsOf, type TaskRow, type TasksRepo } from './repo.ts';
@@ -69,6 +70,8 @@ interface Flight {
   /** The agent has reported this task at least once. */
   acknowledged: boolean;
   registryAuth?: PullAuth;
+  /** What the cluster's instance type grants the task. */
+  resources?: Resources;
 }
 
 interface AgentState {
@@ -113,17 +116,21 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
       terminationGracePeriodMs: parseDuration(doc.terminationGracePeriodDuration) ?? 3_600_000,
       resultHandlingStrategy: doc.resultHandlingStrategy, revision: flight.revision,
       ...(flight.registryAuth ? { registryAuth: flight.registryAuth } : {}),
+      ...(flight.resources ? { resources: flight.resources } : {}),
     };
   }
 
   async function flightOf(row: TaskRow): Promise<Flight> {
     const document = documentOf(row);
     const registryAuth = await options.registry?.pullAuthFor(row.nca_id, document.containerImage);
+    const cluster = await clusters.findById(row.cluster_id!);
+    const resources = cluster && resourcesOf(cluster.gpus, document.gpuSpecification.gpu, document.gpuSpecification.instanceType);
     return {
       taskId: row.id, ncaId: row.nca_id, clusterId: row.cluster_id!, gpu: document.gpuSpecification.gpu, document,
       instanceId: row.instance_id!, backend: row.backend ?? '', sealedSecrets: row.secrets, revision: row.secrets_revision,
       acknowledged: row.instance_state !== null,
       ...(registryAuth ? { registryAuth } : {}),
+      ...(resources ? { resources } : {}),
     };
   }
 
