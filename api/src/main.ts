@@ -58,6 +58,7 @@ import { startTurn, type TurnService } from './turn/server.ts';
 import { createApp } from './http/app.ts';
 import { createPathSigner } from './domain/signed-paths.ts';
 import { createLocalBlobStore } from './store/blobs.ts';
+import { ensurePrivateDir } from './store/store.ts';
 import { leanServer } from './http/lean.ts';
 import { Problem } from './domain/problem.ts';
 import { rejectUpgrade } from './http/upgrade.ts';
@@ -95,6 +96,8 @@ const VERSION = '0.1.0';
 export async function startPlatform(config: Config, options: PlatformOptions = {}): Promise<Platform> {
   const now = options.now ?? (() => new Date());
   const log = createLogger(config.log.level, options.logDestination);
+  // Keys, the agent's work dirs and (embedded) the store live here, whichever store is used.
+  ensurePrivateDir(config.store.dataDir);
   const store = await openDatabase(config.store);
   // What has started, stopped in reverse order by close() or by a start-up that fails half-way.
   const closers: (() => unknown)[] = [() => store.close()];

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Problem } from '../domain/problem.ts';
+import { ensurePrivateDir } from './store.ts';
 
 export interface StoredBlob {
   size: number;
@@ -36,7 +37,9 @@ export function isSafeKey(key: string): boolean {
     && !segment.includes('\\') && !segment.includes('\0'));
 }
 
+/** The blob store in the directory `root`: made or tightened to 0700 here; every file in it is 0600. */
 export function createLocalBlobStore(root: string): BlobStore {
+  ensurePrivateDir(root);
   const incoming = path.join(root, '.incoming');
   const fileOf = (key: string) => {
     if (!isSafeKey(key)) throw new Error(`unsafe blob key ${JSON.stringify(key)}`);

@@ -1,5 +1,5 @@
 // The store: one Kysely handle over the embedded SQLite file or PostgreSQL, migrated on open.
-import { mkdirSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import SQLite from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
@@ -44,9 +44,23 @@ export async function openStore(options: StoreOptions, migrations: Migrations): 
   };
 }
 
+/**
+ * Makes `dir` (and any parent it creates) readable by this user only, tightening one that exists with
+ * looser modes: the data dir and the blob store hold keys, secrets and tenants' results.
+ */
+export function ensurePrivateDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
+}
+
 function openSqlite(dataDir: string) {
-  mkdirSync(dataDir, { recursive: true });
-  const file = new SQLite(path.join(dataDir, 'svc.db'));
+  ensurePrivateDir(dataDir);
+  const name = path.join(dataDir, 'svc.db');
+  // SQLite makes its WAL and shared-memory files with the database file's mode, so the file is made (or
+  // tightened) 0600 before SQLite opens it; files left by an older version are tightened too.
+  closeSync(openSync(name, 'a', 0o600));
+  for (const file of [name, `${name}-wal`, `${name}-shm`]) if (existsSync(file)) chmodSync(file, 0o600);
+  const file = new SQLite(name);
   file.pragma('journal_mode = WAL');
   file.pragma('synchronous = NORMAL');
   file.pragma('foreign_keys = ON');
