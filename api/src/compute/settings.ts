@@ -2,6 +2,7 @@
 // the file, the environment and the defaults are declared once.
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import { parseByteSize } from '../byte-size.ts';
 
 /** The repository's sample catalog: what `npm start` deploys. */
 export const DEFAULT_IMAGE_CATALOG = fileURLToPath(new URL('../../../samples/images.yaml', import.meta.url));
@@ -13,6 +14,11 @@ export const portRangeSchema = z.string().regex(/^\d{1,5}-\d{1,5}$/, 'expected <
   return [min, max] as [number, number];
 });
 const flag = z.preprocess((value) => (typeof value === 'string' ? value === 'true' : value), z.boolean());
+const byteSize = z.preprocess((value) => (typeof value === 'number' ? String(value) : value), z.string().transform((value, context) => {
+  const bytes = parseByteSize(value);
+  if (bytes === undefined) context.addIssue({ code: 'custom', message: `expected a size such as 4Gi or 512Mi, got ${value}` });
+  return bytes ?? 0;
+}));
 
 export const agentSettingsSchema = z.object({
   /** How instances run: `process` (image catalog, the embedded default) or `docker` (Docker Engine API). */
@@ -34,6 +40,11 @@ export const agentSettingsSchema = z.object({
   dockerGpus: flag.default(false),
   /** Docker runtime: pull an instance's image `missing` from the engine, `always`, or `never`. */
   dockerPull: z.enum(['always', 'missing', 'never']).default('missing'),
+  /** Every instance and task is capped (cgroups); these apply where its instance type gives no systemMemory / cpuCores. */
+  defaultMemory: byteSize.default(4 * 2 ** 30),
+  defaultCpuCores: z.coerce.number().positive().default(2),
+  /** The most processes and threads one instance or task may hold at once. */
+  pidsLimit: z.coerce.number().int().min(16).default(1024),
   /** SIGTERM-to-kill grace when stopping an instance. */
   stopGraceMs: z.coerce.number().int().min(0).default(10_000),
   /** Restart back-off: initial delay, doubling to the maximum; reset after this long RUNNING. */
@@ -69,4 +80,7 @@ export const agentEnvSettings: Record<string, keyof AgentSettings> = {
   SVC_AGENT_CREDENTIAL: 'credential',
   SVC_AGENT_API_HOST: 'apiHost',
   SVC_AGENT_TASK_PROGRESS_INTERVAL_MS: 'taskProgressIntervalMs',
+  SVC_AGENT_DEFAULT_MEMORY: 'defaultMemory',
+  SVC_AGENT_DEFAULT_CPU_CORES: 'defaultCpuCores',
+  SVC_AGENT_PIDS_LIMIT: 'pidsLimit',
 };
