@@ -2,10 +2,12 @@
 // its user's alone, bad input is a 400 naming its field on both stores, and an upload cannot fill the disk.
 import assert from 'node:assert/strict';
 import { chmodSync, mkdirSync, readdirSync, statSync } from 'node:fs';
+import { connect } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { createDatabase } from './helpers/databases.ts';
-import { request } from './helpers/http.ts';
+import { backends, createDatabase } from './helpers/databases.ts';
+import { FUZZ_CONFIG, fuzz, fuzzTarget } from './helpers/fuzz.ts';
+import { request, type TestResponse } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 
 const modeOf = (file: string) => statSync(file).mode & 0o777;
@@ -74,5 +76,93 @@ describe('files: the data dir and the blob store are the platform user\'s alone'
     await svc.restart();
     await write();
     assertPrivate();
+  });
+});
+
+for (const backend of await backends()) {
+  describe(`bad input on ${backend}: a NUL character anywhere is a 400 naming its field`, () => {
+    let svc: TestPlatform;
+    let token: string;
+
+    before(async () => {
+      svc = await startTestPlatform({ backend, config: FUZZ_CONFIG });
+      token = await svc.token();
+    });
+    after(() => svc.close());
+
+    const fn = (extra: Record<string, unknown>) => ({ name: 'nul', inferenceUrl: '/predict', inferencePort: 8000, containerImage: 'test/echo:1', ...extra });
+    const refused = (response: TestResponse, field: string) => {
+      assert.equal(response.status, 400, response.text);
+      assert.match(String(response.headers['content-type']), /^application\/problem\+json/);
+      assert.deepEqual(response.body.errors.map((error: { field: string }) => error.field), [field]);
+      assert.match(response.body.detail, /NUL character/);
+    };
+
+    test('in a body field, a nested value, an object key, a query value', async () => {
+      refused(await svc.api('POST', '/v2/svc/functions', { bearer: token, body: fn({ description: 'a\u0000b' }) }), 'description');
+      refused(await svc.api('POST', '/v2/svc/functions', { bearer: token, body: fn({ containerEnvironment: [{ key: 'A', value: '\u0000' }] }) }),
+        'containerEnvironment.0.value');
+      refused(await svc.api('POST', '/v2/svc/functions', { bearer: token, body: fn({ secrets: [{ name: 's', value: { 'k\u0000': 'v' } }] }) }),
+        'secrets.0.value.k\u0000');
+      refused(await svc.api('GET', '/v2/svc/functions?cursor=a%00b', { bearer: token }), 'query cursor');
+      const listed = await svc.api('GET', '/v2/svc/functions', { bearer: token });
+      assert.equal(listed.body.functions.length, 0, 'nothing was stored');
+    });
+
+    test('in a header: Node\'s parser refuses the request before any route reads it, answered as problem+json', async () => {
+      const answer = await rawRequest(svc.url, `GET /v2/svc/functions HTTP/1.1\r\nHost: api.localhost\r\nAuthorization: Bearer ${token}\r\nX-Odd: a\u0000b\r\n\r\n`);
+      assert.match(answer.head, /^HTTP\/1\.1 400 /);
+      assert.match(answer.head, /content-type: application\/problem\+json/i);
+      assert.match(answer.body.detail, /not valid HTTP/);
+    });
+
+    if (backend === 'postgres') {
+      test('fuzzed creates and updates (odd strings, lone surrogates, long strings, deep JSON) are never answered 5xx', async () => {
+        const report = await fuzz(await fuzzTarget(svc), { requests: 400, seed: 25 });
+        assert.deepEqual(report.failures, []);
+        const fiveHundreds = [...report.statuses].filter(([status]) => status >= 500);
+        assert.deepEqual(fiveHundreds, []);
+        assert.ok((report.statuses.get(400) ?? 0) > 100, `mostly refused as bad input: ${JSON.stringify([...report.statuses])}`);
+        assert.ok((report.statuses.get(200) ?? 0) > 10, `some odd values are fine and stored: ${JSON.stringify([...report.statuses])}`);
+      });
+    }
+  });
+}
+
+/** Sends `text` as it is over a socket (a client library would refuse a NUL or a second Host header) and returns the answer. */
+async function rawRequest(url: string, text: string): Promise<{ head: string; body: any }> {
+  const socket = connect(Number(new URL(url).port), '127.0.0.1');
+  socket.end(text);
+  const chunks: Buffer[] = [];
+  for await (const chunk of socket) chunks.push(chunk as Buffer);
+  const [head, body] = Buffer.concat(chunks).toString('utf8').split('\r\n\r\n');
+  return { head, body: body ? JSON.parse(body) : undefined };
+}
+
+describe('gateway: a request with two Host headers is refused, on every path', () => {
+  let svc: TestPlatform;
+  before(async () => {
+    svc = await startTestPlatform();
+  });
+  after(() => svc.close());
+
+  const functionId = '6f1c0e0e-0000-4000-8000-000000000001';
+  const twoHosts = (first: string, second: string, line: string, extra = '') =>
+    rawRequest(svc.url, `${line}\r\nHost: ${first}\r\nHost: ${second}\r\nContent-Length: 2\r\nContent-Type: application/json\r\n${extra}\r\n{}`);
+
+  test('the API (Express), pexec (lean), a host-routed function and a WebSocket upgrade each answer 400 problem+json', async () => {
+    const answers = [
+      await twoHosts('api.localhost', 'api-keys.localhost', 'GET /health HTTP/1.1'),
+      await twoHosts('localhost', 'evil.example', `POST /v2/svc/pexec/functions/${functionId} HTTP/1.1`),
+      await twoHosts(`${functionId}.invocation.localhost`, 'api.localhost', 'POST /predict HTTP/1.1'),
+      await twoHosts('api.localhost', 'api.localhost', 'GET /v1/agents/link HTTP/1.1', 'Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n'),
+    ];
+    for (const answer of answers) {
+      assert.match(answer.head, /^HTTP\/1\.1 400 /);
+      assert.match(answer.head, /content-type: application\/problem\+json/i);
+      assert.match(answer.body.detail, /one Host header/);
+    }
+    const one = await rawRequest(svc.url, 'GET /health HTTP/1.1\r\nHost: api.localhost\r\nConnection: close\r\n\r\n');
+    assert.match(one.head, /^HTTP\/1\.1 200 /, 'one Host header is served as before');
   });
 });

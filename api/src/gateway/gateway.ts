@@ -10,8 +10,9 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { hostnameOf } from '../http/host.ts';
-import { Problem, PROBLEM_CONTENT_TYPE } from '../domain/problem.ts';
-import { rejectUpgrade } from '../http/upgrade.ts';
+import { badRequest, Problem } from '../domain/problem.ts';
+import { writeProblem } from '../http/problem-response.ts';
+import { rejectUpgrade, writeSocketProblem } from '../http/upgrade.ts';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
@@ -47,14 +48,12 @@ export function createGateway(options: GatewayOptions) {
     `Unknown host '${hostnameOf(req.headers.host)}'; this gateway serves ${apiHost}, ${keysHost} and ${invocationHost} (with <function id>.${invocationHost})`);
 
   function dispatch(req: IncomingMessage, res: ServerResponse) {
+    if (hostHeaders(req) > 1) return writeProblem(res, twoHosts(), req.url ?? '/', randomUUID());
     if (isApiHost(req)) return options.api(req, res);
     const host = hostnameOf(req.headers.host);
     if (host === keysHost) return options.keys(req, res);
     if (isInvocationHost(host)) return options.invocation(req, res);
-    const requestId = randomUUID();
-    const problem = unknownHost(req);
-    res.writeHead(404, { 'content-type': `${PROBLEM_CONTENT_TYPE}; charset=utf-8`, 'x-request-id': requestId });
-    res.end(JSON.stringify(problem.toBody((req.url ?? '/').split('?')[0], requestId)));
+    writeProblem(res, unknownHost(req), req.url ?? '/', randomUUID());
   }
 
   const server = options.tls
@@ -64,9 +63,11 @@ export function createGateway(options: GatewayOptions) {
   server.keepAliveTimeout = 65_000;
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => socket.destroy());
+    if (hostHeaders(req) > 1) return rejectUpgrade(req, socket, twoHosts());
     if (isApiHost(req) && options.apiUpgrade) return options.apiUpgrade(req, socket, head);
     rejectUpgrade(req, socket, isApiHost(req) ? new Problem('not-found', 'No WebSocket endpoint here') : unknownHost(req));
   });
+  server.on('clientError', refuseUnparsed);
 
   return {
     server,
@@ -82,4 +83,27 @@ export function createGateway(options: GatewayOptions) {
       });
     },
   };
+}
+
+/**
+ * How many Host headers a request carries. Node keeps the first of several, and a proxy in front may have
+ * routed on another, so a request with two is refused rather than served for a host it may not be for.
+ */
+function hostHeaders(req: IncomingMessage): number {
+  let count = 0;
+  const raw = req.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 4 && raw[i].toLowerCase() === 'host') count++;
+  return count;
+}
+
+const twoHosts = () => badRequest('A request must carry one Host header, not several');
+
+/** A request Node's HTTP parser refused (a NUL in a header, headers too large, not HTTP) gets problem+json too. */
+function refuseUnparsed(error: NodeJS.ErrnoException & { reason?: string }, socket: Duplex) {
+  if (error.code === 'ECONNRESET' || !socket.writable) return socket.destroy();
+  const problem = error.code === 'HPE_HEADER_OVERFLOW' ? new Problem('request-header-fields-too-large', 'The request\'s headers are too large')
+    : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new Problem('request-timeout', 'The request did not arrive in time')
+      : badRequest(`The request is not valid HTTP${error.reason ? ` (${error.reason})` : ''}`);
+  socket.once('finish', () => socket.destroy());
+  writeSocketProblem(socket, problem, '/');
 }

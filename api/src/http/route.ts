@@ -128,6 +128,8 @@ export function handlerFor(spec: Route, context: RouteContext) {
 
 function validate(schema: Schema | undefined, value: unknown, where: 'path' | 'query' | 'header' | 'body') {
   if (!schema) return undefined;
+  const odd = firstOddValue(value);
+  if (odd) throw invalid([{ field: fieldName(where, odd.path), message: odd.message }]);
   const result = schema.safeParse(value ?? {});
   if (result.success) return result.data;
   const errors: InvalidField[] = result.error.issues.map((issue) => ({
@@ -135,6 +137,43 @@ function validate(schema: Schema | undefined, value: unknown, where: 'path' | 'q
     message: issue.message,
   }));
   throw invalid(errors);
+}
+
+/** How deeply a request's JSON may nest: far beyond any contract, well within what a schema or JSON.stringify can recurse through. */
+export const MAX_JSON_DEPTH = 64;
+
+interface Visit {
+  value: unknown;
+  depth: number;
+  key?: string;
+  parent?: Visit;
+}
+
+/**
+ * The first string (a value or a key) holding a NUL character, which PostgreSQL cannot keep in a text
+ * column (so every store refuses it alike), or the first value nested deeper than MAX_JSON_DEPTH. Walked
+ * with a list rather than recursion, before any schema recurses through the value.
+ */
+function firstOddValue(value: unknown): { path: string[]; message: string } | undefined {
+  const pathOf = (visit: Visit) => {
+    const path: string[] = [];
+    for (let at: Visit | undefined = visit; at?.key !== undefined; at = at.parent) path.unshift(at.key);
+    return path;
+  };
+  const pending: Visit[] = [{ value, depth: 0 }];
+  for (let visit = pending.pop(); visit; visit = pending.pop()) {
+    if (typeof visit.value === 'string') {
+      if (visit.value.includes('\0')) return { path: pathOf(visit), message: 'must not contain a NUL character (\\u0000)' };
+    } else if (visit.value && typeof visit.value === 'object') {
+      if (visit.depth === MAX_JSON_DEPTH) return { path: pathOf(visit), message: `must not nest deeper than ${MAX_JSON_DEPTH} levels` };
+      for (const [key, child] of Object.entries(visit.value)) {
+        const next = { value: child, depth: visit.depth + 1, key, parent: visit };
+        if (key.includes('\0')) return { path: pathOf(next), message: 'must not contain a NUL character (\\u0000) in a key' };
+        pending.push(next);
+      }
+    }
+  }
+  return undefined;
 }
 
 function fieldName(where: string, path: PropertyKey[]): string {
