@@ -166,3 +166,48 @@ describe('gateway: a request with two Host headers is refused, on every path', (
     assert.match(one.head, /^HTTP\/1\.1 200 /, 'one Host header is served as before');
   });
 });
+
+describe('reserved environment names: a tenant cannot set how a program is loaded or started', () => {
+  let svc: TestPlatform;
+  let token: string;
+  let taskKey: string;
+
+  before(async () => {
+    svc = await startTestPlatform({ config: { compute: { inProcessAgent: false } } });
+    token = await svc.token();
+    taskKey = await svc.apiKey(token, ['launch_task', 'update_secrets'], { task: true });
+  });
+  after(() => svc.close());
+
+  const env = (...keys: string[]) => keys.map((key) => ({ key, value: '--import=data:text/javascript,process.exit()' }));
+  const fn = (extra: Record<string, unknown>) => ({ name: 'env', inferenceUrl: '/predict', inferencePort: 8000, containerImage: 'test/echo:1', ...extra });
+  const task = (extra: Record<string, unknown>) => ({ name: 'env', gpuSpecification: { gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x' }, containerImage: 'test/echo:1', ...extra });
+  const refused = (response: TestResponse, field: string) => {
+    assert.equal(response.status, 400, response.text);
+    assert.deepEqual(response.body.errors.map((error: { field: string }) => error.field), [field]);
+    assert.match(response.body.errors[0].message, /is reserved/);
+  };
+
+  test('in a function\'s and a version\'s containerEnvironment, and in secret names that become variables', async () => {
+    refused(await svc.api('POST', '/v2/svc/functions', { bearer: token, body: fn({ containerEnvironment: env('MODE', 'A', 'B', 'NODE_OPTIONS') }) }),
+      'containerEnvironment.3.key');
+    refused(await svc.api('POST', '/v2/svc/functions', { bearer: token, body: fn({ containerEnvironment: env('LD_PRELOAD') }) }), 'containerEnvironment.0.key');
+    refused(await svc.api('POST', '/v2/svc/functions', { bearer: token, body: fn({ secrets: [{ name: 'PYTHONPATH', value: '/tmp' }] }) }), 'secrets.0.name');
+
+    // A secret whose name is no variable name reaches only the secrets file: allowed.
+    const made = await svc.api('POST', '/v2/svc/functions', { bearer: token, body: fn({ containerEnvironment: env('MODE'), secrets: [{ name: 'LD_PRELOAD.conf', value: 'x' }] }) });
+    assert.equal(made.status, 200, made.text);
+    const { id, versionId } = made.body.function;
+    refused(await svc.api('POST', `/v2/svc/functions/${id}/versions`, { bearer: token, body: fn({ containerEnvironment: env('PATH') }) }), 'containerEnvironment.0.key');
+    refused(await svc.api('PUT', `/v2/svc/secrets/functions/${id}/versions/${versionId}`, { bearer: token, body: { secrets: [{ name: 'ok', value: 'v' }, { name: 'BASH_ENV', value: 'v' }] } }),
+      'secrets.1.name');
+  });
+
+  test('in a task\'s containerEnvironment and secrets, at launch and when its secrets are replaced', async () => {
+    refused(await svc.api('POST', '/v1/svct/tasks', { bearer: taskKey, body: task({ containerEnvironment: env('MODE', 'JAVA_TOOL_OPTIONS') }) }), 'containerEnvironment.1.key');
+    refused(await svc.api('POST', '/v1/svct/tasks', { bearer: taskKey, body: task({ secrets: [{ name: 'LD_AUDIT', value: 'x' }] }) }), 'secrets.0.name');
+    const launched = await svc.api('POST', '/v1/svct/tasks', { bearer: taskKey, body: task({ containerEnvironment: env('MODE') }) });
+    assert.equal(launched.status, 200, launched.text);
+    refused(await svc.api('PUT', `/v1/svct/secrets/tasks/${launched.body.task.id}`, { bearer: taskKey, body: { secrets: [{ name: 'NODE_PATH', value: 'x' }] } }), 'secrets.0.name');
+  });
+});

@@ -1,6 +1,7 @@
 // Function and version contracts (spec 2.1, 4.6 rule 4; wire-reference 2): the reference's fields and
 // validation rules, one schema each for requests and responses.
 import { z } from 'zod';
+import { isReservedEnvironmentName, RESERVED_ENVIRONMENT_MESSAGE } from '../../domain/environment.ts';
 import { parseDuration } from '../../duration.ts';
 
 const upper = (value: unknown) => (typeof value === 'string' ? value.toUpperCase() : value);
@@ -38,13 +39,37 @@ export const secretSchema = z.object({
     .refine((value) => JSON.stringify(value).length <= 32_768, 'at most 32768 characters'),
 });
 
-const secretList = z.array(secretSchema).max(128).superRefine((secrets, context) => {
+/** A secret's name that the agent also sets as an environment variable (others reach only SVC_SECRETS_FILE). */
+const ENVIRONMENT_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * Refuses, at [index, field], each entry whose name would set an environment variable the platform keeps
+ * for itself (domain/environment.ts). For what a tenant sends only: stored documents and secrets are read
+ * back with the plain schemas, so what was stored before the rule still decodes.
+ */
+export function refuseReservedNames<T>(nameOf: (entry: T) => string, field: string) {
+  return (entries: T[], context: z.RefinementCtx) => entries.forEach((entry, index) => {
+    const name = nameOf(entry);
+    if (ENVIRONMENT_NAME.test(name) && isReservedEnvironmentName(name)) {
+      context.addIssue({ code: 'custom', path: [index, field], message: RESERVED_ENVIRONMENT_MESSAGE });
+    }
+  });
+}
+
+/** Unique names, none of them a reserved environment variable. */
+export function checkSecretNames(secrets: { name: string }[], context: z.RefinementCtx) {
   const seen = new Set<string>();
   secrets.forEach((secret, index) => {
     if (seen.has(secret.name)) context.addIssue({ code: 'custom', path: [index, 'name'], message: `duplicate secret name '${secret.name}'` });
     seen.add(secret.name);
   });
-});
+  refuseReservedNames((secret: { name: string }) => secret.name, 'name')(secrets, context);
+}
+
+const secretList = z.array(secretSchema).max(128).superRefine(checkSecretNames);
+
+/** A containerEnvironment as a tenant asks for it. */
+const requestedEnvironment = z.array(environmentEntry).max(128).superRefine(refuseReservedNames((entry) => entry.key, 'key'));
 
 const rateSchema = z.string().regex(/^\d+-[SMHD](,\d+-[SMHD])*$/i, 'must look like 10-S or 100-M,1000-H');
 
@@ -75,7 +100,7 @@ export const createFunctionSchema = z.object({
   health: healthSchema.optional(),
   containerImage: z.string().min(1).max(512).regex(/^[^\s]+$/, 'must be an image reference without spaces').optional(),
   containerArgs: z.string().max(4096).optional(),
-  containerEnvironment: z.array(environmentEntry).max(128).optional(),
+  containerEnvironment: requestedEnvironment.optional(),
   models: z.array(artifact).max(32).optional(),
   resources: z.array(artifact).max(32).optional(),
   helmChart: z.string().url('must be a URL').optional(),

@@ -2,7 +2,7 @@
 // answers, and the shapes of events, results and the listing pages.
 import { z } from 'zod';
 import { parseDuration } from '../../duration.ts';
-import { functionNameSchema, secretSchema } from '../functions/schema.ts';
+import { checkSecretNames, functionNameSchema, refuseReservedNames, secretSchema } from '../functions/schema.ts';
 
 const upper = (value: unknown) => (typeof value === 'string' ? value.toUpperCase() : value);
 
@@ -37,13 +37,7 @@ const environmentEntry = z.object({
 
 const artifact = z.object({ name: z.string().min(1).max(128), version: z.string().min(1).max(128), uri: z.string().min(1).max(2048) });
 
-export const secretList = z.array(secretSchema).max(128, 'at most 128 secrets').superRefine((secrets, context) => {
-  const seen = new Set<string>();
-  secrets.forEach((secret, index) => {
-    if (seen.has(secret.name)) context.addIssue({ code: 'custom', path: [index, 'name'], message: `duplicate secret name '${secret.name}'` });
-    seen.add(secret.name);
-  });
-});
+export const secretList = z.array(secretSchema).max(128, 'at most 128 secrets').superRefine(checkSecretNames);
 
 export const taskGpuSpecificationSchema = z.object({
   gpu: z.string().min(1, 'is required'),
@@ -72,7 +66,7 @@ export const createTaskSchema = z.object({
   gpuSpecification: taskGpuSpecificationSchema,
   containerImage: z.string().min(1).max(512).regex(/^[^\s]+$/, 'must be an image reference without spaces').optional(),
   containerArgs: z.string().max(4096).optional(),
-  containerEnvironment: z.array(environmentEntry).max(128).optional(),
+  containerEnvironment: z.array(environmentEntry).max(128).superRefine(refuseReservedNames((entry) => entry.key, 'key')).optional(),
   helmChart: z.string().url('must be a URL').optional(),
   models: z.array(artifact).max(32).optional(),
   resources: z.array(artifact).max(32).optional(),
