@@ -9,6 +9,7 @@ import { autoscalerEnvSettings, autoscalerSettingsSchema } from './autoscaler/se
 import { gpuSchema } from './control/clusters/schema.ts';
 import { tasksEnvSettings, tasksSettingsSchema } from './control/tasks/settings.ts';
 import { streamingEnvSettings, streamingSettingsSchema } from './streaming/settings.ts';
+import { checkNatsSettings, natsEnvSettings, natsSettingsSchema } from './invocation/settings.ts';
 import { metricsEnvSettings, metricsSettingsSchema } from './http/metrics.ts';
 
 const port = z.coerce.number().int().min(0).max(65535);
@@ -80,12 +81,9 @@ export const configSchema = z.object({
     maxQueueDepth: z.coerce.number().int().min(1).default(10_000),
     /** How long an uncollected result of a 202'd request is kept. */
     resultRetentionSeconds: z.coerce.number().int().min(1).default(3600),
-    /**
-     * NATS JetStream shared by several API replicas on one PostgreSQL (docs/architecture.md); without it
-     * the queue lives in this process (one replica).
-     */
-    natsUrl: z.string().regex(/^nats:\/\/[^\s/:]+(:\d{1,5})?\/?$/, 'must be nats://host[:port]').optional(),
-  }).prefault({}),
+    /** The NATS server several API replicas share: URL, prefix, credentials, TLS (invocation/settings.ts). */
+    ...natsSettingsSchema.shape,
+  }).superRefine(checkNatsSettings).prefault({}),
   /** Input assets (SVC-INPUT-ASSET-REFERENCES) and the signed URLs of assets and large results. */
   assets: z.object({
     /** The largest asset an upload may hold. */
@@ -182,7 +180,7 @@ export const envSettings: Record<string, string> = {
   SVC_ADMIN_SIGNING_KEY_FILE: 'admin.signingKeyFile',
   SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
   SVC_PLACEMENT: 'compute.placement',
-  SVC_NATS_URL: 'invocation.natsUrl',
+  ...Object.fromEntries(Object.entries(natsEnvSettings).map(([name, setting]) => [name, `invocation.${setting}`])),
   SVC_ASSET_MAX_BYTES: 'assets.maxBytes',
   SVC_ASSET_URL_SECONDS: 'assets.urlSeconds',
   SVC_BLOB_DIR: 'assets.dir',

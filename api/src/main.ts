@@ -49,6 +49,7 @@ import { DurableResults } from './invocation/results.ts';
 import { invocationHostHandler } from './invocation/host-routing.ts';
 import { hostRoutedRoute, invocationRoutes } from './invocation/routes.ts';
 import { LargeResults } from './invocation/large-results.ts';
+import { createReplicaSigner } from './invocation/replica-signing.ts';
 import { assetStaging } from './invocation/stage-relay.ts';
 import { InvocationService } from './invocation/service.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
@@ -160,13 +161,17 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     deployments.onChange(() => void instances.reconcile());
     const resolver = createVersionResolver(functionsRepo);
     const { natsUrl, maxQueueDepth } = config.invocation;
-    const queue = natsUrl
-      ? await JetStreamQueue.connect({ url: natsUrl, maxDepth: maxQueueDepth, log, adopt: (requestId) => invocation.adopt(requestId) })
+    // Every replica on this store has the key: what they tell each other over NATS is signed with it.
+    const replicas = natsUrl
+      ? { nats: { ...config.invocation, natsUrl }, signer: createReplicaSigner(await ensureSealedSecret(settings, box, 'replicas.signing_key', startedAt)) }
+      : undefined;
+    const queue = replicas
+      ? await JetStreamQueue.connect({ ...replicas, maxDepth: maxQueueDepth, log, adopt: (requestId) => invocation.adopt(requestId) })
       : new LocalQueue({ maxDepth: maxQueueDepth });
     const stage = assetStaging({
       // Agents link to the replica that runs placement: it puts assets on their hosts, for the others too.
       local: config.compute.placement ? ({ clusterId, ...request }) => agentHub.stage(clusterId, request) : undefined,
-      nats: queue instanceof JetStreamQueue ? queue.connection : undefined, log,
+      nats: replicas && queue instanceof JetStreamQueue ? { nc: queue.connection, subject: queue.names.stage, signer: replicas.signer } : undefined, log,
     });
     const largeResults = new LargeResults({
       blobs, signer, maxBytes: config.invocation.maxLargeResultBytes, retentionSeconds: config.invocation.resultRetentionSeconds,

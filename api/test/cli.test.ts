@@ -190,7 +190,7 @@ describe('svc start-up checks', () => {
   test('a NATS URL that is malformed or unreachable stops `svc serve` with one line', async () => {
     const malformed = await svc(['serve'], { SVC_PORT: '0', SVC_DATA_DIR: tempDir(), SVC_NATS_URL: 'http://127.0.0.1:4222' });
     assert.equal(malformed.code, 1);
-    assert.match(malformed.stderr.trim(), /^svc serve: invalid setting invocation\.natsUrl \(SVC_NATS_URL\): must be nats:\/\/host\[:port\]$/);
+    assert.match(malformed.stderr.trim(), /^svc serve: invalid setting invocation\.natsUrl \(SVC_NATS_URL\): must be nats:\/\/host\[:port\] or tls:\/\/host\[:port\]$/);
     const unreachable = await svc(['serve'], { SVC_PORT: '0', SVC_DATA_DIR: tempDir(), SVC_NATS_URL: 'nats://127.0.0.1:1' });
     assert.equal(unreachable.code, 1);
     assert.equal(unreachable.stderr.trim().split('\n').length, 1, unreachable.stderr);

@@ -1,41 +1,45 @@
 // JetStreamQueue (invocation/jetstream-queue.ts) on a real NATS JetStream: two queues in this process
 // stand for two API replicas. Requests enqueued on both, in turn, are granted in the order they were
 // enqueued, never more at once than the instance's maxRequestConcurrency, each on the replica that holds
-// it; a full queue is a 429 on every replica; a client that leaves takes its ticket with it.
+// it; a full queue is a 429 on every replica; a client that leaves takes its ticket with it. The server
+// wants credentials; what a client with them but without the installation's key says is not believed.
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
-import { after, afterEach, describe, test } from 'node:test';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { after, afterEach, before, describe, test } from 'node:test';
+import { Kvm } from '@nats-io/kv';
 import type { ReadyInstance } from '../src/control/instances/service.ts';
 import { Invocation } from '../src/invocation/invocation.ts';
 import { JetStreamQueue } from '../src/invocation/jetstream-queue.ts';
 import { LEASE_MS } from '../src/invocation/leases.ts';
 import type { Grant } from '../src/invocation/queue.ts';
+import { createReplicaSigner } from '../src/invocation/replica-signing.ts';
 import { createLogger } from '../src/logger.ts';
-import { forgetVersion, NATS_URL, natsAvailable, ticketsTaken } from './helpers/nats.ts';
+import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
 import { until } from './helpers/wait.ts';
 
-const ready = await natsAvailable();
-
-describe('JetStreamQueue across two replicas', { skip: !ready }, () => {
-  const versions: string[] = [];
+describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() }, () => {
+  let nats: TestNats;
+  const signer = createReplicaSigner(randomBytes(32).toString('base64url'));
   const queues: JetStreamQueue[] = [];
+  before(async () => {
+    nats = await startNats();
+  });
   // Each test's replicas are the only ones: a queue left running would compete for the next test's head.
   afterEach(async () => {
     await Promise.all(queues.splice(0).map((queue) => queue.close()));
   });
   after(async () => {
-    for (const versionId of versions) await forgetVersion(versionId);
+    await nats?.stop();
   });
 
-  /** `replicas` queues on one new version; `join` connects one more later. */
+  /** `replicas` queues on one new version; `join` connects one more later (with another prefix, say). */
   async function setup(maxDepth: number, maxRequestConcurrency: number, replicas = 2) {
     const versionId = randomUUID();
-    versions.push(versionId);
     const log = createLogger('silent');
     const granted: { id: string; replica: number; grant: Grant }[] = [];
     const pair: JetStreamQueue[] = [];
-    const join = async () => {
-      const queue = await JetStreamQueue.connect({ url: NATS_URL, maxDepth, log, adopt: async () => undefined });
+    const join = async (natsPrefix = 'svc') => {
+      const queue = await JetStreamQueue.connect({ nats: { ...nats.settings, natsPrefix }, signer, maxDepth, log, adopt: async () => undefined });
       const replica = pair.push(queue) - 1;
       queues.push(queue);
       queue.onGrant((invocation, grant) => granted.push({ id: invocation.id, replica, grant }));
@@ -94,13 +98,13 @@ describe('JetStreamQueue across two replicas', { skip: !ready }, () => {
     await pair[0].enqueue(request('first'));
     await until('the first grant', async () => granted.length === 1);
     granted[0].grant.release('done');
-    const before = await ticketsTaken(versionId);
+    const before = await nats.ticketsTaken(versionId);
     await pair[0].enqueue(request('at once'));
     assert.equal(granted.at(-1)?.id, 'at once', 'granted before enqueue returned');
-    assert.equal(await ticketsTaken(versionId), before, 'no ticket was written');
+    assert.equal(await nats.ticketsTaken(versionId), before, 'no ticket was written');
     // The only slot is taken: the next request waits in the stream like any other.
     await pair[0].enqueue(request('waits'));
-    assert.equal(await ticketsTaken(versionId), before + 1, 'a ticket for the request that waits');
+    assert.equal(await nats.ticketsTaken(versionId), before + 1, 'a ticket for the request that waits');
     assert.equal(granted.length, 2);
     granted[1].grant.release('done');
     await until('the waiting request granted', async () => granted.length === 3);
@@ -114,10 +118,10 @@ describe('JetStreamQueue across two replicas', { skip: !ready }, () => {
     await pair[0].enqueue(request('first'));
     await until('the first grant', async () => granted.length === 1);
     await learned;
-    const before = await ticketsTaken(versionId);
+    const before = await nats.ticketsTaken(versionId);
     await pair[1].enqueue(request('direct'));
     assert.deepEqual(granted.map((entry) => [entry.id, entry.replica]), [['first', 0], ['direct', 1]], 'granted on its replica before enqueue returned');
-    assert.equal(await ticketsTaken(versionId), before, 'no ticket was written');
+    assert.equal(await nats.ticketsTaken(versionId), before, 'no ticket was written');
   });
 
   test('a replica that dies while running a request another replica granted: its slot comes back once its lease runs out', async () => {
@@ -136,5 +140,69 @@ describe('JetStreamQueue across two replicas', { skip: !ready }, () => {
     await pair[0].enqueue(request('after'));
     await until('the slot to come back', async () => granted.length === 3, LEASE_MS + 10_000);
     assert.equal(granted[2].id, 'after');
+  });
+
+  test('a client with the server\'s credentials but not the installation\'s key: its ready entries and grants are not believed', async () => {
+    const { pair, granted, request, instance, versionId } = await setup(10, 1);
+    const learned = new Map<string, ReadyInstance[]>();
+    pair[1].onInstances((version, instances) => learned.set(version, instances));
+    pair[0].ready(versionId, [instance]);
+    await until('the second replica to learn the instance', async () => learned.get(versionId)?.length === 1);
+    await pair[0].enqueue(request('holds the slot'));
+    await pair[1].enqueue(request('waits'));
+    assert.equal(granted.length, 1, 'the only slot is taken: the second request waits');
+
+    const forger = await nats.connect();
+    try {
+      const forged = { ...instance, endpoint: { host: '127.0.0.1', ports: { inference: 9, health: 9 } } };
+      const kv = await new Kvm(forger).open('svc_ready');
+      const genuine = (await kv.get(versionId))!.string();
+      const mac = genuine.slice(0, genuine.indexOf('.'));
+      await kv.put(versionId, JSON.stringify([forged]));
+      await kv.put(versionId, `${mac}.${JSON.stringify([forged])}`);
+      const grant = { id: 'waits', lease: { id: 'forged', versionId, instance: forged } };
+      const wrongKey = createReplicaSigner(randomBytes(32).toString('base64url')).sign(`grant ${pair[1].replicaId}`, grant);
+      for (const attempt of [JSON.stringify(grant), wrongKey]) {
+        assert.equal((await forger.request(`svc.replica.${pair[1].replicaId}.grant`, attempt)).string(), 'gone', 'a forged grant is refused');
+      }
+      // Another version announced after the forgeries: once the second replica has it, it has read them too.
+      const after = { ...instance, versionId: randomUUID(), instanceId: randomUUID() };
+      pair[0].ready(after.versionId, [after]);
+      await until('the later announcement', async () => learned.has(after.versionId));
+      assert.deepEqual(learned.get(versionId), [instance], 'the forged entries changed nothing');
+    } finally {
+      await forger.close();
+    }
+    granted[0].grant.release('done');
+    await until('the waiting request granted', async () => granted.length === 2);
+    assert.deepEqual([granted[1].id, granted[1].replica, granted[1].grant.instance], ['waits', 1, instance], 'granted on the genuine instance');
+  });
+
+  test('two installations on one server, each with its own prefix: neither sees the other\'s instances, tickets or buckets', async () => {
+    const { pair, join, granted, request, instance, versionId } = await setup(10, 1, 1);
+    const other = await join('staging');
+    const seen: string[] = [];
+    other.onInstances((version) => seen.push(version));
+    const learned = new Promise<void>((resolve) => pair[0].onInstances(() => resolve()));
+    pair[0].ready(versionId, [instance]);
+    await learned;
+    await pair[0].enqueue(request('ours'));
+    await other.enqueue(request('theirs'));
+    await until('ours granted', async () => granted.length === 1);
+    granted[0].grant.release('done');
+    // The same version id in the other installation has no instance: its request waits there, in its own stream.
+    assert.equal(await nats.ticketsTaken(versionId, 'staging'), 1);
+    assert.equal(await nats.ticketsTaken(versionId, 'svc'), 0, 'ours ran at once: no ticket in our stream');
+    const client = await nats.connect();
+    try {
+      const kvm = new Kvm(client);
+      assert.ok(await (await kvm.open('svc_ready')).get(versionId), 'our ready entry');
+      assert.equal(await (await kvm.open('staging_ready')).get(versionId), null, 'none in theirs');
+    } finally {
+      await client.close();
+    }
+    assert.deepEqual(seen, []);
+    assert.deepEqual(granted.map((entry) => entry.id), ['ours']);
+    assert.equal(await other.position(request('theirs')), 1, 'first in its own line');
   });
 });

@@ -2,22 +2,26 @@
 // client: one runs placement and the local cluster's agent, the other only serves the API. Requests from
 // both share one instance's slots (maxRequestConcurrency across replicas), each runs once, a 202 is
 // answered by either replica (once), and a kill -9 of a replica under load loses nothing: its 202'd
-// requests are answered by the other.
+// requests are answered by the other. NATS wants credentials; a ready entry written by a client that has
+// them but is no replica sends no request anywhere.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { Kvm } from '@nats-io/kv';
 import { Pool } from 'undici';
 import { createDatabase, postgresAvailable, tempDir, type TestDatabase } from './helpers/databases.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { request } from './helpers/http.ts';
-import { forgetVersion, NATS_URL, natsAvailable } from './helpers/nats.ts';
+import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
 import { TEST_CATALOG } from './helpers/platform.ts';
 import { servePlatform, type ServedPlatform } from './helpers/served.ts';
 import { until } from './helpers/wait.ts';
 
-const ready = (await postgresAvailable()) && (await natsAvailable());
+const ready = (await postgresAvailable()) && natsServerAvailable();
 
 interface Answer {
   status: number;
@@ -27,6 +31,7 @@ interface Answer {
 
 describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, () => {
   let database: TestDatabase;
+  let nats: TestNats;
   let placement: ServedPlatform;
   let replica: ServedPlatform;
   let apiKey: string;
@@ -68,8 +73,9 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
 
   before(async () => {
     database = await createDatabase('postgres');
+    nats = await startNats();
     const shared = {
-      SVC_DATABASE_URL: database.databaseUrl, SVC_NATS_URL: NATS_URL, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
+      ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
       SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn',
       // Replicas keep assets and large results in one blob store: a directory they share.
       SVC_BLOB_DIR: path.join(tempDir(), 'blobs'),
@@ -98,7 +104,7 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
     await replica?.stop();
     await placement?.stop();
     await database?.drop();
-    if (versionId) await forgetVersion(versionId);
+    await nats?.stop();
   });
 
   test('round robin: every request runs once, at most maxRequestConcurrency at a time across both; a 202 is answered by the other replica, once', async () => {
@@ -140,7 +146,38 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
       return answered.status === 200;
     });
     assert.deepEqual(answered!.body.assets, { [created.body.assetId]: 'replicated' });
-    await forgetVersion(mirror.versionId);
+  });
+
+  test('a ready entry forged by a client with NATS credentials but not the installation\'s key: no request goes near its endpoint', async () => {
+    let reached = 0;
+    const trap: Server = createServer((_req, res) => {
+      reached++;
+      res.end(JSON.stringify({ id: 'the trap' }));
+    });
+    await new Promise<void>((resolve) => trap.listen(0, '127.0.0.1', resolve));
+    const { port } = trap.address() as AddressInfo;
+    const forger = await nats.connect();
+    try {
+      const kv = await new Kvm(forger).open('svc_ready');
+      const genuine = (await kv.get(versionId))!.string();
+      const [instance] = JSON.parse(genuine.slice(genuine.indexOf('.') + 1));
+      const forged = JSON.stringify([{ ...instance, endpoint: { host: '127.0.0.1', ports: { inference: port, health: port } } }]);
+      // The replica says when it has read (and dropped) an entry: the requests after that are the test.
+      const dropped = () => readFileSync(path.join(replica.dataDir, 'output.log'), 'utf8').split('ready instances not signed by placement').length;
+      // As entries were before they were signed (plain JSON), and with the genuine entry's signature in front.
+      for (const entry of [forged, `${genuine.slice(0, genuine.indexOf('.'))}.${forged}`]) {
+        const before = dropped();
+        await kv.put(versionId, entry);
+        await until('the replica to read the forged entry', async () => dropped() > before);
+        const answers = await Promise.all(Array.from({ length: 6 }, () => invoke(replica.url, 0, 5)));
+        assert.deepEqual(answers.map((answer) => answer.status), [200, 200, 200, 200, 200, 200]);
+        for (const answer of answers) assert.equal(JSON.parse(answer.body).id, answer.reqId, 'answered by the function\'s own instance');
+      }
+      assert.equal(reached, 0, 'the forged endpoint was never called');
+    } finally {
+      await forger.close();
+      trap.close();
+    }
   });
 
   test('a replica killed with kill -9 under load: its 202s are answered by the other, nothing runs twice', async (t) => {

@@ -6,26 +6,25 @@
 // leaves them unused.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, describe, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import { Kvm } from '@nats-io/kv';
-import { connect } from '@nats-io/transport-node';
 import type { ReadyInstance } from '../src/control/instances/service.ts';
 import { LEASE_MS, SlotLeases } from '../src/invocation/leases.ts';
-import { forgetVersion, NATS_URL, natsAvailable } from './helpers/nats.ts';
+import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
 import { until } from './helpers/wait.ts';
 
-const ready = await natsAvailable();
-
-describe('slot leases shared by replicas', { skip: !ready }, () => {
-  const versions: string[] = [];
+describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () => {
+  let nats: TestNats;
+  before(async () => {
+    nats = await startNats();
+  });
   after(async () => {
-    for (const versionId of versions) await forgetVersion(versionId);
+    await nats?.stop();
   });
 
   async function setup(maxRequestConcurrency = 3) {
     const versionId = randomUUID();
-    versions.push(versionId);
-    const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
+    const nc = await nats.connect();
     const kv = await new Kvm(nc).create('svc_slots', { history: 1 });
     const replicas = [new SlotLeases(kv, 'replica-a'), new SlotLeases(kv, 'replica-b')];
     const instance: ReadyInstance = {

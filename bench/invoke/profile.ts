@@ -1,7 +1,8 @@
 // bench/invoke/profile.ts: where pexec spends its CPU. Runs svc serve under `node --cpu-prof`, drives
 // POST /v2/svc/pexec at BENCH_CONCURRENCY (32) for BENCH_SECONDS (10), then prints the profile of the
 // platform's busy time: self time by file and by function, and inclusive time of the hot frames.
-// BENCH_NATS=1: the platform on PostgreSQL and NATS JetStream (the queue several replicas share).
+// BENCH_NATS=1: the platform on PostgreSQL and NATS JetStream (the queue several replicas share; a
+// nats-server of its own, with a user and password).
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -9,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { randomBytes } from 'node:crypto';
 import { createDatabase } from '../../api/test/helpers/databases.ts';
 import { request } from '../../api/test/helpers/http.ts';
-import { forgetVersion, NATS_URL } from '../../api/test/helpers/nats.ts';
+import { startNats } from '../../api/test/helpers/nats.ts';
 import { servePlatform } from '../../api/test/helpers/served.ts';
 import { load } from '../lib/load.ts';
 
@@ -23,11 +24,11 @@ interface Profile { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-profile-'));
 const database = process.env.BENCH_NATS ? await createDatabase('postgres') : undefined;
+const nats = database ? await startNats() : undefined;
 const platform = await servePlatform({
   SVC_LOG_LEVEL: 'warn', NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${dir}`,
-  ...(database ? { SVC_DATABASE_URL: database.databaseUrl, SVC_NATS_URL: NATS_URL, SVC_SECRETS_KEY: randomBytes(32).toString('base64') } : {}),
+  ...(database && nats ? { ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64') } : {}),
 });
-let versionId: string | undefined;
 let window = { from: 0, to: 0, requests: 1 };
 try {
   const { token, apiKey } = await platform.credentials(['invoke_function', 'list_functions']);
@@ -36,7 +37,6 @@ try {
     bearer: token,
     body: { name: 'profile-echo', containerImage: 'local/echo:1', containerEnvironment: [{ key: 'ECHO_HEADERS', value: 'false' }], inferenceUrl: '/echo', inferencePort: 8000, health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT5S', expectedStatusCode: 200 } },
   })).body.function;
-  versionId = fn.versionId;
   await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
     bearer: token, body: { deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1, maxRequestConcurrency: 1024 }] },
   });
@@ -53,7 +53,7 @@ try {
 } finally {
   await platform.stop();
   await database?.drop();
-  if (database && versionId) await forgetVersion(versionId);
+  await nats?.stop();
 }
 // The profile ends when the platform exits: count back from there to the load's window (µs).
 const stoppedAt = performance.now();

@@ -3,8 +3,9 @@
 // http server forwarding with undici: the ceiling of any Node implementation on this machine), at
 // concurrency 1, 32 and 256, in rounds (medians reported). A second bare proxy also sends and answers the
 // SVC-* headers the platform must: it shows which part of a gap is the wire contract's, paid by the echo
-// and the client, not the proxy's. With PostgreSQL and NATS JetStream reachable, a last row per level: two
-// API replicas on them behind a round-robin client.
+// and the client, not the proxy's. With PostgreSQL reachable and nats-server installed, a last row per
+// level: two API replicas on them (a NATS server of the bench's own, with a user and password) behind a
+// round-robin client.
 // Targets: c=32 ≥ 0.85× the bare Node.js proxy (≥ 0.8× nginx); added p50 at c=1 ≤ 0.15 ms; c=256 ≥ 0.8× the bare proxy.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -15,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import { createDatabase, postgresAvailable, type TestDatabase } from '../../api/test/helpers/databases.ts';
 import { request } from '../../api/test/helpers/http.ts';
-import { forgetVersion, NATS_URL, natsAvailable } from '../../api/test/helpers/nats.ts';
+import { natsServerAvailable, startNats, type TestNats } from '../../api/test/helpers/nats.ts';
 import { servePlatform, type ServedPlatform } from '../../api/test/helpers/served.ts';
 import { freePort } from '../../api/test/helpers/wait.ts';
 import { load, type LoadTarget } from '../lib/load.ts';
@@ -158,20 +159,21 @@ async function deployEcho(url: string, credentials: { token: string; apiKey: str
 }
 
 /** Two `svc serve` replicas on one PostgreSQL and NATS; undefined (with a line saying why) when either is missing. */
-async function startReplicas(): Promise<{ replicas: ServedPlatform[]; database: TestDatabase; target: LoadTarget; versionId: string } | undefined> {
-  if (!(await postgresAvailable()) || !(await natsAvailable())) {
-    console.log('bench/invoke: the two-replica row needs PostgreSQL on 127.0.0.1:5432 and NATS JetStream on 127.0.0.1:4222; skipped');
+async function startReplicas(): Promise<{ replicas: ServedPlatform[]; database: TestDatabase; nats: TestNats; target: LoadTarget } | undefined> {
+  if (!(await postgresAvailable()) || !natsServerAvailable()) {
+    console.log('bench/invoke: the two-replica row needs PostgreSQL on 127.0.0.1:5432 and nats-server; skipped');
     return undefined;
   }
   const database = await createDatabase('postgres');
-  const shared = { SVC_DATABASE_URL: database.databaseUrl, SVC_NATS_URL: NATS_URL, SVC_SECRETS_KEY: randomBytes(32).toString('base64'), SVC_LOG_LEVEL: 'warn' };
+  const nats = await startNats();
+  const shared = { ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'), SVC_LOG_LEVEL: 'warn' };
   const first = await servePlatform(shared);
   const second = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
-  const { target, versionId } = await deployEcho(first.url, await first.credentials(['invoke_function', 'list_functions']));
+  const { target } = await deployEcho(first.url, await first.credentials(['invoke_function', 'list_functions']));
   const both = { ...target, origin: [target.origin as string, second.url.replace('localhost', '127.0.0.1')] };
   // The second replica learns the instance from the first over NATS.
   while ((await load({ ...both, origin: both.origin[1] }, 1, 0.2)).errors > 0) await sleep(200);
-  return { replicas: [first, second], database, target: both, versionId };
+  return { replicas: [first, second], database, nats, target: both };
 }
 
 const platform = await servePlatform({
@@ -247,6 +249,6 @@ try {
   for (const child of bareNodes) child.kill('SIGTERM');
   for (const replica of replicated?.replicas.reverse() ?? []) await replica.stop();
   await replicated?.database.drop();
-  if (replicated) await forgetVersion(replicated.versionId);
+  await replicated?.nats.stop();
   await platform.stop();
 }

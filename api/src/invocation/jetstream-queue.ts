@@ -10,9 +10,11 @@
 //   the store), else dropped (its client went with the replica);
 // - a request that finds nothing of its version waiting and a slot free (leases.ts) takes it at once, on
 //   any replica, and never becomes a ticket;
-// - ready instances are published by the placement replica in the KV bucket svc_ready and watched by all.
+// - ready instances are published by the placement replica in the KV bucket <prefix>_ready and watched by
+//   all; they and the grants are signed (replica-signing.ts), and one whose signature does not verify is
+//   dropped. Every name on the server starts with the installation's prefix (nats.ts).
 import { randomUUID } from 'node:crypto';
-import { connect, nanos, type Msg, type NatsConnection, type RequestError, type Subscription } from '@nats-io/transport-node';
+import { nanos, type Msg, type NatsConnection, type RequestError, type Subscription } from '@nats-io/transport-node';
 import {
   AckPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType,
   type JetStreamClient, type JetStreamManager, type JsMsg,
@@ -26,7 +28,9 @@ import type { Logger } from '../logger.ts';
 import type { Invocation } from './invocation.ts';
 import { HEAD_TTL_MS, HeadLock } from './head-lock.ts';
 import { SlotLeases, type Lease } from './leases.ts';
+import { connectNats, natsNames, type NatsNames, type NatsServer } from './nats.ts';
 import { grantOnce, type Grant, type SharedQueue } from './queue.ts';
+import type { ReplicaSigner } from './replica-signing.ts';
 
 const ACK_WAIT_MS = 10_000;
 const GRANT_TIMEOUT_MS = 2_000;
@@ -51,16 +55,18 @@ const readySchema = z.array(readyInstanceSchema);
 const grantSchema = z.object({ id: z.string(), lease: z.object({ id: z.string(), versionId: z.string(), instance: readyInstanceSchema }) });
 
 export interface JetStreamQueueOptions {
-  url: string;
+  nats: NatsServer;
+  /** Signs and checks what replicas tell each other about where requests go. */
+  signer: ReplicaSigner;
   maxDepth: number;
   log: Logger;
   /** A stored 202 whose replica is gone, claimed to run here; undefined when it is not claimable. */
   adopt(requestId: string): Promise<Invocation | undefined>;
 }
 
-const streamOf = (versionId: string) => `SVC_Q_${versionId}`;
-const subjectOf = (versionId: string) => `svc.q.${versionId}`;
-const grantSubject = (replica: string) => `svc.replica.${replica}.grant`;
+/** What a signature is about: a version's ready instances, a grant to one replica. */
+const readyContext = (versionId: string) => `ready ${versionId}`;
+const grantContext = (replica: string) => `grant ${replica}`;
 
 /** The loop waiting for the head ticket of one version, on every replica that knows instances of it. */
 interface Head {
@@ -79,6 +85,7 @@ export class JetStreamQueue implements SharedQueue {
   readonly #headLocks: KV;
   readonly #leases: SlotLeases;
   readonly #options: JetStreamQueueOptions;
+  readonly #names: NatsNames;
   /** This replica's requests with a ticket, until granted or removed. */
   readonly #waiting = new Map<string, { invocation: Invocation; seq: number }>();
   /** Request id → the lease it was granted with (the latest TAKEN_REMEMBERED). */
@@ -107,36 +114,39 @@ export class JetStreamQueue implements SharedQueue {
     this.#headLocks = kvs.heads;
     this.#leases = new SlotLeases(kvs.slots, this.replicaId);
     this.#options = options;
+    this.#names = natsNames(options.nats.natsPrefix);
   }
 
-  /** Connects, or fails with one line naming the URL. */
+  /** Connects, or fails with one line naming the URL or the setting at fault. */
   static async connect(options: JetStreamQueueOptions): Promise<JetStreamQueue> {
-    let nc: NatsConnection;
-    try {
-      // noAsyncTraces: no stack captured per request (an Error each), which cost more than the request itself.
-      nc = await connect({ servers: options.url.replace(/^nats:\/\//, ''), timeout: 3000, maxReconnectAttempts: -1, noAsyncTraces: true });
-    } catch (error) {
-      throw new Error(`cannot reach NATS at ${options.url}: ${(error as Error).message}`);
-    }
+    const { natsUrl, natsPrefix, natsTlsInsecure } = options.nats;
+    // noAsyncTraces: no stack captured per request (an Error each), which cost more than the request itself.
+    const nc = await connectNats(options.nats, { maxReconnectAttempts: -1, noAsyncTraces: true });
+    if (natsTlsInsecure) options.log.warn({ natsUrl }, 'NATS server certificate not verified (invocation.natsTlsInsecure): for development only');
     try {
       const jsm = await jetstreamManager(nc);
       const kvm = new Kvm(nc);
+      const { bucket } = natsNames(natsPrefix);
       const [ready, slots, heads] = await Promise.all([
-        kvm.create('svc_ready', { history: 1 }), kvm.create('svc_slots', { history: 1 }), kvm.create('svc_heads', { history: 1, ttl: HEAD_TTL_MS }),
+        kvm.create(bucket('ready'), { history: 1 }), kvm.create(bucket('slots'), { history: 1 }), kvm.create(bucket('heads'), { history: 1, ttl: HEAD_TTL_MS }),
       ]);
       const queue = new JetStreamQueue(nc, jsm, { ready, slots, heads }, options);
       await queue.#start();
-      options.log.info({ natsUrl: options.url, replicaId: queue.replicaId }, 'invocation queue on NATS JetStream');
+      options.log.info({ natsUrl, natsPrefix, replicaId: queue.replicaId }, 'invocation queue on NATS JetStream');
       return queue;
     } catch (error) {
       await nc.close();
-      throw new Error(`NATS at ${options.url} has no usable JetStream: ${(error as Error).message}`);
+      throw new Error(`NATS at ${natsUrl} has no usable JetStream: ${(error as Error).message}`);
     }
   }
 
   /** The replica's NATS connection, for the other exchanges between replicas (stage-relay.ts). */
   get connection(): NatsConnection {
     return this.#nc;
+  }
+
+  get names(): NatsNames {
+    return this.#names;
   }
 
   onGrant(run: (invocation: Invocation, grant: Grant) => void) {
@@ -155,7 +165,7 @@ export class JetStreamQueue implements SharedQueue {
     const waiting = { invocation, seq: 0 };
     this.#waiting.set(invocation.id, waiting);
     try {
-      waiting.seq = (await this.#js.publish(subjectOf(versionId), JSON.stringify({ id: invocation.id, replica: this.replicaId }))).seq;
+      waiting.seq = (await this.#js.publish(this.#names.queueSubject(versionId), JSON.stringify({ id: invocation.id, replica: this.replicaId }))).seq;
       this.#depths.set(versionId, (this.#depths.get(versionId) ?? 0) + 1);
       // Its client left while the ticket was being written: the ticket goes too.
       if (invocation.cancelled && this.#waiting.get(invocation.id) !== waiting) this.#deleteTicket(versionId, waiting.seq);
@@ -204,13 +214,13 @@ export class JetStreamQueue implements SharedQueue {
   }
 
   #deleteTicket(versionId: string, seq: number) {
-    void this.#jsm.streams.deleteMessage(streamOf(versionId), seq, false).catch(() => {});
+    void this.#jsm.streams.deleteMessage(this.#names.queueStream(versionId), seq, false).catch(() => {});
   }
 
   async position(invocation: Invocation): Promise<number | undefined> {
     const waiting = this.#waiting.get(invocation.id);
     if (!waiting) return undefined;
-    const { state } = await this.#jsm.streams.info(streamOf(invocation.versionId));
+    const { state } = await this.#jsm.streams.info(this.#names.queueStream(invocation.versionId));
     return Math.max(1, waiting.seq - state.first_seq + 1);
   }
 
@@ -222,13 +232,14 @@ export class JetStreamQueue implements SharedQueue {
   ready(versionId: string, instances: ReadyInstance[]) {
     const known = this.#instances.get(versionId) ?? [];
     if (JSON.stringify(known) === JSON.stringify(instances)) return;
-    void this.#ready.put(versionId, JSON.stringify(instances)).catch((error) => this.#options.log.warn({ err: error, versionId }, 'could not publish ready instances'));
+    void this.#ready.put(versionId, this.#options.signer.sign(readyContext(versionId), instances))
+      .catch((error) => this.#options.log.warn({ err: error, versionId }, 'could not publish ready instances'));
   }
 
   /** Whether a replica still answers (a killed one's stored running requests are ended by the others). */
   async alive(replica: string): Promise<boolean> {
     try {
-      await this.#nc.request(`svc.replica.${replica}.ping`, '', { timeout: GRANT_TIMEOUT_MS });
+      await this.#nc.request(this.#names.replica(replica, 'ping'), '', { timeout: GRANT_TIMEOUT_MS });
       return true;
     } catch {
       return false;
@@ -237,13 +248,13 @@ export class JetStreamQueue implements SharedQueue {
 
   /** Tells every replica that a stored request has its result (their status pollers look again). */
   completed(requestId: string) {
-    this.#nc.publish(`svc.done.${requestId}`);
+    this.#nc.publish(this.#names.done(requestId));
   }
 
   /** Resolves when `completed(requestId)` is heard anywhere, or after `ms`. */
   whenCompleted(requestId: string, ms: number): Promise<void> {
     return new Promise((resolve) => {
-      const subscription = this.#nc.subscribe(`svc.done.${requestId}`, { max: 1, callback: () => finish() });
+      const subscription = this.#nc.subscribe(this.#names.done(requestId), { max: 1, callback: () => finish() });
       const timer = setTimeout(() => finish(), ms);
       const finish = () => {
         clearTimeout(timer);
@@ -270,15 +281,14 @@ export class JetStreamQueue implements SharedQueue {
 
   async #start() {
     this.#subscriptions.push(
-      this.#nc.subscribe(grantSubject(this.replicaId), { callback: (_error, msg) => void this.#granted(msg) }),
-      this.#nc.subscribe(`svc.replica.${this.replicaId}.ping`, { callback: (_error, msg) => void msg.respond('ok') }),
+      this.#nc.subscribe(this.#names.replica(this.replicaId, 'grant'), { callback: (_error, msg) => void this.#granted(msg) }),
+      this.#nc.subscribe(this.#names.replica(this.replicaId, 'ping'), { callback: (_error, msg) => void msg.respond('ok') }),
     );
     const watch = await this.#ready.watch();
     void (async () => {
       for await (const entry of watch) {
-        const parsed = entry.operation === 'PUT' ? readySchema.safeParse(entry.json()) : { success: true as const, data: [] };
-        if (parsed.success) this.#announce(entry.key, parsed.data);
-        else this.#options.log.warn({ versionId: entry.key }, 'ready instances in svc_ready do not decode; ignored');
+        const instances = this.#readyOf(entry.key, entry.operation === 'PUT' ? entry.string() : undefined);
+        if (instances) this.#announce(entry.key, instances);
       }
     })();
     const slotWatch = await this.#slots.watch({ include: KvWatchInclude.UpdatesOnly });
@@ -287,6 +297,19 @@ export class JetStreamQueue implements SharedQueue {
     })();
     this.#refresher = setInterval(() => void this.#refreshDepths(), DEPTH_REFRESH_MS);
     this.#refresher.unref();
+  }
+
+  /**
+   * The instances placement announced for a version; undefined (logged) for an entry placement did not
+   * sign, a removed one included (placement announces none as an empty list): the last good one stays.
+   */
+  #readyOf(versionId: string, signed: string | undefined): ReadyInstance[] | undefined {
+    const opened = signed === undefined ? undefined : this.#options.signer.open(readyContext(versionId), signed);
+    const parsed = opened && readySchema.safeParse(opened.value);
+    if (parsed?.success) return parsed.data;
+    const why = signed === undefined ? 'removed (placement never removes them)' : opened ? 'signed but do not decode' : 'not signed by placement';
+    this.#options.log.warn({ versionId, bucket: this.#names.bucket('ready') }, `ready instances ${why}; ignored`);
+    return undefined;
   }
 
   #announce(versionId: string, instances: ReadyInstance[]) {
@@ -319,9 +342,9 @@ export class JetStreamQueue implements SharedQueue {
   }
 
   async #makeStream(versionId: string) {
-    const name = streamOf(versionId);
+    const name = this.#names.queueStream(versionId);
     const stream = {
-      name, subjects: [subjectOf(versionId)], retention: RetentionPolicy.Workqueue, storage: StorageType.File,
+      name, subjects: [this.#names.queueSubject(versionId)], retention: RetentionPolicy.Workqueue, storage: StorageType.File,
       max_msgs: this.#options.maxDepth, discard: DiscardPolicy.New,
     };
     // Every replica that sees the version ready gets here; one that made it between our look and our add
@@ -358,7 +381,7 @@ export class JetStreamQueue implements SharedQueue {
 
   /** Pulls the version's tickets while this replica holds its head; what it could not grant goes back. */
   async #holdHead(versionId: string, lock: HeadLock, head: Head) {
-    const consumer = await this.#js.consumers.get(streamOf(versionId), 'head');
+    const consumer = await this.#js.consumers.get(this.#names.queueStream(versionId), 'head');
     const tickets = await consumer.consume({ max_messages: HEAD_WINDOW });
     const held: JsMsg[] = [];
     this.#holding.set(versionId, held);
@@ -440,9 +463,10 @@ export class JetStreamQueue implements SharedQueue {
    * is slow to answer is asked again (a grant is answered the same way twice); one with no responder is gone.
    */
   async #deliver(ticket: Ticket, lease: Lease): Promise<boolean> {
+    const grant = this.#options.signer.sign(grantContext(ticket.replica), { id: ticket.id, lease });
     for (let asked = 1; ; asked++) {
       try {
-        const reply = await this.#nc.request(grantSubject(ticket.replica), JSON.stringify({ id: ticket.id, lease }), { timeout: GRANT_TIMEOUT_MS });
+        const reply = await this.#nc.request(this.#names.replica(ticket.replica, 'grant'), grant, { timeout: GRANT_TIMEOUT_MS });
         if (reply.string() !== 'taken') return false;
         void this.#leases.handOver(lease).catch((error) => this.#options.log.warn({ err: error }, 'could not write a slot handed over; the next write of this replica lets it go'));
         return true;
@@ -467,10 +491,14 @@ export class JetStreamQueue implements SharedQueue {
     return true;
   }
 
-  /** Another replica holds the head and grants one of ours. */
+  /** Another replica holds the head and grants one of ours; a grant it did not sign is refused. */
   #granted(msg: Msg) {
-    const parsed = grantSchema.safeParse(msg.json());
-    if (!parsed.success) return msg.respond('gone');
+    const opened = this.#options.signer.open(grantContext(this.replicaId), msg.string());
+    const parsed = opened && grantSchema.safeParse(opened.value);
+    if (!parsed?.success) {
+      this.#options.log.warn({ subject: msg.subject }, `a grant ${opened ? 'that does not decode' : 'not signed by a replica'}; refused`);
+      return msg.respond('gone');
+    }
     const { id, lease } = parsed.data;
     const again = this.#taken.get(id) === lease.id;
     if (!this.#take(id, lease)) return msg.respond('gone');
@@ -494,7 +522,7 @@ export class JetStreamQueue implements SharedQueue {
 
   async #refreshDepths() {
     for (const versionId of new Set([...this.#heads.keys(), ...[...this.#waiting.values()].map((w) => w.invocation.versionId)])) {
-      const info = await this.#jsm.streams.info(streamOf(versionId)).catch(() => undefined);
+      const info = await this.#jsm.streams.info(this.#names.queueStream(versionId)).catch(() => undefined);
       if (info) this.#depths.set(versionId, info.state.messages);
     }
   }

@@ -1,11 +1,14 @@
 // Input assets with several API replicas: agents link only to the replica that runs placement, so the
-// others ask it over NATS (request/reply on svc.stage) to have a request's assets put in place. One schema
-// for the ask and one for the answer, decoded at both ends.
+// others ask it over NATS (request/reply on <prefix>.stage) to have a request's assets put in place. One
+// schema for the ask and one for the answer, decoded at both ends. An ask names an instance and the assets
+// to put there, so it is signed (replica-signing.ts): one from a client that is no replica is refused.
 import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { z } from 'zod';
 import type { Logger } from '../logger.ts';
+import type { ReplicaSigner } from './replica-signing.ts';
 
-const SUBJECT = 'svc.stage';
+/** What a signed ask is about. */
+const CONTEXT = 'stage';
 /** The placement replica's own limit is 120 s (control/agents/staging.ts); this waits a little longer. */
 const ASK_TIMEOUT_MS = 125_000;
 
@@ -27,30 +30,39 @@ function jsonOf(msg: Msg): unknown {
   }
 }
 
+/** The replicas' exchange: their connection, the installation's subject for it, and their shared signer. */
+export interface StagingLink {
+  nc: NatsConnection;
+  subject: string;
+  signer: ReplicaSigner;
+}
+
 /** On the placement replica: stages what the others ask for with `stage` (its agent hub). */
-export function serveStaging(nc: NatsConnection, stage: (ask: StageAsk) => Promise<void>, log: Logger) {
+export function serveStaging(link: StagingLink, stage: (ask: StageAsk) => Promise<void>, log: Logger) {
   const answer = (msg: Msg, error?: string) => {
     msg.respond(JSON.stringify(error ? { error } : {}));
   };
-  return nc.subscribe(SUBJECT, {
+  return link.nc.subscribe(link.subject, {
     callback: (error, msg) => {
-      if (error) {
-        log.warn({ err: error }, 'staging relay subscription failed');
-      } else {
-        const ask = askSchema.safeParse(jsonOf(msg));
-        if (!ask.success) answer(msg, 'the staging request does not decode');
-        else stage(ask.data).then(() => answer(msg), (failed: Error) => answer(msg, failed.message));
+      if (error) return log.warn({ err: error }, 'staging relay subscription failed');
+      const opened = link.signer.open(CONTEXT, msg.string());
+      if (!opened) {
+        log.warn({ subject: msg.subject }, 'a staging request not signed by a replica; refused');
+        return answer(msg, 'the staging request is not signed by a replica of this installation');
       }
+      const ask = askSchema.safeParse(opened.value);
+      if (!ask.success) answer(msg, 'the staging request does not decode');
+      else stage(ask.data).then(() => answer(msg), (failed: Error) => answer(msg, failed.message));
     },
   });
 }
 
 /** On the other replicas: asks the placement replica. */
-export function relayStaging(nc: NatsConnection) {
+export function relayStaging(link: StagingLink) {
   return async (ask: StageAsk): Promise<void> => {
     let reply: Msg;
     try {
-      reply = await nc.request(SUBJECT, JSON.stringify(ask), { timeout: ASK_TIMEOUT_MS });
+      reply = await link.nc.request(link.subject, link.signer.sign(CONTEXT, ask), { timeout: ASK_TIMEOUT_MS });
     } catch (error) {
       throw new Error(`the placement replica did not answer (${(error as Error).message})`);
     }
@@ -64,7 +76,7 @@ export function relayStaging(nc: NatsConnection) {
  * How this replica puts assets in place: with its own agent hub when it runs placement (and, on NATS,
  * for the other replicas too), else by asking the placement replica over NATS; with neither, it cannot.
  */
-export function assetStaging(options: { local?: (ask: StageAsk) => Promise<void>; nats?: NatsConnection; log: Logger }) {
+export function assetStaging(options: { local?: (ask: StageAsk) => Promise<void>; nats?: StagingLink; log: Logger }) {
   const { local, nats, log } = options;
   if (local && nats) serveStaging(nats, local, log);
   return local ?? (nats && relayStaging(nats));

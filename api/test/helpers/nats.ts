@@ -1,67 +1,155 @@
-// NATS JetStream at 127.0.0.1:4222 for the tests of several API replicas. In CI it must be there;
-// elsewhere its absence skips those tests with one printed line.
-import net from 'node:net';
+// A NATS server with JetStream of the test's own (Debian's nats-server) on a free loopback port, with
+// authentication on, as an installation runs it: the installation's account has JetStream and its users;
+// a client without credentials is refused. Optionally TLS with a CA of the test's own that also verifies
+// the client's certificate. In CI nats-server must be installed; elsewhere its absence skips those tests
+// with one printed line.
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { Kvm } from '@nats-io/kv';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { nkeys, type NatsConnection } from '@nats-io/transport-node';
+import selfsigned from 'selfsigned';
+import { connectNats, natsNames, type NatsServer } from '../../src/invocation/nats.ts';
 
-export const NATS_URL = process.env.SVC_TEST_NATS_URL ?? 'nats://127.0.0.1:4222';
+export const NATS_SERVER = process.env.SVC_TEST_NATS_SERVER ?? '/usr/sbin/nats-server';
 
-let reachable: Promise<boolean> | undefined;
+let said = false;
 
-export function natsAvailable(): Promise<boolean> {
-  reachable ??= new Promise<boolean>((resolve) => {
-    const { hostname, port } = new URL(NATS_URL);
-    const socket = net.connect({ host: hostname, port: Number(port || 4222) });
-    socket.setTimeout(2000);
-    // The server speaks first: an INFO line means a NATS server is listening.
-    socket.once('data', (data) => {
-      socket.destroy();
-      resolve(data.toString().startsWith('INFO'));
-    });
-    socket.once('error', () => resolve(false));
-    socket.once('timeout', () => {
-      socket.destroy();
-      resolve(false);
-    });
-  }).then((up) => {
-    if (up) return true;
-    if (process.env.CI) throw new Error(`NATS JetStream is required in CI at ${NATS_URL}`);
-    console.log(`# skipping replica tests: start NATS with JetStream on ${NATS_URL} (nats-server -js)`);
-    return false;
-  });
-  return reachable;
+/** Whether nats-server is here; in CI its absence is an error, elsewhere one line says what is skipped. */
+export function natsServerAvailable(): boolean {
+  if (existsSync(NATS_SERVER)) return true;
+  if (process.env.CI) throw new Error(`nats-server is required in CI at ${NATS_SERVER} (Debian package nats-server)`);
+  if (!said) console.log(`# skipping NATS tests: install nats-server (Debian package nats-server) for ${NATS_SERVER}`);
+  said = true;
+  return false;
 }
 
-/** Runs `use` on a connection of its own to the test NATS server, closed afterwards. */
-async function withNats<T>(use: (nc: NatsConnection) => Promise<T>): Promise<T> {
-  const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
-  try {
-    return await use(nc);
-  } finally {
-    await nc.close();
+export interface NatsServerOptions {
+  /** How the installation's replicas prove who they are (default a user and password). */
+  auth?: 'password' | 'token' | 'nkey';
+  /** tls:// with a CA of the test's own; the server verifies client certificates too. */
+  tls?: boolean;
+}
+
+export interface TestNats {
+  /** What a replica of the installation connects with: URL, credentials, TLS files. */
+  settings: NatsServer;
+  /** The same as `svc serve`'s environment. */
+  env: Record<string, string>;
+  /** The CA that signed the server's certificate (with tls). */
+  caFile?: string;
+  /** A client of its own: the installation's settings with `changes` (say, another prefix, or no credentials). */
+  connect(changes?: Partial<NatsServer>): Promise<NatsConnection>;
+  /**
+   * How many tickets a version's queue stream has taken so far (its last sequence number); none before the
+   * stream exists (a request that needs no ticket may run before any replica made it).
+   */
+  ticketsTaken(versionId: string, prefix?: string): Promise<number>;
+  stop(): Promise<void>;
+}
+
+const quote = (text: string) => JSON.stringify(text);
+
+export async function startNats(options: NatsServerOptions = {}): Promise<TestNats> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'svc-nats-'));
+  const write = (name: string, text: string) => {
+    const file = path.join(dir, name);
+    writeFileSync(file, text, { mode: 0o600 });
+    return file;
+  };
+  const secret = randomBytes(18).toString('base64url');
+  const settings: NatsServer = { natsUrl: '', natsPrefix: 'svc', natsTlsInsecure: false };
+  let auth: string;
+  switch (options.auth ?? 'password') {
+    case 'password':
+      Object.assign(settings, { natsUser: 'svc', natsPassword: secret });
+      auth = `accounts { SVC { jetstream: enabled, users: [{ user: "svc", password: ${quote(secret)} }] } }`;
+      break;
+    case 'nkey': {
+      const user = nkeys.createUser();
+      settings.natsNkeySeedFile = write('svc.nk', new TextDecoder().decode(user.getSeed()));
+      auth = `accounts { SVC { jetstream: enabled, users: [{ nkey: ${quote(user.getPublicKey())} }] } }`;
+      break;
+    }
+    case 'token':
+      settings.natsToken = secret;
+      auth = `authorization { token: ${quote(secret)} }`;
+      break;
   }
+  const pki = options.tls ? await makePki(write) : undefined;
+  if (pki) Object.assign(settings, { natsTlsCaFile: pki.caFile, natsTlsCertFile: pki.clientCert, natsTlsKeyFile: pki.clientKey });
+  const config = write('nats.conf', [
+    'listen: "127.0.0.1:-1"',
+    `jetstream { store_dir: ${quote(path.join(dir, 'js'))}, max_memory_store: 64MB, max_file_store: 1GB }`,
+    auth,
+    pki ? `tls { cert_file: ${quote(pki.serverCert)}, key_file: ${quote(pki.serverKey)}, ca_file: ${quote(pki.caFile)}, verify: true }` : '',
+  ].join('\n'));
+
+  const logFile = path.join(dir, 'nats.log');
+  const child = spawn(NATS_SERVER, ['-c', config], { stdio: ['ignore', 'ignore', openSync(logFile, 'a')] });
+  const stopOnExit = () => child.kill('SIGKILL');
+  process.once('exit', stopOnExit);
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  let port: string | undefined;
+  for (let waited = 0; !port; waited += 20) {
+    if (child.exitCode !== null || waited > 10_000) throw new Error(`nats-server did not start: ${readFileSync(logFile, 'utf8')}`);
+    await sleep(20);
+    port = /Listening for client connections on 127\.0\.0\.1:(\d+)/.exec(readFileSync(logFile, 'utf8'))?.[1];
+  }
+  settings.natsUrl = `${pki ? 'tls' : 'nats'}://127.0.0.1:${port}`;
+  const env = Object.fromEntries(Object.entries({
+    SVC_NATS_URL: settings.natsUrl, SVC_NATS_USER: settings.natsUser, SVC_NATS_PASSWORD: settings.natsPassword, SVC_NATS_TOKEN: settings.natsToken,
+    SVC_NATS_NKEY_SEED_FILE: settings.natsNkeySeedFile, SVC_NATS_TLS_CA_FILE: settings.natsTlsCaFile,
+    SVC_NATS_TLS_CERT_FILE: settings.natsTlsCertFile, SVC_NATS_TLS_KEY_FILE: settings.natsTlsKeyFile,
+  }).filter((entry): entry is [string, string] => entry[1] !== undefined));
+
+  const connect = (changes: Partial<NatsServer> = {}) => connectNats({ ...settings, ...changes });
+  return {
+    settings,
+    env,
+    caFile: pki?.caFile,
+    connect,
+    async ticketsTaken(versionId, prefix = settings.natsPrefix) {
+      const nc = await connect();
+      try {
+        const info = await (await jetstreamManager(nc)).streams.info(natsNames(prefix).queueStream(versionId)).catch((error: unknown) => {
+          if (error instanceof Error && error.name === 'StreamNotFoundError') return undefined;
+          throw error;
+        });
+        return info?.state.last_seq ?? 0;
+      } finally {
+        await nc.close();
+      }
+    },
+    async stop() {
+      process.off('exit', stopOnExit);
+      child.kill('SIGTERM');
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }
 
-/**
- * How many tickets a version's queue stream has taken so far (its last sequence number); none before the
- * stream exists (a request that needs no ticket may run before any replica made it).
- */
-export function ticketsTaken(versionId: string): Promise<number> {
-  return withNats(async (nc) => {
-    const info = await (await jetstreamManager(nc)).streams.info(`SVC_Q_${versionId}`).catch((error: unknown) => {
-      if (error instanceof Error && error.name === 'StreamNotFoundError') return undefined;
-      throw error;
-    });
-    return info?.state.last_seq ?? 0;
+/** A CA, the server's certificate for 127.0.0.1 and a client certificate, all as files. */
+async function makePki(write: (name: string, text: string) => string) {
+  const base = { keyType: 'ec', algorithm: 'sha256' } as const;
+  const ca = await selfsigned.generate([{ name: 'commonName', value: 'svc test NATS CA' }], {
+    ...base, extensions: [{ name: 'basicConstraints', cA: true, critical: true }, { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true }],
   });
-}
-
-/** Removes what a test's function version left in the shared NATS server (its queue stream, KV entries). */
-export function forgetVersion(versionId: string): Promise<void> {
-  return withNats(async (nc) => {
-    await (await jetstreamManager(nc)).streams.delete(`SVC_Q_${versionId}`).catch(() => {});
-    const kvm = new Kvm(nc);
-    for (const bucket of ['svc_ready', 'svc_slots', 'svc_heads']) await (await kvm.open(bucket)).purge(versionId).catch(() => {});
+  const leaf = (name: string, usage: { serverAuth?: boolean; clientAuth?: boolean }) => selfsigned.generate([{ name: 'commonName', value: name }], {
+    ...base, ca: { cert: ca.cert, key: ca.private },
+    extensions: [
+      { name: 'basicConstraints', cA: false }, { name: 'keyUsage', digitalSignature: true, critical: true }, { name: 'extKeyUsage', ...usage },
+      { name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }] },
+    ],
   });
+  const [server, client] = await Promise.all([leaf('127.0.0.1', { serverAuth: true }), leaf('svc replica', { clientAuth: true })]);
+  return {
+    caFile: write('ca.pem', ca.cert),
+    serverCert: write('server.pem', server.cert), serverKey: write('server.key', server.private),
+    clientCert: write('client.pem', client.cert), clientKey: write('client.key', client.private),
+  };
 }

@@ -83,9 +83,12 @@ export async function ensureLocalCluster(
 
 /**
  * A secret of the installation generated once and kept sealed: `turn.secret` (the TURN REST credentials'
- * shared secret, when configuration gives none), `urls.signing_key` (signed asset and result URLs).
+ * shared secret, when configuration gives none), `urls.signing_key` (signed asset and result URLs),
+ * `replicas.signing_key` (what API replicas tell each other over NATS, invocation/replica-signing.ts).
  */
-export async function ensureSealedSecret(settings: SettingsRepo, box: SecretBox, name: 'turn.secret' | 'urls.signing_key', now: string): Promise<string> {
+export async function ensureSealedSecret(
+  settings: SettingsRepo, box: SecretBox, name: 'turn.secret' | 'urls.signing_key' | 'replicas.signing_key', now: string,
+): Promise<string> {
   const { value } = await settings.getOrCreate(name, () => box.encrypt(randomBytes(32).toString('base64url')), now);
   return box.decrypt(value);
 }
