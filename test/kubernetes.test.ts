@@ -2,9 +2,9 @@
 // Kubernetes requires of its kind (the fields these manifests use, checked with zod), selectors match their
 // pod labels, Services select a workload and name its ports, every image is one `npm run images` builds,
 // the platform's environment is settings config.ts knows and accepts, and what docs/scale-out.md promises
-// holds (one placement replica and N API replicas on NATS, agents and the proxy linked to the placement
-// replica, no engine socket in the platform, the agent on GPU nodes advertising the node's address, no
-// secret on a command line). `kubectl kustomize` renders the base when kubectl is installed (Debian package
+// holds (one placement replica and N API replicas on NATS over TLS with a user from a Secret, agents and
+// the proxy linked to the placement replica, no engine socket in the platform, the agent on GPU nodes
+// advertising the node's address, no secret on a command line). `kubectl kustomize` renders the base when kubectl is installed (Debian package
 // kubernetes-client; required under CI). No cluster is involved: there is none here.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -118,6 +118,7 @@ function settingsOf(workload: Workload) {
   const made: Record<string, string> = {
     SVC_DATABASE_URL: 'postgres://svc@db.example/svc', SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
     SVC_TURN_SECRET: randomBytes(16).toString('hex'), SVC_AGENT_CREDENTIAL: 'svcagent-made-up',
+    SVC_NATS_USER: 'svc', SVC_NATS_PASSWORD: randomBytes(16).toString('hex'),
   };
   const env = Object.fromEntries([...envOf(workload)].map(([key, variable]) =>
     [key, variable.value ?? made[key] ?? (variable.valueFrom && 'fieldRef' in variable.valueFrom ? '10.0.0.7' : undefined)]));
@@ -166,7 +167,7 @@ describe('deploy/kubernetes', () => {
     }
   });
 
-  test('the platform: one placement replica and N API replicas on PostgreSQL and NATS, settings config.ts accepts; no engine socket, no instances', () => {
+  test('the platform: one placement replica and N API replicas on PostgreSQL and NATS (TLS, credentials from a Secret), settings config.ts accepts; no engine socket, no instances', () => {
     const placement = named('Deployment', 'svc-placement') as Workload & { kind: 'Deployment' };
     const api = named('Deployment', 'svc-api') as Workload & { kind: 'Deployment' };
     assert.equal(placement.spec.replicas, 1);
@@ -176,6 +177,13 @@ describe('deploy/kubernetes', () => {
       const config = settingsOf(workload);
       assert.equal(config.compute.placement, places, workload.metadata.name);
       assert.ok(config.invocation.natsUrl && config.store.databaseUrl, `${workload.metadata.name} shares the queue and the store`);
+      assert.match(config.invocation.natsUrl, /^tls:\/\//, `${workload.metadata.name} speaks TLS to NATS`);
+      const env = envOf(workload);
+      for (const name of ['SVC_NATS_USER', 'SVC_NATS_PASSWORD']) {
+        assert.ok(env.get(name)?.valueFrom && 'secretKeyRef' in env.get(name)!.valueFrom!, `${workload.metadata.name}: ${name} from a Secret`);
+      }
+      const mounts = workload.spec.template.spec.containers[0].volumeMounts ?? [];
+      assert.ok(mounts.some((mount) => config.invocation.natsTlsCaFile?.startsWith(`${mount.mountPath}/`)), `${workload.metadata.name} mounts the NATS CA it names`);
       assert.equal(config.compute.inProcessAgent, false);
       assert.equal(config.compute.localCluster.enabled, false);
       assert.ok(!workload.spec.template.spec.volumes?.some((volume) => volume.hostPath), 'no host paths');
