@@ -62,10 +62,10 @@ describe('NATS with credentials', { skip: !natsServerAvailable() }, () => {
     await platformAnswers(nats.settings);
   });
 
-  for (const auth of ['token', 'nkey'] as const) {
-    test(`${auth === 'nkey' ? 'an nkey seed file' : 'a token'}: refused without it, the platform runs with it`, async () => {
+  for (const [auth, kind] of [['token', 'a token'], ['nkey', 'an nkey seed file'], ['creds', 'a .creds file (operator mode)']] as const) {
+    test(`${kind}: refused without it, the platform runs with it`, async () => {
       const nats = await start({ auth });
-      assert.match(await refusal(nats.connect({ natsToken: undefined, natsNkeySeedFile: undefined })), /authorization/i);
+      assert.match(await refusal(nats.connect({ natsToken: undefined, natsNkeySeedFile: undefined, natsCredsFile: undefined })), /authorization/i);
       await platformAnswers(nats.settings);
     });
   }

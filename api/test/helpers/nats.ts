@@ -1,6 +1,6 @@
 // A NATS server with JetStream of the test's own (Debian's nats-server) on a free loopback port, with
-// authentication on, as an installation runs it: the installation's account has JetStream and its users;
-// a client without credentials is refused. Optionally TLS with a CA of the test's own that also verifies
+// authentication on, as an installation runs it: the installation's account has JetStream and its user
+// (a password, token or nkey; or, in operator mode, a .creds file); a client without credentials is refused. Optionally TLS with a CA of the test's own that also verifies
 // the client's certificate. In CI nats-server must be installed; elsewhere its absence skips those tests
 // with one printed line.
 import { spawn } from 'node:child_process';
@@ -28,8 +28,8 @@ export function natsServerAvailable(): boolean {
 }
 
 export interface NatsServerOptions {
-  /** How the installation's replicas prove who they are (default a user and password). */
-  auth?: 'password' | 'token' | 'nkey';
+  /** How the installation's replicas prove who they are (default a user and password; creds: operator mode). */
+  auth?: 'password' | 'token' | 'nkey' | 'creds';
   /** tls:// with a CA of the test's own; the server verifies client certificates too. */
   tls?: boolean;
 }
@@ -78,6 +78,12 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
       settings.natsToken = secret;
       auth = `authorization { token: ${quote(secret)} }`;
       break;
+    case 'creds': {
+      const trust = operatorMode();
+      settings.natsCredsFile = write('svc.creds', trust.creds);
+      auth = trust.config;
+      break;
+    }
   }
   const pki = options.tls ? await makePki(write) : undefined;
   if (pki) Object.assign(settings, { natsTlsCaFile: pki.caFile, natsTlsCertFile: pki.clientCert, natsTlsKeyFile: pki.clientKey });
@@ -102,7 +108,7 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
   settings.natsUrl = `${pki ? 'tls' : 'nats'}://127.0.0.1:${port}`;
   const env = Object.fromEntries(Object.entries({
     SVC_NATS_URL: settings.natsUrl, SVC_NATS_USER: settings.natsUser, SVC_NATS_PASSWORD: settings.natsPassword, SVC_NATS_TOKEN: settings.natsToken,
-    SVC_NATS_NKEY_SEED_FILE: settings.natsNkeySeedFile, SVC_NATS_TLS_CA_FILE: settings.natsTlsCaFile,
+    SVC_NATS_NKEY_SEED_FILE: settings.natsNkeySeedFile, SVC_NATS_CREDS_FILE: settings.natsCredsFile, SVC_NATS_TLS_CA_FILE: settings.natsTlsCaFile,
     SVC_NATS_TLS_CERT_FILE: settings.natsTlsCertFile, SVC_NATS_TLS_KEY_FILE: settings.natsTlsKeyFile,
   }).filter((entry): entry is [string, string] => entry[1] !== undefined));
 
@@ -130,6 +136,42 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
       await exited;
       rmSync(dir, { recursive: true, force: true });
     },
+  };
+}
+
+/** A JWT of the NATS kind `claims.type`, issued by `issuer` about `subject`. */
+function natsJwt(issuer: nkeys.KeyPair, subject: string, claims: Record<string, unknown>): string {
+  const part = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
+  const signed = `${part({ typ: 'JWT', alg: 'ed25519-nkey' })}.${part({
+    jti: randomBytes(16).toString('hex'), iat: Math.floor(Date.now() / 1000), iss: issuer.getPublicKey(), name: 'svc', sub: subject,
+    nats: { ...claims, version: 2 },
+  })}`;
+  return `${signed}.${Buffer.from(issuer.sign(new TextEncoder().encode(signed))).toString('base64url')}`;
+}
+
+/**
+ * A server in operator mode (what a .creds file is for): an operator, a system account, the installation's
+ * account with JetStream, and a user of it whose JWT and seed make the .creds file.
+ */
+function operatorMode(): { config: string; creds: string } {
+  const [operator, system, account, user] = [nkeys.createOperator(), nkeys.createAccount(), nkeys.createAccount(), nkeys.createUser()];
+  const unlimited = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
+  const accounts = {
+    [system.getPublicKey()]: natsJwt(operator, system.getPublicKey(), { type: 'account', limits: unlimited }),
+    [account.getPublicKey()]: natsJwt(operator, account.getPublicKey(), {
+      type: 'account', limits: { ...unlimited, mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 },
+    }),
+  };
+  const userJwt = natsJwt(account, user.getPublicKey(), { type: 'user', pub: {}, sub: {}, subs: -1, data: -1, payload: -1 });
+  return {
+    config: [
+      `operator: ${quote(natsJwt(operator, operator.getPublicKey(), { type: 'operator' }))}`,
+      'resolver: MEMORY',
+      `system_account: ${system.getPublicKey()}`,
+      `resolver_preload: { ${Object.entries(accounts).map(([key, jwt]) => `${key}: ${quote(jwt)}`).join(', ')} }`,
+    ].join('\n'),
+    creds: `-----BEGIN NATS USER JWT-----\n${userJwt}\n------END NATS USER JWT------\n\n`
+      + `-----BEGIN USER NKEY SEED-----\n${new TextDecoder().decode(user.getSeed())}\n------END USER NKEY SEED------\n`,
   };
 }
 
