@@ -46,6 +46,26 @@ describe('configuration errors', () => {
     assert.equal(loadConfig({ SVC_DATABASE_URL: 'postgresql://svc@db.example/svc' }).store.databaseUrl, 'postgresql://svc@db.example/svc');
   });
 
+  test('NATS settings: one kind of credential, pairs together, TLS files only with tls://, a prefix NATS can use; no line repeats a secret', () => {
+    const nats = { SVC_NATS_URL: 'nats://nats.example:4222' };
+    assert.equal(configError({ ...nats, SVC_NATS_USER: 'svc' }), 'invalid setting invocation.natsPassword (SVC_NATS_PASSWORD): natsUser and natsPassword go together');
+    const two = configError({ ...nats, SVC_NATS_TOKEN: 'hunter2-token', SVC_NATS_CREDS_FILE: '/etc/svc/nats.creds' });
+    assert.match(two, /^invalid setting invocation\.natsCredsFile \(SVC_NATS_CREDS_FILE\): one NATS credential .*, not natsToken and natsCredsFile$/);
+    assert.ok(!two.includes('hunter2'));
+    assert.equal(configError({ ...nats, SVC_NATS_TLS_CA_FILE: '/etc/svc/ca.pem' }), 'invalid setting invocation.natsUrl (SVC_NATS_URL): the natsTls* settings need a tls:// URL');
+    assert.match(configError({ SVC_NATS_URL: 'tls://nats.example', SVC_NATS_TLS_CERT_FILE: '/c.pem' }), /^invalid setting invocation\.natsTlsKeyFile \(SVC_NATS_TLS_KEY_FILE\): /);
+    assert.match(configError({ SVC_NATS_URL: 'tls://nats.example', SVC_NATS_TLS_INSECURE: 'yes' }), /^invalid setting invocation\.natsTlsInsecure \(SVC_NATS_TLS_INSECURE\): /);
+    assert.match(configError({ SVC_NATS_PREFIX: 'svc.prod' }), /^invalid setting invocation\.natsPrefix \(SVC_NATS_PREFIX\): /);
+    const inUrl = configError({ SVC_NATS_URL: 'nats://svc:hunter2@nats.example:4222' });
+    assert.match(inUrl, /^invalid setting invocation\.natsUrl \(SVC_NATS_URL\): must be nats:\/\/host\[:port\] or tls:\/\/host\[:port\]$/);
+    assert.ok(!inUrl.includes('hunter2'));
+    const { natsUrl, natsPrefix, natsUser, natsTlsCaFile, natsTlsInsecure } = loadConfig({
+      SVC_NATS_URL: 'tls://nats.example:4222', SVC_NATS_PREFIX: 'staging', SVC_NATS_USER: 'svc', SVC_NATS_PASSWORD: 'p', SVC_NATS_TLS_CA_FILE: '/etc/svc/ca.pem',
+    }).invocation;
+    assert.deepEqual({ natsUrl, natsPrefix, natsUser, natsTlsCaFile, natsTlsInsecure },
+      { natsUrl: 'tls://nats.example:4222', natsPrefix: 'staging', natsUser: 'svc', natsTlsCaFile: '/etc/svc/ca.pem', natsTlsInsecure: false });
+  });
+
   test('a store sealed with another key: the line names the key that was used, SVC_SECRETS_KEY only when it was set', async () => {
     const dataDir = tempDir();
     const store = await openDatabase({ dataDir });
