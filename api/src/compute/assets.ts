@@ -1,17 +1,18 @@
 // Input assets on the agent's side (wire-reference 5): a `stage` message names each asset of a request and
 // the signed path on the api host to fetch it from. The files land in <outputDir>/<requestId>/assets/
 // <assetId>, which is the request's SVC-ASSET-DIR, before the control plane sends the request. The
-// progress watcher's sweep removes request directories an hour after their last change.
-import { createWriteStream } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+// progress watcher's sweep removes request directories an hour after their last change. The output
+// directory is the instance's to write, so the directories and files are made through safe-fs.ts: never
+// through a link, and each file new.
+import type { Writable } from 'node:stream';
 import http from 'node:http';
 import https from 'node:https';
-import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { StageRequest } from './protocol.ts';
+import { createFileIn, openDirBeneath } from './safe-fs.ts';
 
-/** Fetches a signed path of the control plane into `file`. */
-export type AssetFetcher = (signedPath: string, file: string) => Promise<void>;
+/** Fetches a signed path of the control plane into `into` (`name` says which, in errors). */
+export type AssetFetcher = (signedPath: string, into: Writable, name: string) => Promise<void>;
 
 const SAFE_NAME = /^[0-9a-fA-F-]{36}$/;
 
@@ -21,13 +22,19 @@ export async function stageAssets(outputDir: string | undefined, request: StageR
   if (!SAFE_NAME.test(request.requestId) || !request.assets.every((asset) => SAFE_NAME.test(asset.assetId))) {
     throw new Error('an asset or request id is not an id');
   }
-  const dir = path.join(outputDir, request.requestId, 'assets');
-  await mkdir(dir, { recursive: true, mode: 0o777 });
-  await Promise.all(request.assets.map((asset) => fetch(asset.path, path.join(dir, asset.assetId))));
+  const dir = await openDirBeneath(outputDir, [request.requestId, 'assets'], true);
+  try {
+    await Promise.all(request.assets.map(async (asset) => {
+      const file = await createFileIn(dir, asset.assetId);
+      await fetch(asset.path, file.createWriteStream(), asset.assetId);
+    }));
+  } finally {
+    await dir.close();
+  }
 }
 
 export function httpAssetFetcher(options: { server: string; apiHost?: string; ca?: string | Buffer; timeoutMs?: number }): AssetFetcher {
-  return (signedPath, file) => new Promise<void>((resolve, reject) => {
+  return (signedPath, into, name) => new Promise<void>((resolve, reject) => {
     const url = new URL(signedPath, options.server);
     const transport = url.protocol === 'https:' ? https : http;
     const request = transport.get(url, {
@@ -36,11 +43,15 @@ export function httpAssetFetcher(options: { server: string; apiHost?: string; ca
     }, (response) => {
       if (response.statusCode !== 200) {
         response.resume();
-        return reject(new Error(`the download of ${path.basename(file)} answered ${response.statusCode}`));
+        into.destroy();
+        return reject(new Error(`the download of ${name} answered ${response.statusCode}`));
       }
-      pipeline(response, createWriteStream(file, { mode: 0o644 })).then(resolve, reject);
+      pipeline(response, into).then(resolve, reject);
     });
-    request.on('timeout', () => request.destroy(new Error(`the download of ${path.basename(file)} timed out`)));
-    request.on('error', reject);
+    request.on('timeout', () => request.destroy(new Error(`the download of ${name} timed out`)));
+    request.on('error', (error) => {
+      into.destroy();
+      reject(error);
+    });
   });
 }

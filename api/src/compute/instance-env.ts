@@ -7,9 +7,12 @@
 //      of <workDir>/secrets.json (mode 0600): every secret, names with dots or dashes included, as one
 //      JSON object {name: value};
 //   4. the port contract, added by the runtime because it picks the ports (see runtimes/ports.ts).
+// Names a tenant may not set (domain/environment.ts: PATH, LD_*, NODE_OPTIONS…) are refused when a function
+// is created; any such name in a spec anyway (stored before the rule) is left out of the environment here.
 // Secret values are written to the file and the environment only; nothing here logs them.
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { isReservedEnvironmentName } from '../domain/environment.ts';
 import type { InstanceSpec } from './protocol.ts';
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -44,12 +47,18 @@ export async function prepareInstance(spec: InstanceSpec, workDir: string): Prom
   return { env: instanceEnvironment(spec, secretsFile), outputDir };
 }
 
-export function instanceEnvironment(spec: InstanceSpec, secretsFile: string): Record<string, string> {
+/** containerEnvironment, then the secrets with variable-safe names, without the reserved names. */
+export function tenantEnvironment(spec: Pick<InstanceSpec, 'containerEnvironment' | 'secrets'>): Record<string, string> {
   const env: Record<string, string> = {};
-  for (const { key, value } of spec.containerEnvironment) env[key] = value;
+  for (const { key, value } of spec.containerEnvironment) if (!isReservedEnvironmentName(key)) env[key] = value;
   for (const { name, value } of spec.secrets) {
-    if (ENV_NAME.test(name)) env[name] = typeof value === 'string' ? value : JSON.stringify(value);
+    if (ENV_NAME.test(name) && !isReservedEnvironmentName(name)) env[name] = typeof value === 'string' ? value : JSON.stringify(value);
   }
+  return env;
+}
+
+export function instanceEnvironment(spec: InstanceSpec, secretsFile: string): Record<string, string> {
+  const env = tenantEnvironment(spec);
   env.SVC_INSTANCE_ID = spec.instanceId;
   env.SVC_FUNCTION_ID = spec.functionId;
   env.SVC_FUNCTION_VERSION_ID = spec.functionVersionId;

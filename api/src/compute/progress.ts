@@ -3,11 +3,13 @@
 // {"id":"<requestId>","progress":42,"partialResponse":{...}}, creating the directory if missing. This
 // watcher polls the output directory (cheap: one readdir and one stat per request) and emits a report
 // only when a file's content changes. A half-written file is skipped and read again on the next tick.
-// Request directories untouched for maxAgeMs are removed.
-import { readdir, readFile, rm, stat } from 'node:fs/promises';
+// Request directories untouched for maxAgeMs are removed. The output directory is the instance's to write,
+// so everything in it is opened through safe-fs.ts: never a link, never a FIFO, at most MAX_PROGRESS_BYTES.
+import { lstat, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '../logger.ts';
 import type { ProgressReport } from './protocol.ts';
+import { readSmallFile, removeBeneath } from './safe-fs.ts';
 import { z } from 'zod';
 
 export interface ProgressWatchOptions {
@@ -24,6 +26,8 @@ export interface ProgressWatch {
 }
 
 const SWEEP_EVERY_MS = 60_000;
+/** A progress file larger than this (its partial response included) is not read. */
+const MAX_PROGRESS_BYTES = 1024 * 1024;
 
 interface Seen {
   mtimeMs: number;
@@ -59,23 +63,18 @@ export function watchProgress(options: ProgressWatchOptions): ProgressWatch {
   }
 
   async function check(requestId: string): Promise<void> {
-    const file = path.join(options.outputDir, requestId, 'progress');
-    let info;
-    try {
-      info = await stat(file);
-    } catch {
-      return; // no progress written for this request (yet)
-    }
     const before = seen.get(requestId);
-    if (before && before.mtimeMs === info.mtimeMs && before.size === info.size) return;
-    const text = await readFile(file, 'utf8').catch(() => undefined);
-    if (text === undefined || text === before?.text) {
-      if (text !== undefined) seen.set(requestId, { mtimeMs: info.mtimeMs, size: info.size, text });
+    const read = await readSmallFile(options.outputDir, [requestId, 'progress'], MAX_PROGRESS_BYTES,
+      (info) => before?.mtimeMs === info.mtimeMs && before.size === info.size);
+    if (!read || read === 'unchanged') return; // none written (yet), unchanged, or not a small regular file
+    const { text, mtimeMs, size } = read;
+    if (text === before?.text) {
+      seen.set(requestId, { mtimeMs, size, text });
       return;
     }
     const progress = parseProgress(text);
     if (!progress) return; // probably half-written; read again next tick
-    seen.set(requestId, { mtimeMs: info.mtimeMs, size: info.size, text });
+    seen.set(requestId, { mtimeMs, size, text });
     if (stopped) return;
     options.emit({ requestId, instanceId: options.instanceId, ...progress });
   }
@@ -83,11 +82,10 @@ export function watchProgress(options: ProgressWatchOptions): ProgressWatch {
   async function sweep(requestIds: Set<string>): Promise<void> {
     const now = Date.now();
     for (const requestId of requestIds) {
-      const dir = path.join(options.outputDir, requestId);
-      const info = await stat(dir).catch(() => undefined);
+      const info = await lstat(path.join(options.outputDir, requestId)).catch(() => undefined);
       const touched = Math.max(info?.mtimeMs ?? 0, seen.get(requestId)?.mtimeMs ?? 0);
       if (info && now - touched > maxAgeMs) {
-        await rm(dir, { recursive: true, force: true }).catch(() => {});
+        await removeBeneath(options.outputDir, requestId).catch((error: unknown) => options.log.warn({ err: error, requestId }, 'request directory not removed'));
         seen.delete(requestId);
         requestIds.delete(requestId);
       }

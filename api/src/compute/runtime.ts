@@ -14,6 +14,13 @@ export interface RuntimeContext {
 export interface ExitStatus {
   code: number | null;
   signal: string | null;
+  /** Why it ended, when the runtime knows more than the code says (killed for memory). */
+  reason?: string;
+}
+
+/** An exit in words, for reports and logs. */
+export function describeExit(status: ExitStatus): string {
+  return status.reason ?? (status.signal ? `killed by ${status.signal}` : `exited with code ${status.code}`);
 }
 
 export interface RuntimeInstance {

@@ -14,6 +14,9 @@ export const portRangeSchema = z.string().regex(/^\d{1,5}-\d{1,5}$/, 'expected <
   return [min, max] as [number, number];
 });
 const flag = z.preprocess((value) => (typeof value === 'string' ? value === 'true' : value), z.boolean());
+/** "8080,3478" (or a YAML list) as port numbers. */
+const portList = z.preprocess((value) => (typeof value === 'string' ? value.split(',').map((part) => part.trim()).filter(Boolean) : value),
+  z.array(z.coerce.number().int().min(1).max(65535)));
 const byteSize = z.preprocess((value) => (typeof value === 'number' ? String(value) : value), z.string().transform((value, context) => {
   const bytes = parseByteSize(value);
   if (bytes === undefined) context.addIssue({ code: 'custom', message: `expected a size such as 4Gi or 512Mi, got ${value}` });
@@ -40,6 +43,26 @@ export const agentSettingsSchema = z.object({
   dockerGpus: flag.default(false),
   /** Docker runtime: pull an instance's image `missing` from the engine, `always`, or `never`. */
   dockerPull: z.enum(['always', 'missing', 'never']).default('missing'),
+  // Docker runtime, tenant isolation (docs/security.md, "Docker runtime").
+  /** `auto`: each container gets its own host uid/gid range (podman, from /etc/subuid's `containers`); `engine`: the engine's own choice (dockerd's userns-remap, or none). */
+  dockerUserns: z.enum(['auto', 'engine']).default('auto'),
+  /** `account`: a bridge network per account, walled off by the agent's nftables table; `engine`: the engine's default network, shared by all. */
+  dockerNetwork: z.enum(['account', 'engine']).default('account'),
+  /** Host ports (TCP and UDP) containers on account networks may still reach, e.g. the gateway's public port. */
+  dockerHostPorts: portList.default([]),
+  /** A read-only root filesystem with a tmpfs on /tmp. */
+  dockerReadOnlyRoot: flag.default(false),
+  /** The engine's OCI runtime for every container of this agent (e.g. runsc for gVisor); default the engine's. */
+  dockerRuntime: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.+-]*$/, 'expected an OCI runtime name such as runsc').optional(),
+  // Process runtime, tenant isolation (docs/security.md, "Process runtime").
+  /** `auto`: every instance in a sandbox where this host allows one, else only the installation's own account runs here; `on`: refuse to start without one; `off`: never (development only). */
+  sandbox: z.enum(['auto', 'on', 'off']).default('auto'),
+  /** Host paths sandboxed instances see read-only besides the system's (/usr, /etc, /opt); default the repository (the samples and their modules) and the image catalog's directory. */
+  sandboxReadOnlyPaths: z.preprocess((value) => (typeof value === 'string' ? value.split(',').filter(Boolean) : value), z.array(z.string().min(1))).optional(),
+  /** A /16 whose /30s are the sandboxes' networks (host .1, instance .2). */
+  sandboxSubnet: z.string().regex(/^\d{1,3}\.\d{1,3}\.0\.0\/16$/, 'expected a /16 such as 10.199.0.0/16').default('10.199.0.0/16'),
+  /** Sandboxed instances run as uid and gid <base> + their network slot (0-16383): ids no account of this host uses. */
+  sandboxUidBase: z.coerce.number().int().min(1000).max(4_294_000_000).default(2_000_000_000),
   /** Every instance and task is capped (cgroups); these apply where its instance type gives no systemMemory / cpuCores. */
   defaultMemory: byteSize.default(4 * 2 ** 30),
   defaultCpuCores: z.coerce.number().positive().default(2),
@@ -76,10 +99,19 @@ export const agentEnvSettings: Record<string, keyof AgentSettings> = {
   SVC_AGENT_DOCKER_PUBLISH_ADDRESS: 'dockerPublishAddress',
   SVC_AGENT_DOCKER_GPUS: 'dockerGpus',
   SVC_AGENT_DOCKER_PULL: 'dockerPull',
+  SVC_AGENT_DOCKER_USERNS: 'dockerUserns',
+  SVC_AGENT_DOCKER_NETWORK: 'dockerNetwork',
+  SVC_AGENT_DOCKER_HOST_PORTS: 'dockerHostPorts',
+  SVC_AGENT_DOCKER_READ_ONLY_ROOT: 'dockerReadOnlyRoot',
+  SVC_AGENT_DOCKER_RUNTIME: 'dockerRuntime',
   SVC_AGENT_SERVER: 'server',
   SVC_AGENT_CREDENTIAL: 'credential',
   SVC_AGENT_API_HOST: 'apiHost',
   SVC_AGENT_TASK_PROGRESS_INTERVAL_MS: 'taskProgressIntervalMs',
+  SVC_AGENT_SANDBOX: 'sandbox',
+  SVC_AGENT_SANDBOX_READ_ONLY_PATHS: 'sandboxReadOnlyPaths',
+  SVC_AGENT_SANDBOX_SUBNET: 'sandboxSubnet',
+  SVC_AGENT_SANDBOX_UID_BASE: 'sandboxUidBase',
   SVC_AGENT_DEFAULT_MEMORY: 'defaultMemory',
   SVC_AGENT_DEFAULT_CPU_CORES: 'defaultCpuCores',
   SVC_AGENT_PIDS_LIMIT: 'pidsLimit',

@@ -22,7 +22,7 @@ import { backoffDelay, type BackoffSettings } from './backoff.ts';
 import { healthTarget, livenessTarget, pause, waitUntilHealthy, watchUntilUnhealthy, type ProbeSettings } from './health.ts';
 import { prepareInstance } from './instance-env.ts';
 import type { InstanceReport, InstanceSpec } from './protocol.ts';
-import { UnstartableError, type ExitStatus, type Runtime, type RuntimeInstance } from './runtime.ts';
+import { describeExit, UnstartableError, type ExitStatus, type Runtime, type RuntimeInstance } from './runtime.ts';
 
 export const START_ATTEMPTS = 7;
 
@@ -134,7 +134,7 @@ export class InstanceSupervisor {
           this.#set({ state: 'EXITED', exitCode, message: 'exited on its own with code 0' });
           return;
         }
-        reason = outcome.status.signal ? `killed by ${outcome.status.signal}` : `exited with code ${exitCode}`;
+        reason = describeExit(outcome.status);
       } else {
         if (outcome.kind === 'unhealthy') this.#set({ state: 'UNHEALTHY', message: outcome.detail, logTail: instance.logTail() });
         reason = outcome.kind === 'unhealthy'

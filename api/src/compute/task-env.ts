@@ -13,6 +13,7 @@
 // Environment, later entries winning:
 //   1. containerEnvironment;
 //   2. each secret whose name is a valid environment variable name (strings as is, objects as JSON);
+//      (neither of them with a reserved name: instance-env.ts)
 //   3. SVC_TASK_ID, SVC_TASK_NAME, SVC_NCA_ID, SVC_INSTANCE_ID, SVC_SECRETS_FILE, SVC_RESULTS_DIR,
 //      SVC_PROGRESS_DIR, SVC_PROGRESS_FILE_PATH, and the reference's names renamed (SVCT_TASK_ID,
 //      SVCT_TASK_NAME, SVCT_NCA_ID, SVCT_RESULTS_DIR, SVCT_PROGRESS_FILE_PATH) so ported containers need
@@ -21,9 +22,8 @@
 // environment only; nothing here logs them.
 import { chmod, mkdir, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { tenantEnvironment } from './instance-env.ts';
 import type { InstanceSpec, TaskSpec } from './protocol.ts';
-
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 export interface TaskPaths {
   workDir: string;
@@ -71,19 +71,13 @@ export async function writeSecretsFile(spec: TaskSpec, workDir: string): Promise
 }
 
 export function taskEnvironment(spec: TaskSpec, paths: TaskPaths): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const { key, value } of spec.containerEnvironment) env[key] = value;
-  for (const { name, value } of spec.secrets) {
-    if (ENV_NAME.test(name)) env[name] = typeof value === 'string' ? value : JSON.stringify(value);
-  }
-  Object.assign(env, {
+  return Object.assign(tenantEnvironment(spec), {
     SVC_TASK_ID: spec.taskId, SVC_TASK_NAME: spec.name, SVC_NCA_ID: spec.ncaId, SVC_INSTANCE_ID: spec.instanceId,
     SVC_SECRETS_FILE: paths.secretsFile, SVC_RESULTS_DIR: paths.resultsDir,
     SVC_PROGRESS_DIR: paths.progressDir, SVC_PROGRESS_FILE_PATH: paths.progressFile,
     SVCT_TASK_ID: spec.taskId, SVCT_TASK_NAME: spec.name, SVCT_NCA_ID: spec.ncaId,
     SVCT_RESULTS_DIR: paths.resultsDir, SVCT_PROGRESS_FILE_PATH: paths.progressFile,
   });
-  return env;
 }
 
 /** The task as the Runtime sees it: an instance that serves nothing (workload 'task'). */

@@ -1,9 +1,10 @@
 // Progress of running tasks: each writes SVC_PROGRESS_FILE_PATH as {"progress": 0-100} (the invocation
 // plane's progress shape, compute/progress.ts) or the reference's {"percentComplete": 0-100, ...}. One
-// poller per agent checks every running task's file each interval (a stat each; the file is read only
-// when its size or mtime changed) and hands changes to the task: percentComplete, and the file's mtime as
+// poller per agent checks every running task's file each interval (an open and a stat each; the file is
+// read only when its size or mtime changed) and hands changes to the task: percentComplete, and the file's mtime as
 // lastHeartbeatAt. A half-written file is skipped and read again on the next tick.
-import { readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { readSmallFile } from './safe-fs.ts';
 import { z } from 'zod';
 
 export interface TaskProgress {
@@ -16,6 +17,8 @@ interface Seen {
   mtimeMs: number;
   size: number;
 }
+
+const MAX_PROGRESS_BYTES = 64 * 1024;
 
 /** A task's progress file: lenient, as tasks write it (a number or a numeric string, either name). */
 const taskProgressFile = z.object({ progress: z.unknown(), percentComplete: z.unknown() }).partial();
@@ -81,18 +84,13 @@ export async function readTaskProgress(file: string): Promise<TaskProgress | und
   return change?.percent === undefined ? undefined : { percent: change.percent, at: new Date(change.seen.mtimeMs) };
 }
 
+/** The task writes its progress directory: the file is read through safe-fs.ts (no link, no FIFO, small). */
 async function readChanged(file: string, before: Seen | undefined): Promise<{ seen: Seen; percent?: number } | undefined> {
-  let info;
-  try {
-    info = await stat(file);
-  } catch {
-    return undefined; // not written (yet)
-  }
-  if (before && before.mtimeMs === info.mtimeMs && before.size === info.size) return undefined;
-  const text = await readFile(file, 'utf8').catch(() => undefined);
-  if (text === undefined) return undefined;
-  const percent = parseTaskProgress(text);
+  const read = await readSmallFile(path.dirname(file), [path.basename(file)], MAX_PROGRESS_BYTES,
+    (info) => before?.mtimeMs === info.mtimeMs && before.size === info.size);
+  if (!read || read === 'unchanged') return undefined; // not written (yet), unchanged, or not a small regular file
+  const percent = parseTaskProgress(read.text);
   // Half-written: leave `seen` as it was so the next tick reads it again.
   if (percent === undefined) return undefined;
-  return { seen: { mtimeMs: info.mtimeMs, size: info.size }, percent };
+  return { seen: { mtimeMs: read.mtimeMs, size: read.size }, percent };
 }

@@ -3,20 +3,20 @@
 // results dir> with the file as the body, bearer = the cluster's agent credential (the same credential the
 // agent link uses), Host = the api host. The control plane streams it into its results store, so a large
 // file never sits in memory on either side. A PUT of the same name again replaces it, so a retried upload
-// is harmless.
-import { createReadStream } from 'node:fs';
-import { lstat, readdir } from 'node:fs/promises';
+// is harmless. The results dir is the task's to write: it is walked and each file opened through
+// safe-fs.ts, so a link or a swap can never make the agent upload a file from elsewhere on its host.
+import type { FileHandle } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
-import path from 'node:path';
 import { z } from 'zod';
 import { TASK_RESULT_UPLOAD_PATH } from './protocol.ts';
+import { listDir, openDirBeneath, openRegularBeneath } from './safe-fs.ts';
 
 export interface ResultFile {
   /** Path below the results dir, '/'-separated. */
   name: string;
-  file: string;
-  size: number;
+  /** The results dir. */
+  dir: string;
 }
 
 export interface ResultUploader {
@@ -31,28 +31,28 @@ export class UploadRefused extends Error {
 /** At most this many files per task are uploaded; more is a failure of the task, named in its report. */
 export const MAX_RESULT_FILES = 1000;
 
-/** Regular files under `dir`, depth first, names sorted; symbolic links are skipped (never followed out of the dir). */
+/** Regular files under `dir`, depth first, names sorted; links are skipped (never followed out of the dir). */
 export async function listResultFiles(dir: string): Promise<ResultFile[]> {
   const found: ResultFile[] = [];
-  async function walk(current: string, prefix: string): Promise<void> {
-    let entries;
+  async function walk(names: string[]): Promise<void> {
+    let handle: FileHandle;
     try {
-      entries = await readdir(current, { withFileTypes: true });
+      handle = await openDirBeneath(dir, names);
     } catch {
-      return; // removed or unreadable: nothing to upload there
+      return; // removed, or not a directory any more: nothing to upload there
     }
-    for (const entry of entries.sort((a, b) => a.name.localeCompare(b.name))) {
-      const file = path.join(current, entry.name);
-      const name = prefix ? `${prefix}/${entry.name}` : entry.name;
-      if (entry.isDirectory()) await walk(file, name);
-      else if (entry.isFile()) {
-        const info = await lstat(file).catch(() => undefined);
-        if (info?.isFile()) found.push({ name, file, size: info.size });
+    try {
+      for (const entry of (await listDir(handle)).sort((a, b) => a.name.localeCompare(b.name))) {
+        const path = [...names, entry.name];
+        if (entry.isDirectory()) await walk(path);
+        else if (entry.isFile()) found.push({ name: path.join('/'), dir });
+        if (found.length > MAX_RESULT_FILES) return;
       }
-      if (found.length > MAX_RESULT_FILES) return;
+    } finally {
+      await handle.close();
     }
   }
-  await walk(dir, '');
+  await walk([]);
   return found;
 }
 
@@ -67,11 +67,14 @@ export interface HttpUploaderOptions {
 
 export function httpResultUploader(options: HttpUploaderOptions): ResultUploader {
   return {
-    upload(taskId, result) {
+    async upload(taskId, result) {
+      const opened = await openRegularBeneath(result.dir, result.name.split('/'));
+      if (!opened) throw new UploadRefused(`${result.name} is no longer a regular file in the results directory`);
+      const { file, stats } = opened;
       const url = new URL(TASK_RESULT_UPLOAD_PATH.replace('{taskId}', encodeURIComponent(taskId)), options.server);
       url.searchParams.set('name', result.name);
       const headers: Record<string, string | number> = {
-        authorization: `Bearer ${options.credential}`, 'content-type': 'application/octet-stream', 'content-length': result.size,
+        authorization: `Bearer ${options.credential}`, 'content-type': 'application/octet-stream', 'content-length': stats.size,
       };
       if (options.apiHost) headers.host = options.apiHost;
       const transport = url.protocol === 'https:' ? https : http;
@@ -92,10 +95,12 @@ export function httpResultUploader(options: HttpUploaderOptions): ResultUploader
         });
         request.on('timeout', () => request.destroy(new Error(`upload of ${result.name} timed out`)));
         request.on('error', reject);
-        const body = createReadStream(result.file);
+        if (!stats.size) return request.end();
+        // As many bytes as announced, whatever the task does to the file meanwhile.
+        const body = file.createReadStream({ start: 0, end: stats.size - 1, autoClose: false });
         body.on('error', (error) => request.destroy(error));
         body.pipe(request);
-      });
+      }).finally(() => file.close());
     },
   };
 }

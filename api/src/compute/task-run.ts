@@ -15,7 +15,7 @@ import { pause } from './health.ts';
 import type { Logger } from '../logger.ts';
 import { backoffDelay } from './backoff.ts';
 import type { TaskReport, TaskRunState, TaskSpec } from './protocol.ts';
-import { UnstartableError, type ExitStatus, type Runtime, type RuntimeInstance } from './runtime.ts';
+import { describeExit, UnstartableError, type ExitStatus, type Runtime, type RuntimeInstance } from './runtime.ts';
 import { prepareTask, taskInstanceSpec, taskPaths, writeSecretsFile } from './task-env.ts';
 import { readTaskProgress } from './task-progress.ts';
 import { listResultFiles, MAX_RESULT_FILES, UploadRefused, type ResultUploader } from './task-results.ts';
@@ -204,6 +204,3 @@ export class TaskRun {
   }
 }
 
-function describeExit(status: ExitStatus): string {
-  return status.signal ? `killed by ${status.signal}` : `exited with code ${status.code}`;
-}

@@ -3,6 +3,7 @@
 // agent to the caller).
 import { createHash } from 'node:crypto';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Logger } from '../logger.ts';
 import { startAgent, type Agent } from './agent.ts';
 import { httpAssetFetcher, stageAssets } from './assets.ts';
@@ -15,6 +16,7 @@ import { httpResultUploader } from './task-results.ts';
 import { createDockerRuntime } from './runtimes/docker.ts';
 import { dockerSocketPath } from './runtimes/docker-api.ts';
 import { createProcessRuntime } from './runtimes/process.ts';
+import { openSandbox } from './sandbox/sandbox.ts';
 import type { AgentSettings } from './settings.ts';
 
 export const AGENT_VERSION = '0.1.0';
@@ -28,6 +30,8 @@ export interface WorkerOptions {
   log: Logger;
   /** Connect to a control plane; omit to wire the agent in-process yourself. */
   link?: { server: string; credential: string; apiHost?: string; ca?: string };
+  /** For the process runtime's sandbox: host ports instances may open (the gateway's), paths of the platform to hide. */
+  sandbox?: { doors: number[]; hidden: string[] };
 }
 
 export interface Worker {
@@ -35,6 +39,8 @@ export interface Worker {
   tasks: TaskRunner;
   gpus: GpuOffer[];
   link?: AgentLink;
+  /** Why this agent's instances run without isolation (only its cluster's own account may run here), or undefined. */
+  unisolated?: string;
   /** Closes the link, then stops every instance and task. */
   close(): Promise<void>;
 }
@@ -44,7 +50,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const stateDir = path.resolve(options.settings.stateDir ?? path.join(options.dataDir, 'agent'));
   const discovery = await discoverGpus(options.declaredGpus);
   log.info({ source: discovery.source, reason: discovery.reason, gpus: discovery.gpus.map((gpu) => `${gpu.name}x${gpu.capacity ?? '?'}`) }, 'GPUs');
-  const runtime = createRuntime(options.settings, stateDir, log);
+  const { runtime, unisolated } = await createRuntime(options, stateDir, log);
+  if (unisolated) log.warn({ reason: unisolated }, 'instances run without a sandbox: only this cluster\'s own account may run here');
   const agent = await startAgent({
     runtime, stateDir, log,
     stopGraceMs: options.settings.stopGraceMs,
@@ -69,6 +76,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     tasks,
     gpus: discovery.gpus,
     link,
+    unisolated,
     async close() {
       await link?.close();
       // A stopping agent does not wait out a task's own (long) grace period.
@@ -77,19 +85,38 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   };
 }
 
-export function createRuntime(settings: AgentSettings, stateDir: string, log: Logger): Runtime {
+/** The runtime the settings name; for the process runtime, its sandbox, or why it runs without one. */
+export async function createRuntime(options: WorkerOptions, stateDir: string, log: Logger): Promise<{ runtime: Runtime; unisolated?: string }> {
+  const { settings } = options;
   const common = {
     advertiseHost: settings.advertiseHost, udpPortRange: settings.udpPortRange,
     udpPortsPerInstance: settings.udpPortsPerInstance, log,
   };
   if (settings.runtime === 'docker') {
-    return createDockerRuntime({
-      ...common, socketPath: settings.dockerSocket ?? dockerSocketPath(), agentName: agentNameOf(stateDir),
-      publishAddress: settings.dockerPublishAddress, gpus: settings.dockerGpus, pull: settings.dockerPull,
-    });
+    return {
+      runtime: createDockerRuntime({
+        ...common, socketPath: settings.dockerSocket ?? dockerSocketPath(), agentName: agentNameOf(stateDir),
+        publishAddress: settings.dockerPublishAddress, gpus: settings.dockerGpus, pull: settings.dockerPull,
+      }),
+    };
   }
-  return createProcessRuntime({ ...common, catalogFile: path.resolve(settings.imageCatalog), stateDir });
+  const catalogFile = path.resolve(settings.imageCatalog);
+  const opened = settings.sandbox === 'off' ? { unavailable: 'the sandbox is off (compute.agent.sandbox)' } : await openSandbox({
+    readOnly: settings.sandboxReadOnlyPaths?.map((dir) => path.resolve(dir)) ?? [REPOSITORY, path.dirname(catalogFile)],
+    hidden: [stateDir, path.resolve(options.dataDir), ...(options.sandbox?.hidden ?? [])],
+    subnet: settings.sandboxSubnet.split('/')[0], uidBase: settings.sandboxUidBase, doors: options.sandbox?.doors ?? [],
+    agentTag: agentNameOf(stateDir), stateDir, log,
+  });
+  if ('unavailable' in opened && settings.sandbox === 'on') throw new Error(`compute.agent.sandbox is on, but ${opened.unavailable}`);
+  const sandbox = 'unavailable' in opened ? undefined : { sandbox: opened, limits: settings };
+  return {
+    runtime: createProcessRuntime({ ...common, catalogFile, stateDir, sandbox }),
+    ...('unavailable' in opened ? { unisolated: opened.unavailable } : {}),
+  };
 }
+
+/** The repository this agent runs from: the samples and the modules they load. */
+const REPOSITORY = fileURLToPath(new URL('../../../', import.meta.url)).replace(/\/$/, '');
 
 /**
  * What marks this agent's containers (label svc.agent): its state dir, which is what an agent keeps across

@@ -64,6 +64,9 @@ export async function startTestPlatform(options: TestPlatformOptions = {}): Prom
       agent: {
         imageCatalog: TEST_CATALOG, healthIntervalMs: 200, healthFailureThreshold: 2, restartInitialMs: 100, restartMaxMs: 400,
         stopGraceMs: 1000, udpPortRange: '48100-48199',
+        // The test functions report through files of the test's own (counter.ts): a sandbox would hide them.
+        // The sandbox has tests of its own (compute/sandbox.test.ts, tenant-isolation.test.ts).
+        sandbox: 'off',
       },
     },
     // Tests that need STUN/TURN start their own on free ports.

@@ -55,7 +55,8 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeO
     })();
     const [command, ...args] = [...options.wrap ?? [], process.execPath, svcBin, 'serve', ...options.args ?? []];
     const child = spawn(command, args, {
-      env: { ...process.env, SVC_HOST: '127.0.0.1', ...env, SVC_PORT: String(port), SVC_DATA_DIR: dataDir },
+      // As in platform.ts, the sandbox is off unless a test asks for it.
+      env: { ...process.env, SVC_HOST: '127.0.0.1', SVC_AGENT_SANDBOX: 'off', ...env, SVC_PORT: String(port), SVC_DATA_DIR: dataDir },
       stdio: ['ignore', openSync(outputFile, 'a'), 'inherit'],
     });
     let exited = false;

@@ -9,22 +9,27 @@
 // control port = health.port) with the port contract in its environment (port-contract.ts); each is
 // published on an ephemeral host port of publishAddress, which the endpoint reports. The STREAMING UDP
 // block is published 1:1 on all interfaces (media must match what the app advertises).
-// Files: the instance's workDir is bind-mounted at the same path, so SVC_SECRETS_FILE and the request
-// output directories (SVC-LARGE-OUTPUT-DIR) mean the same inside and out. The secrets file is 0600 and
-// owned by the agent's user: a container running as another non-root user cannot read it (use the
-// secret environment variables there).
+// Files: only the secrets file (read-only) and the directories the container writes, each at its host
+// path (docker-files.ts).
+// Isolation (docs/security.md, "Docker runtime"): a user namespace of its own, no capabilities, no
+// privilege escalation, its instance type's memory, CPU and pids (docker-sandbox.ts), and a network of
+// its account's that reaches neither other accounts nor the host (docker-network.ts, docker-firewall.ts).
 // Every container carries the labels svc.agent=<agentName> and svc.instance=<instanceId>; cleanup()
-// removes this agent's containers left from an earlier run.
-import { chmod } from 'node:fs/promises';
+// removes this agent's containers left from an earlier run, then its unused account networks.
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../../logger.ts';
 import { fileNameFor, outputDirOf } from '../instance-env.ts';
+import { limitsOf, type LimitDefaults, type Limits } from '../limits.ts';
 import { z } from 'zod';
 import type { InstanceSpec, PortMap } from '../protocol.ts';
 import { UnstartableError, type ExitStatus, type Runtime, type RuntimeContext, type RuntimeInstance } from '../runtime.ts';
+import { agentSettingsSchema, type AgentSettings } from '../settings.ts';
 import { splitArgs } from './args.ts';
 import { DockerApi, DockerError, FrameDemuxer } from './docker-api.ts';
+import { containerBinds } from './docker-files.ts';
 import { ensureImage, type PullPolicy } from './docker-image.ts';
+import { AccountNetworks } from './docker-network.ts';
+import { checkRuntime, endedInspect, explainCreateFailure, outOfMemory, sandboxHostConfig, type SandboxOptions } from './docker-sandbox.ts';
 import { LogTail } from './log-tail.ts';
 import { portEnvironment, portMap, portNeeds } from './port-contract.ts';
 import { UdpPortPool } from './ports.ts';
@@ -43,8 +48,30 @@ export interface DockerRuntimeOptions {
   gpus?: boolean;
   /** When to pull an instance's image (docker-image.ts); default `missing`. */
   pull?: PullPolicy;
+  /** Caps where an instance type grants none (compute/limits.ts); default the agent settings' defaults. */
+  limits?: LimitDefaults;
+  /** `auto` (default): a host uid range per container; `engine`: the engine's choice. */
+  userns?: SandboxOptions['userns'];
+  /** `account` (default): a network per account behind the agent's firewall; `engine`: the engine's default network. */
+  network?: 'account' | 'engine';
+  /** Host ports containers on account networks may reach (the gateway's public port). */
+  hostPorts?: number[];
+  readOnlyRoot?: boolean;
+  /** The engine's OCI runtime for every container (e.g. runsc). */
+  ociRuntime?: string;
   log: Logger;
 }
+
+/** The docker runtime's options from the agent's settings. */
+export function dockerRuntimeSettings(settings: AgentSettings): Omit<DockerRuntimeOptions, 'socketPath' | 'log'> {
+  return {
+    publishAddress: settings.dockerPublishAddress, gpus: settings.dockerGpus, pull: settings.dockerPull, limits: settings,
+    userns: settings.dockerUserns, network: settings.dockerNetwork, hostPorts: settings.dockerHostPorts,
+    readOnlyRoot: settings.dockerReadOnlyRoot, ociRuntime: settings.dockerRuntime,
+  };
+}
+
+const DEFAULT_LIMITS: LimitDefaults = agentSettingsSchema.parse({});
 
 /** STREAMING control port inside the container when the function's health.port is its inference port. */
 const DEFAULT_CONTROL_PORT = 8011;
@@ -64,6 +91,8 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
   const advertiseHost = options.advertiseHost ?? '127.0.0.1';
   const publishAddress = options.publishAddress ?? '127.0.0.1';
   const udpPool = new UdpPortPool(options.udpPortRange ?? [47998, 48020], options.udpPortsPerInstance ?? 4);
+  const networks = new AccountNetworks(api, agentName, options.hostPorts ?? [], options.log);
+  const sandbox: SandboxOptions = { userns: options.userns ?? 'auto', readOnlyRoot: options.readOnlyRoot ?? false, runtime: options.ociRuntime };
 
   async function start(spec: InstanceSpec, context: RuntimeContext): Promise<RuntimeInstance> {
     if (!spec.containerImage) throw new UnstartableError('no containerImage');
@@ -74,6 +103,8 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
       throw new UnstartableError((error as Error).message);
     }
     await ensureImage(api, spec, options.pull ?? 'missing');
+    const limits = limitsOf(spec, options.limits ?? DEFAULT_LIMITS);
+    const network = options.network === 'engine' ? undefined : await networks.of(spec.ncaId);
 
     // A task serves nothing: no ports are exposed or published, and no port contract is in its environment.
     const serves = spec.workload !== 'task';
@@ -96,11 +127,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
         bindings[`${port}/udp`] = [{ HostIp: '', HostPort: String(port) }];
       }
       const env = { ...context.env, ...(serves ? portEnvironment(spec, inside) : {}) };
-      // Containers often run as another user than the agent; let them reach the work dir and write
-      // their request directories.
-      await chmod(context.workDir, 0o711);
-      // (A task's own writable directories are made 0777 by compute/task-env.ts.)
-      if (serves) await chmod(outputDirOf(context.workDir), 0o777);
+      const binds = await containerBinds(spec, context.workDir);
       const created = await api.call('POST', '/containers/create', {
         query: { name: `svc-${fileNameFor(spec.instanceId)}` },
         body: {
@@ -114,13 +141,16 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
           },
           HostConfig: {
             PortBindings: bindings,
-            Binds: [`${context.workDir}:${context.workDir}`],
+            Binds: binds,
             Init: true,
+            ...(network ? { NetworkMode: network } : {}),
+            ...sandboxHostConfig(limits, sandbox),
             ...(options.gpus ? { DeviceRequests: [{ Driver: 'nvidia', Count: -1, Capabilities: [['gpu']] }] } : {}),
           },
         },
-      }, createdAnswer);
+      }, createdAnswer).catch((error: Error) => { throw explainCreateFailure(error, sandbox); });
       containerId = created.Id;
+      if (sandbox.runtime) await checkRuntime(api, containerId, sandbox.runtime);
       await api.call('POST', `/containers/${containerId}/start`);
       const inspect = await api.call('GET', `/containers/${containerId}/json`, {}, inspectAnswer);
       const hostPort = (port: number) => {
@@ -132,7 +162,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
         ? portMap(needs, hostPort(inside.inference), needs.second ? hostPort(second) : undefined, udpRange)
         : { inference: 0, health: 0 };
       context.log.info({ containerId, image: spec.containerImage, ports }, 'instance container started');
-      return running(containerId, ports, context, () => { if (udpRange) udpPool.release(udpRange); });
+      return running(containerId, ports, limits, context, () => { if (udpRange) udpPool.release(udpRange); });
     } catch (error) {
       if (containerId) await api.call('DELETE', `/containers/${containerId}`, { query: { force: true } }).catch(() => {});
       if (udpRange) udpPool.release(udpRange);
@@ -140,12 +170,13 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
     }
   }
 
-  function running(containerId: string, endpointPorts: PortMap, context: RuntimeContext, release: () => void): RuntimeInstance {
+  function running(containerId: string, endpointPorts: PortMap, limits: Limits, context: RuntimeContext, release: () => void): RuntimeInstance {
     const tail = new LogTail();
     const logsRead = followLogs(containerId, tail).catch((error: unknown) => context.log.warn({ err: error }, 'container logs unavailable'));
     let ended = false;
-    const exited = waitForExit(containerId).then(async (status) => {
+    const exited = waitForExit(containerId).then(async (exit) => {
       ended = true;
+      const status = await killedForMemory(containerId) ? { ...exit, signal: outOfMemory(limits) } : exit;
       // A container that ends at once may end before its logs were asked for: removed first, they would be lost.
       await Promise.race([logsRead, sleep(LOGS_AFTER_EXIT_MS, undefined, { ref: false })]);
       await api.call('DELETE', `/containers/${containerId}`, { query: { force: true } })
@@ -189,6 +220,12 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
     }
   }
 
+  /** The engine's word (State.OOMKilled); an engine that cannot say (podman on cgroup v1) says no. */
+  async function killedForMemory(containerId: string): Promise<boolean> {
+    const ended = await api.call('GET', `/containers/${containerId}/json`, {}, endedInspect).catch(() => undefined);
+    return ended?.State?.OOMKilled === true;
+  }
+
   async function cleanup(): Promise<void> {
     const leftovers = await api.call('GET', '/containers/json', {
       query: { all: true, filters: JSON.stringify({ label: [`svc.agent=${agentName}`] }) },
@@ -198,6 +235,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
         .catch((error: unknown) => options.log.warn({ err: error, containerId: container.Id }, 'leftover container not removed'));
     }
     if (leftovers.length) options.log.info({ containers: leftovers.map((c) => c.Id) }, 'removed containers left by an earlier run');
+    await networks.cleanup();
   }
 
   return { name: 'docker', start, cleanup };

@@ -1,23 +1,34 @@
 // The process runtime, the embedded default: an image reference resolves through the image catalog
-// (image-catalog.ts) to a command, which runs as a child process on this host, in its own process group
-// so that stopping it ends everything it started. Ports: free host ports per instance (port-contract.ts).
+// (image-catalog.ts) to a command, which runs as a child process on this host. Ports: free host ports per
+// instance (port-contract.ts).
 //
-// The child's environment is deliberately small: PATH, HOME, LANG, TZ and TMPDIR of the agent, then the
-// catalog's env, the instance's env (containerEnvironment, secrets, SVC_*), then the port contract. The
-// agent's own settings and credentials are never inherited.
+// With a sandbox (../sandbox/sandbox.ts, what the agent uses wherever the host allows it) each instance
+// runs as a user of its own in namespaces of its own, on a network of its own (its endpoint is its own
+// address), capped by a cgroup, which is also how it is signalled and ended. Without one it runs as the
+// agent's user in a process group of its own, so that stopping it ends everything it started; the agent
+// then serves only its installation's own account (docs/security.md).
 //
-// A pid file per instance (<stateDir>/pids/<instanceId>.json) lets cleanup() end what an earlier run of
-// the agent left behind. It kills only processes of that recorded process group that carry
-// SVC_INSTANCE_ID=<instanceId> in their environment (Linux /proc), so a recycled pid is never hit.
-import { spawn, type ChildProcess } from 'node:child_process';
+// The child's environment is deliberately small: PATH, HOME, LANG, TZ and TMPDIR of the agent (HOME and
+// TMPDIR are the sandbox's own tmpfs there), then the catalog's env, the instance's env
+// (containerEnvironment, secrets, SVC_*), then the port contract. The agent's own settings and
+// credentials are never inherited.
+//
+// cleanup() ends what an earlier run of the agent left behind: the sandbox's records name their cgroups
+// and networks; for unsandboxed instances a pid file (<stateDir>/pids/<instanceId>.json) names the process
+// group, and only its processes that carry SVC_INSTANCE_ID=<instanceId> in their environment (Linux /proc)
+// are killed, so a recycled pid is never hit.
+import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../../logger.ts';
-import { fileNameFor, outputDirOf } from '../instance-env.ts';
+import { fileNameFor, outputDirOf, secretsFileOf } from '../instance-env.ts';
+import { limitsOf, type LimitDefaults } from '../limits.ts';
 import type { InstanceSpec, PortMap } from '../protocol.ts';
 import { UnstartableError, type ExitStatus, type Runtime, type RuntimeContext, type RuntimeInstance } from '../runtime.ts';
+import type { Sandbox } from '../sandbox/sandbox.ts';
+import { taskPaths } from '../task-env.ts';
 import { splitArgs } from './args.ts';
 import { lookUpImage, type CatalogEntry } from './image-catalog.ts';
 import { LogTail } from './log-tail.ts';
@@ -36,6 +47,8 @@ export interface ProcessRuntimeOptions {
   udpPortRange?: [number, number];
   udpPortsPerInstance?: number;
   logTailLines?: number;
+  /** Runs every instance in a sandbox of its own, capped by `limits`; without one, as the agent's user. */
+  sandbox?: { sandbox: Sandbox; limits: LimitDefaults };
   log: Logger;
 }
 
@@ -45,9 +58,19 @@ const DRAIN_MS = 1000;
 /** The endpoint ports of a task, which listens on nothing. */
 const NO_PORTS: PortMap = { inference: 0, health: 0 };
 
-/** <stateDir>/pids/<instance>.json: the process group an earlier run started, ended at the next start. */
 /** What runs for an image: its catalog entry, and the command with the spec's extra arguments. */
 type Image = { entry: CatalogEntry; command: string[] };
+
+/** A started instance: its main process, where it is reached, how all of it is signalled and ended. */
+interface Launched {
+  child: ChildProcess;
+  exit: Promise<ExitStatus>;
+  host: string;
+  /** Signals every process of the instance (a stop's SIGTERM, then SIGKILL). */
+  signal(signal: NodeJS.Signals): void;
+  /** Once it has exited: frees what it held; the reason it ended when the code does not say it. */
+  ended(): Promise<string | undefined>;
+}
 
 const pidFileSchema = z.object({ pid: z.number().int().positive(), instanceId: z.string() });
 type PidFile = z.infer<typeof pidFileSchema>;
@@ -61,14 +84,14 @@ function signalGroup(pid: number, signal: NodeJS.Signals): void {
 }
 
 /**
- * The main process's exit. Like a container, whatever it left running in its group ends with it; the
+ * The main process's exit. Like a container, whatever it left running ends with it (`killRest`); the
  * status comes once its stdout and stderr have closed, or DRAIN_MS after the exit if something holds them.
  */
-function exitOf(child: ChildProcess): Promise<ExitStatus> {
+function exitOf(child: ChildProcess, killRest: () => void): Promise<ExitStatus> {
   let closed = false;
   child.once('close', () => { closed = true; });
   return new Promise((resolve) => child.once('exit', (code, signal) => {
-    signalGroup(child.pid!, 'SIGKILL');
+    killRest();
     const drained = () => {
       clearTimeout(timer);
       resolve({ code, signal });
@@ -139,68 +162,117 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
     }
   }
 
-  /** Spawns the command in a process group of its own, with the small environment described above. */
-  async function spawnGroup(spec: InstanceSpec, context: RuntimeContext, image: Image, ports: PortMap): Promise<ChildProcess> {
-    const { entry, command: [command, ...args] } = image;
+  /** The small environment described above: the agent's few, the sandbox's, the catalog's, the instance's, the ports. */
+  function environmentOf(spec: InstanceSpec, context: RuntimeContext, image: Image, ports: PortMap, own: Record<string, string>) {
     const env: Record<string, string> = {};
     for (const name of INHERITED_ENV) if (process.env[name] !== undefined) env[name] = process.env[name]!;
-    Object.assign(env, entry.env, context.env, spec.workload === 'task' ? {} : portEnvironment(spec, ports));
-    const child = spawn(command, args, { cwd: entry.cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    return Object.assign(env, own, image.entry.env, context.env, spec.workload === 'task' ? {} : portEnvironment(spec, ports));
+  }
+
+  /** Spawns argv in a process group of its own; an exec failure is Unstartable. */
+  async function spawnChild(spec: InstanceSpec, argv: string[], options: SpawnOptions): Promise<ChildProcess> {
+    const child = spawn(argv[0], argv.slice(1), { ...options, detached: true });
     await new Promise<void>((resolve, reject) => {
       child.once('spawn', resolve);
       child.once('error', (error: NodeJS.ErrnoException) =>
-        reject(new UnstartableError(`cannot run ${command} for image ${spec.containerImage}: ${error.code ?? error.message}`)));
+        reject(new UnstartableError(`cannot run ${argv[0]} for image ${spec.containerImage}: ${error.code ?? error.message}`)));
     });
     return child;
   }
 
   /**
-   * Spawns the instance and records its pid file. The exit is listened to at once: a short-lived child (a
-   * task) can end while its pid file is being written. Without the pid file a crash of the agent would
-   * orphan the group, so it does not run at all.
+   * Unsandboxed: the command as the agent's user, and its pid file. The exit is listened to at once: a
+   * short-lived child (a task) can end while its pid file is being written. Without the pid file a crash
+   * of the agent would orphan the group, so it does not run at all.
    */
-  async function launch(spec: InstanceSpec, context: RuntimeContext, image: Image, ports: PortMap) {
-    const child = await spawnGroup(spec, context, image, ports);
-    const exit = exitOf(child);
+  async function launchDirect(spec: InstanceSpec, context: RuntimeContext, image: Image, ports: PortMap): Promise<Launched> {
+    const child = await spawnChild(spec, image.command, {
+      cwd: image.entry.cwd, env: environmentOf(spec, context, image, ports, {}), stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const pid = child.pid!;
+    const exit = exitOf(child, () => signalGroup(pid, 'SIGKILL'));
     const pidFile = path.join(pidDir, `${fileNameFor(spec.instanceId)}.json`);
     try {
       await mkdir(pidDir, { recursive: true });
-      await writeFile(pidFile, JSON.stringify({ pid: child.pid!, instanceId: spec.instanceId } satisfies PidFile));
+      await writeFile(pidFile, JSON.stringify({ pid, instanceId: spec.instanceId } satisfies PidFile));
     } catch (error) {
-      signalGroup(child.pid!, 'SIGKILL');
+      signalGroup(pid, 'SIGKILL');
       throw error;
     }
-    return { child, exit, pidFile };
+    return {
+      child, exit, host: advertiseHost,
+      signal: (signal) => signalGroup(pid, signal),
+      ended: async () => {
+        await rm(pidFile, { force: true }).catch(() => {});
+        return undefined;
+      },
+    };
+  }
+
+  /**
+   * Sandboxed: the same command inside the instance's sandbox. A stop's SIGTERM spares bwrap's own
+   * process, which would end at once and take the instance's grace period with it.
+   */
+  async function launchSandboxed(spec: InstanceSpec, context: RuntimeContext, image: Image, ports: PortMap,
+    { sandbox, limits }: NonNullable<ProcessRuntimeOptions['sandbox']>): Promise<Launched> {
+    const limit = limitsOf(spec, limits);
+    const launch = await sandbox.prepare({
+      instanceId: spec.instanceId, fileName: fileNameFor(spec.instanceId), command: image.command, cwd: image.entry.cwd,
+      workDir: context.workDir, writable: writableDirsOf(spec, context.workDir), secretsFile: secretsFileOf(context.workDir), limits: limit,
+    });
+    let child: ChildProcess;
+    try {
+      child = await spawnChild(spec, launch.argv, {
+        cwd: '/', env: environmentOf(spec, context, image, ports, launch.env), stdio: ['ignore', 'pipe', 'pipe'],
+      });
+    } catch (error) {
+      await launch.release();
+      throw error;
+    }
+    const pid = child.pid!;
+    return {
+      child, host: launch.address,
+      exit: exitOf(child, () => void launch.signal('SIGKILL')),
+      signal: (signal) => void launch.signal(signal, signal === 'SIGTERM' ? [pid] : []),
+      async ended() {
+        const outOfMemory = await launch.outOfMemory();
+        await launch.release();
+        return outOfMemory ? `killed: out of memory (limit ${Math.round(limit.memoryBytes / 2 ** 20)} MiB)` : undefined;
+      },
+    };
   }
 
   async function start(spec: InstanceSpec, context: RuntimeContext): Promise<RuntimeInstance> {
     const image = await commandOf(spec);
     const { ports, release } = await takePorts(spec);
-    const { child, exit, pidFile } = await launch(spec, context, image, ports).catch((error: unknown) => {
+    const launched = await (options.sandbox
+      ? launchSandboxed(spec, context, image, ports, options.sandbox)
+      : launchDirect(spec, context, image, ports)
+    ).catch((error: unknown) => {
       release();
       throw error;
     });
-    const pid = child.pid!;
-    const output = captureOutput(child, context, options.logTailLines ?? 50);
-    context.log.info({ childPid: pid, image: spec.containerImage, ...(spec.workload === 'task' ? {} : { ports }) }, 'instance process started');
+    const pid = launched.child.pid!;
+    const output = captureOutput(launched.child, context, options.logTailLines ?? 50);
+    context.log.info({ childPid: pid, image: spec.containerImage, ...(spec.workload === 'task' ? {} : { host: launched.host, ports }) }, 'instance process started');
 
     let ended = false;
-    const exited = exit.then((status) => {
+    const exited = launched.exit.then(async (status) => {
       ended = true;
       output.close();
       release();
-      rm(pidFile, { force: true }).catch(() => {});
-      context.log.info({ childPid: pid, ...status }, 'instance process ended');
-      return status;
+      const reason = await launched.ended();
+      context.log.info({ childPid: pid, ...status, reason }, 'instance process ended');
+      return reason ? { ...status, reason } : status;
     });
     return {
-      endpoint: { host: advertiseHost, ports, outputDir: outputDirOf(context.workDir) },
+      endpoint: { host: launched.host, ports, outputDir: outputDirOf(context.workDir) },
       exited,
       logTail: () => output.tail.lines(),
       async stop(graceMs: number) {
         if (ended) return;
-        signalGroup(pid, 'SIGTERM');
-        const killTimer = setTimeout(() => signalGroup(pid, 'SIGKILL'), graceMs);
+        launched.signal('SIGTERM');
+        const killTimer = setTimeout(() => launched.signal('SIGKILL'), graceMs);
         await exited;
         clearTimeout(killTimer);
       },
@@ -208,6 +280,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
   }
 
   async function cleanup(): Promise<void> {
+    await options.sandbox?.sandbox.cleanup();
     let files: string[];
     try {
       files = (await readdir(pidDir)).filter((name) => name.endsWith('.json'));
@@ -280,4 +353,11 @@ async function isAlive(pid: number): Promise<boolean> {
   } catch {
     return false;
   }
+}
+
+/** What of its work dir an instance writes: its request directories, or a task's results and progress. */
+function writableDirsOf(spec: InstanceSpec, workDir: string): string[] {
+  if (spec.workload !== 'task') return [outputDirOf(workDir)];
+  const paths = taskPaths(workDir);
+  return [paths.resultsDir, paths.progressDir];
 }

@@ -1,0 +1,110 @@
+// A sandboxed instance's own network: a network namespace joined to the host by a veth pair on a /30 of
+// the sandbox subnet. The instance listens on its side's address, which the host routes to directly, so
+// the invocation plane reaches it with no proxy or address translation in between. From inside, loopback
+// is the instance's own; the host's loopback services (PostgreSQL, NATS, Redis, the agent) are not there,
+// and a firewall table of the platform's own (nftables, `inet svc_sandbox`) drops whatever a sandbox
+// opens towards the host except the gateway's public port (the "doors") and anything it would send on to
+// another sandbox or out of the host.
+//
+// Slot n of the subnet gives the namespace `svcs-<n>`, the host's interface `svcs<n>`, the host address
+// <subnet> + 4n + 1 and the instance's + 4n + 2. `ip netns add` is the claim: it fails when the name
+// exists, so agents sharing a host (several platforms on one machine) never hand out one slot twice.
+import { execFile } from 'node:child_process';
+import { randomInt } from 'node:crypto';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+export const TABLE = 'svc_sandbox';
+const PREFIX = 'svcs';
+
+export interface SandboxNetwork {
+  slot: number;
+  namespace: string;
+  /** The address the instance listens on, and the host reaches it at. */
+  address: string;
+}
+
+export interface NetworkOptions {
+  ip: string;
+  nft: string;
+  /** The sandbox subnet's first address (a /16: 16,384 slots of a /30). */
+  subnet: string;
+}
+
+export const namespaceOf = (slot: number) => `${PREFIX}-${slot}`;
+
+/** The platform's firewall table, made or refreshed in one transaction (agents may run this at once), and the doors added. */
+export async function installFirewall(options: NetworkOptions, doors: number[]): Promise<void> {
+  const lines = [
+    `add table inet ${TABLE}`,
+    `add set inet ${TABLE} doors { type inet_service; }`,
+    `add chain inet ${TABLE} input { type filter hook input priority filter - 10; policy accept; }`,
+    `add chain inet ${TABLE} forward { type filter hook forward priority filter - 10; policy accept; }`,
+    `flush chain inet ${TABLE} input`,
+    `flush chain inet ${TABLE} forward`,
+    // Answers to connections the host opened (the gateway's requests, a browser's media) come back.
+    `add rule inet ${TABLE} input iifname "${PREFIX}*" ct state established,related accept`,
+    `add rule inet ${TABLE} input iifname "${PREFIX}*" tcp dport @doors accept`,
+    `add rule inet ${TABLE} input iifname "${PREFIX}*" drop`,
+    `add rule inet ${TABLE} forward iifname "${PREFIX}*" drop`,
+    `add rule inet ${TABLE} forward oifname "${PREFIX}*" drop`,
+    ...(doors.length ? [`add element inet ${TABLE} doors { ${doors.join(', ')} }`] : []),
+  ];
+  await pipe(options.nft, ['-f', '-'], lines);
+}
+
+/** Claims a free slot and wires its namespace: the veth pair, both addresses, the instance's default route. */
+export async function createNetwork(options: NetworkOptions): Promise<SandboxNetwork> {
+  const start = randomInt(0, SLOTS);
+  for (let attempt = 0; attempt < 64; attempt++) {
+    const slot = (start + attempt) % SLOTS;
+    const namespace = namespaceOf(slot);
+    try {
+      await run(options.ip, ['netns', 'add', namespace]);
+    } catch {
+      continue; // taken by another instance or agent
+    }
+    const [host, inside] = [addressOf(options.subnet, slot, 1), addressOf(options.subnet, slot, 2)];
+    try {
+      await pipe(options.ip, ['-batch', '-'], [
+        `link add ${PREFIX}${slot} type veth peer name eth0 netns ${namespace}`,
+        `addr add ${host}/30 dev ${PREFIX}${slot}`,
+        `link set ${PREFIX}${slot} up`,
+      ]);
+      await pipe(options.ip, ['-n', namespace, '-batch', '-'], [
+        `addr add ${inside}/30 dev eth0`, 'link set eth0 up', 'link set lo up', `route add default via ${host}`,
+      ]);
+      return { slot, namespace, address: inside };
+    } catch {
+      // A leftover interface of this slot still lives (its namespace held by processes of a crashed run).
+      await removeNetwork(options, slot);
+    }
+  }
+  throw new Error('no free sandbox network slot (64 tried)');
+}
+
+/** Deletes a slot's namespace; its veth pair goes with it once no process holds the namespace. */
+export async function removeNetwork(options: NetworkOptions, slot: number): Promise<void> {
+  await run(options.ip, ['netns', 'del', namespaceOf(slot)]).catch(() => {});
+}
+
+const SLOTS = 16_384;
+
+/** <subnet> + 4·slot + offset, as a dotted quad. */
+function addressOf(subnet: string, slot: number, offset: number): string {
+  const [a, b] = subnet.split('.').map(Number);
+  const value = slot * 4 + offset;
+  return `${a}.${b}.${value >> 8}.${value & 255}`;
+}
+
+/** Runs a command with `lines` on its standard input (nft -f -, ip -batch -); rejects with its stderr. */
+function pipe(command: string, args: string[], lines: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = execFile(command, args, (error, _stdout, stderr) => {
+      if (error) reject(new Error(`${command} ${args.join(' ')}: ${stderr.trim() || error.message}`));
+      else resolve();
+    });
+    child.stdin!.end(`${lines.join('\n')}\n`);
+  });
+}

@@ -1,0 +1,233 @@
+// The process runtime's sandbox: each instance (or task) runs as a user of its own, in namespaces of its
+// own (bwrap.ts), on a network of its own (network.ts), inside a cgroup with its instance type's caps
+// (cgroups.ts). What starts it is one argv:
+//
+//   unshare --mount -- sh -c <launcher> <stage> <cgroup.procs files> -- <work dir> <writable dirs> --
+//      nsenter --net=<its namespace> -S uid -G gid -- bwrap <its view> -- <the catalog's command>
+//
+// The launcher, still root, joins the cgroup (so nothing of the instance runs outside it), then, in the
+// mount namespace unshare made for it alone, bind-mounts the instance's own directories at <stage>/0, 1, …
+// on a fresh tmpfs: bwrap runs as the instance's user, which has no way through the agent's 0700
+// directories to them, and these mounts vanish with the namespace. nsenter enters its network as root
+// and drops to its user; bwrap builds the rest. The agent signals and kills an instance through its
+// cgroup, which holds every process it made, whatever sessions or namespaces they moved to.
+//
+// A file per instance (<stateDir>/sandboxes/<instance>.json) names its network slot, so a restarted agent
+// ends what its crashed run left: the processes of its cgroups, their namespaces, the cgroups.
+import { execFile } from 'node:child_process';
+import { constants, existsSync } from 'node:fs';
+import { mkdir, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { z } from 'zod';
+import type { Logger } from '../../logger.ts';
+import type { Limits } from '../limits.ts';
+import { UnstartableError } from '../runtime.ts';
+import { bwrapArguments, isWithin } from './bwrap.ts';
+import { cgroupLayout, InstanceCgroup, leftoverCgroups, type CgroupLayout } from './cgroups.ts';
+import { createNetwork, installFirewall, removeNetwork, type NetworkOptions } from './network.ts';
+
+const run = promisify(execFile);
+
+/**
+ * $1: the stage; then cgroup.procs files to join, `--`, directories to stage at $1/0, $1/1, …, `--`, and
+ * the command. Exits 125 (before running anything of the instance) when a step fails.
+ */
+const LAUNCHER = [
+  'stage=$1; shift',
+  'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift',
+  'mount -t tmpfs -o mode=0755,size=64k svc-stage "$stage" || exit 125',
+  'i=0; while [ "$1" != -- ]; do mkdir "$stage/$i" && mount --bind "$1" "$stage/$i" || exit 125; i=$((i+1)); shift; done; shift',
+  'exec "$@"',
+].join('\n');
+/** Where the launcher stages an instance's directories, in its own mount namespace (an empty directory on the host). */
+const STAGE = '/run/svc-sandbox-stage';
+
+export interface SandboxOptions {
+  /** Host paths instances see read-only besides the system's: the catalog's programs and what they load. */
+  readOnly: string[];
+  /** Platform paths under `readOnly` that instances must not see. */
+  hidden: string[];
+  subnet: string;
+  uidBase: number;
+  /** Host TCP ports a sandbox may open (the gateway's public port), beside answers to the host's connections. */
+  doors: number[];
+  /** Marks this agent's cgroups (its state dir's tag). */
+  agentTag: string;
+  stateDir: string;
+  log: Logger;
+}
+
+/** What one sandboxed start needs from the runtime. */
+export interface SandboxRequest {
+  instanceId: string;
+  fileName: string;
+  command: string[];
+  cwd: string;
+  /** Its work dir (seen read-only: the secrets file) and the directories of it that it writes (request directories; a task's results and progress). */
+  workDir: string;
+  writable: string[];
+  secretsFile: string;
+  limits: Limits;
+}
+
+export interface SandboxedLaunch {
+  argv: string[];
+  /** The environment the sandbox sets (HOME and TMPDIR on its own tmpfs). */
+  env: Record<string, string>;
+  /** The instance's own address: it listens there, and the host reaches it there. */
+  address: string;
+  /** Signals every process of the instance but those in `spare` (bwrap's monitor, which would end without waiting). */
+  signal(signal: NodeJS.Signals, spare?: number[]): Promise<void>;
+  /** Whether the kernel killed a process of it for memory. */
+  outOfMemory(): Promise<boolean>;
+  /** Kills what is left and frees its cgroup, network and record. */
+  release(): Promise<void>;
+}
+
+export interface Sandbox {
+  prepare(request: SandboxRequest): Promise<SandboxedLaunch>;
+  /** Ends what an earlier run of this agent left: processes, cgroups, network namespaces. */
+  cleanup(): Promise<void>;
+}
+
+export interface Tools {
+  sh: string;
+  unshare: string;
+  nsenter: string;
+  bwrap: string;
+  ip: string;
+  nft: string;
+}
+
+const recordSchema = z.object({ slot: z.number().int().min(0) });
+
+/** A sandbox for this host, or why there can be none (one line for the banner). */
+export async function openSandbox(options: SandboxOptions): Promise<Sandbox | { unavailable: string }> {
+  if (process.getuid?.() !== 0) return { unavailable: 'the agent does not run as root (it makes network namespaces and cgroups)' };
+  const tools = findTools();
+  if ('missing' in tools) return { unavailable: `${tools.missing} is not installed (Debian: bubblewrap nftables iproute2 util-linux)` };
+  await mkdir(STAGE, { recursive: true, mode: 0o755 });
+  const layout = cgroupLayout(options.agentTag);
+  if ('unavailable' in layout) return layout;
+  const network: NetworkOptions = { ip: tools.ip, nft: tools.nft, subnet: options.subnet };
+  try {
+    await run(tools.nsenter, ['-S', String(options.uidBase), '-G', String(options.uidBase), '--', tools.bwrap,
+      '--unshare-user', '--unshare-pid', '--disable-userns', '--ro-bind', '/', '/', '--', '/bin/true']);
+    await installFirewall(network, options.doors);
+  } catch (error) {
+    return { unavailable: `the sandbox does not work on this host: ${firstLine(error)}` };
+  }
+  return createSandbox(options, tools, layout, network);
+}
+
+function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayout, network: NetworkOptions): Sandbox {
+  const records = path.join(options.stateDir, 'sandboxes');
+  const recordOf = (fileName: string) => path.join(records, `${fileName}.json`);
+
+  async function prepare(request: SandboxRequest): Promise<SandboxedLaunch> {
+    const visible = options.readOnly;
+    if (!isWithin(request.cwd, visible) || (path.isAbsolute(request.command[0]) && !isWithin(request.command[0], visible))) {
+      throw new UnstartableError(`${request.command[0]} (in ${request.cwd}) is outside what sandboxed instances see: add its directory to compute.agent.sandboxReadOnlyPaths`);
+    }
+    const cgroup = new InstanceCgroup(layout, request.fileName);
+    await cgroup.create(request.limits);
+    const net = await createNetwork(network).catch(async (error: unknown) => {
+      await cgroup.remove();
+      throw error;
+    });
+    const uid = options.uidBase + net.slot;
+    try {
+      await mkdir(records, { recursive: true, mode: 0o700 });
+      await writeFile(recordOf(request.fileName), JSON.stringify({ slot: net.slot }), { mode: 0o600 });
+      await openToInstance(request);
+    } catch (error) {
+      await releaseAll(cgroup, net.slot, request.fileName);
+      throw error;
+    }
+    const sources = [request.workDir, ...request.writable];
+    const bwrap = bwrapArguments({
+      readOnly: visible, hidden: options.hidden, cwd: request.cwd, hostname: `svc-${request.fileName.slice(2, 14)}`,
+      workDir: { staged: `${STAGE}/0`, at: request.workDir },
+      writable: request.writable.map((dir, index) => ({ staged: `${STAGE}/${index + 1}`, at: dir })),
+    });
+    return {
+      argv: [tools.unshare, '--mount', '--propagation', 'private', '--', tools.sh, '-c', LAUNCHER, 'sh', STAGE,
+        ...cgroup.procsFiles(), '--', ...sources, '--',
+        tools.nsenter, `--net=/run/netns/${net.namespace}`, '-S', String(uid), '-G', String(uid), '--',
+        tools.bwrap, ...bwrap, '--', ...request.command],
+      env: { HOME: '/tmp', TMPDIR: '/tmp' },
+      address: net.address,
+      signal: (signal, spare) => cgroup.signal(signal, spare),
+      outOfMemory: async () => (await cgroup.oomKills()) > 0,
+      release: () => releaseAll(cgroup, net.slot, request.fileName),
+    };
+  }
+
+  async function releaseAll(cgroup: InstanceCgroup, slot: number, fileName: string): Promise<void> {
+    await cgroup.remove();
+    await removeNetwork(network, slot);
+    await rm(recordOf(fileName), { force: true });
+  }
+
+  async function cleanup(): Promise<void> {
+    const left = new Set(await leftoverCgroups(layout));
+    let files: string[] = [];
+    try {
+      files = (await readdir(records)).filter((name) => name.endsWith('.json'));
+    } catch {
+      // nothing recorded
+    }
+    for (const file of files) {
+      const fileName = file.slice(0, -'.json'.length);
+      left.delete(fileName);
+      try {
+        const { slot } = recordSchema.parse(JSON.parse(await readFile(path.join(records, file), 'utf8')));
+        await releaseAll(new InstanceCgroup(layout, fileName), slot, fileName);
+      } catch (error) {
+        options.log.warn({ err: error, file }, 'unreadable sandbox record skipped');
+        await rm(path.join(records, file), { force: true });
+      }
+    }
+    for (const name of left) await new InstanceCgroup(layout, name).remove();
+    if (files.length + left.size) options.log.info({ sandboxes: files.length + left.size }, 'ended sandboxes left by an earlier run');
+  }
+
+  return { prepare, cleanup };
+}
+
+/**
+ * Opens the instance's own files to its user (another user than the agent's): the work dir passable
+ * (0711), the directories it writes 0777, the secrets file 0444. That opens them to no one else: the work
+ * dir is inside the agent's 0700 state dir, which only the launcher's staging mounts reach through. Modes
+ * are set on what was opened without following links: an earlier run's instance could have written there.
+ */
+async function openToInstance(request: SandboxRequest): Promise<void> {
+  await chmodOpened(request.workDir, constants.O_DIRECTORY, 0o711);
+  for (const dir of request.writable) await chmodOpened(dir, constants.O_DIRECTORY, 0o777);
+  await chmodOpened(request.secretsFile, 0, 0o444);
+}
+
+async function chmodOpened(file: string, flags: number, mode: number): Promise<void> {
+  const handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | flags);
+  try {
+    await handle.chmod(mode);
+  } finally {
+    await handle.close();
+  }
+}
+
+const SEARCH = ['/usr/bin', '/usr/sbin', '/bin', '/sbin'];
+
+function findTools(): Tools | { missing: string } {
+  const where = (name: string) => SEARCH.map((dir) => path.join(dir, name)).find((candidate) => existsSync(candidate));
+  const names = ['sh', 'unshare', 'nsenter', 'bwrap', 'ip', 'nft'];
+  const [sh, unshare, nsenter, bwrap, ip, nft] = names.map(where);
+  if (!sh || !unshare || !nsenter || !bwrap || !ip || !nft) return { missing: names.find((name) => !where(name))! };
+  return { sh, unshare, nsenter, bwrap, ip, nft };
+}
+
+function firstLine(error: unknown): string {
+  const text = (error as { stderr?: string }).stderr?.trim() || (error as Error).message;
+  return text.split('\n')[0];
+}
