@@ -43,6 +43,9 @@ export const configSchema = z.object({
         maxRegistryCredentials: limit(50).default(10),
         /** Function instances an account may hold at once (beside the spec's four). */
         maxInstances: limit(2147483647).default(100),
+        /** Input assets an account may keep, and their bytes together. */
+        maxAssets: limit(2147483647).default(1000),
+        maxAssetBytes: limit(Number.MAX_SAFE_INTEGER).default(10 * 1024 ** 3),
       }).prefault({}),
     }).prefault({}),
   }).prefault({}),
@@ -174,6 +177,8 @@ export const envSettings: Record<string, string> = {
   SVC_ACCOUNT_MAX_TELEMETRIES: 'api.accountBootstrap.limits.maxTelemetries',
   SVC_ACCOUNT_MAX_REGISTRY_CREDENTIALS: 'api.accountBootstrap.limits.maxRegistryCredentials',
   SVC_ACCOUNT_MAX_INSTANCES: 'api.accountBootstrap.limits.maxInstances',
+  SVC_ACCOUNT_MAX_ASSETS: 'api.accountBootstrap.limits.maxAssets',
+  SVC_ACCOUNT_MAX_ASSET_BYTES: 'api.accountBootstrap.limits.maxAssetBytes',
   SVC_KEYS_SERVICE_ID: 'keys.serviceId',
   SVC_SECRETS_KEY: 'secrets.key',
   SVC_SECRETS_PREVIOUS_KEYS: 'secrets.previousKeys',

@@ -139,7 +139,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const blobs = createLocalBlobStore(path.resolve(config.assets.dir ?? path.join(config.store.dataDir, 'blobs')));
     const signer = createPathSigner(await ensureSealedSecret(settings, box, 'urls.signing_key', startedAt), () => now().getTime());
     const assets = createAssetsService({
-      repo: createAssetsRepo(store.db.withTables<AssetsDatabase>()), blobs, signer, settings: config.assets, now,
+      repo: createAssetsRepo(store.db.withTables<AssetsDatabase>()), blobs, signer, settings: config.assets, accounts, now,
     });
     assets.start(60_000, (error) => log.warn({ err: error }, 'could not sweep expired asset uploads'));
     closers.push(() => assets.stop());

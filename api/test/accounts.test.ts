@@ -14,7 +14,9 @@ describe('accounts', () => {
 
   before(async () => {
     svc = await startTestPlatform({
-      config: { api: { accountBootstrap: { limits: { maxFunctions: 7, maxTasks: 8, maxTelemetries: 9, maxRegistryCredentials: 4, maxInstances: 6 } } } },
+      config: {
+        api: { accountBootstrap: { limits: { maxFunctions: 7, maxTasks: 8, maxTelemetries: 9, maxRegistryCredentials: 4, maxInstances: 6, maxAssets: 3, maxAssetBytes: 5e9 } } },
+      },
     });
     admin = await svc.adminToken();
   });
@@ -27,6 +29,7 @@ describe('accounts', () => {
       account: {
         ncaId: 'svc-default', name: 'svc-default', adminClientIds: ['svc-admin'],
         maxFunctionsAllowed: 7, maxTasksAllowed: 8, maxTelemetriesAllowed: 9, maxRegistryCredentialsAllowed: 4, maxInstancesAllowed: 6,
+        maxAssetsAllowed: 3, maxAssetBytesAllowed: 5e9,
       },
     });
   });

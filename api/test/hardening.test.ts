@@ -129,10 +129,15 @@ for (const backend of await backends()) {
   });
 }
 
-/** Sends `text` as it is over a socket (a client library would refuse a NUL or a second Host header) and returns the answer. */
-async function rawRequest(url: string, text: string): Promise<{ head: string; body: any }> {
+/**
+ * Sends `text` as it is over a socket (a client library would refuse a NUL or a second Host header) and
+ * returns the answer once the server closes; `holdOpen` leaves the request unfinished, as a client sending a
+ * large body would.
+ */
+async function rawRequest(url: string, text: string, options: { holdOpen?: boolean } = {}): Promise<{ head: string; body: any }> {
   const socket = connect(Number(new URL(url).port), '127.0.0.1');
-  socket.end(text);
+  if (options.holdOpen) socket.write(text);
+  else socket.end(text);
   const chunks: Buffer[] = [];
   for await (const chunk of socket) chunks.push(chunk as Buffer);
   const [head, body] = Buffer.concat(chunks).toString('utf8').split('\r\n\r\n');
@@ -211,3 +216,83 @@ describe('reserved environment names: a tenant cannot set how a program is loade
     refused(await svc.api('PUT', `/v1/svct/secrets/tasks/${launched.body.task.id}`, { bearer: taskKey, body: { secrets: [{ name: 'NODE_PATH', value: 'x' }] } }), 'secrets.0.name');
   });
 });
+
+for (const backend of await backends()) {
+  describe(`asset quota on ${backend}: how many assets an account keeps and how many bytes`, () => {
+    let svc: TestPlatform;
+    let key: string;
+    let admin: string;
+
+    before(async () => {
+      svc = await startTestPlatform({ backend, config: { assets: { maxBytes: 4096 }, compute: { inProcessAgent: false } } });
+      key = await svc.apiKey(await svc.token(), ['invoke_function']);
+      admin = await svc.adminToken();
+    });
+    after(() => svc.close());
+
+    const create = () => svc.api('POST', '/v2/svc/assets', { bearer: key, body: { contentType: 'text/plain', description: 'q' } });
+    const uploadPath = (uploadUrl: string) => {
+      const url = new URL(uploadUrl);
+      return { host: url.hostname, path: url.pathname + url.search };
+    };
+    const upload = (uploadUrl: string, body: string) => {
+      const { host, path } = uploadPath(uploadUrl);
+      return request(svc.url, 'PUT', path, { host, body, headers: { 'content-type': 'text/plain' } });
+    };
+    /** Declares `length` bytes, sends none, and waits for the answer: it comes only if nothing is read first. */
+    const declare = (uploadUrl: string, length: number) => {
+      const { host, path } = uploadPath(uploadUrl);
+      return rawRequest(svc.url, `PUT ${path} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: text/plain\r\nContent-Length: ${length}\r\n\r\n`, { holdOpen: true });
+    };
+
+    test('the defaults (1000 assets, 10 GiB) are PATCH-able like the other limits; creating one more than allowed is the quota error', async () => {
+      const account = await svc.api('GET', '/v2/svc/accounts/svc-default', { bearer: admin });
+      assert.deepEqual([account.body.account.maxAssetsAllowed, account.body.account.maxAssetBytesAllowed], [1000, 10 * 1024 ** 3]);
+      const patched = await svc.api('PATCH', '/v2/svc/accounts/svc-default', { bearer: admin, body: { maxAssetsAllowed: 2, maxAssetBytesAllowed: 6000 } });
+      assert.deepEqual([patched.body.account.maxAssetsAllowed, patched.body.account.maxAssetBytesAllowed], [2, 6000]);
+      assert.equal((await create()).status, 200);
+      assert.equal((await create()).status, 200);
+      const third = await create();
+      assert.equal(third.status, 400, third.text);
+      assert.match(third.body.type, /quota-exceeded$/);
+      assert.match(third.body.detail, /the number of assets allowed: 2/);
+    });
+
+    test('an upload past the account\'s bytes or past assets.maxBytes is 413 naming the limit, at once when its length is declared', async () => {
+      await svc.api('PATCH', '/v2/svc/accounts/svc-default', { bearer: admin, body: { maxAssetsAllowed: 10, maxAssetBytesAllowed: 6000 } });
+      const [first, second] = [(await create()).body, (await create()).body];
+      assert.equal((await upload(first.uploadUrl, 'x'.repeat(4000))).status, 200);
+
+      const overAccount = await declare(second.uploadUrl, 3000);
+      assert.match(overAccount.head, /^HTTP\/1\.1 413 /);
+      assert.match(overAccount.head, /connection: close/i);
+      assert.match(overAccount.body.detail, /maxAssetBytesAllowed\); 2000 are left/);
+      const overAsset = await declare(second.uploadUrl, 2 * 1024 ** 3);
+      assert.match(overAsset.head, /^HTTP\/1\.1 413 /);
+      assert.match(overAccount.body.detail, /maxAssetBytesAllowed/, 'the smaller of the two limits is named');
+
+      await svc.api('PATCH', '/v2/svc/accounts/svc-default', { bearer: admin, body: { maxAssetBytesAllowed: 1024 ** 4 } });
+      const declaredHuge = await declare(second.uploadUrl, 2 * 1024 ** 3);
+      assert.match(declaredHuge.head, /^HTTP\/1\.1 413 /);
+      assert.match(declaredHuge.body.detail, /at most 4096 bytes \(assets\.maxBytes\)/);
+
+      // Without a declared length (chunked), the bytes are counted as they come: the refusal comes while the client still sends.
+      await svc.api('PATCH', '/v2/svc/accounts/svc-default', { bearer: admin, body: { maxAssetBytesAllowed: 6000 } });
+      const { host, path } = uploadPath(second.uploadUrl);
+      const chunked = await rawRequest(svc.url, `PUT ${path} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n`
+        + `bb8\r\n${'y'.repeat(3000)}\r\n`, { holdOpen: true });
+      assert.match(chunked.body.detail, /maxAssetBytesAllowed/);
+      assert.match(chunked.head, /^HTTP\/1\.1 413 /);
+      assert.equal((await svc.api('GET', `/v2/svc/assets/${second.assetId}`, { bearer: key })).status, 404, 'nothing kept');
+
+      assert.equal((await svc.api('DELETE', `/v2/svc/assets/${first.assetId}`, { bearer: key })).status, 204);
+      assert.equal((await upload(second.uploadUrl, 'y'.repeat(3000))).status, 200, 'room again once an asset is gone');
+
+      // 3000 bytes left: two uploads of 2000 at once each find room when they start; at most one is kept.
+      const racers = [(await create()).body, (await create()).body];
+      const raced = await Promise.all(racers.map((asset) => upload(asset.uploadUrl, 'z'.repeat(2000))));
+      assert.ok(raced.filter((answer) => answer.status === 200).length <= 1, raced.map((answer) => answer.status).join());
+      for (const answer of raced.filter((refusal) => refusal.status !== 200)) assert.match(answer.body.detail, /maxAssetBytesAllowed/);
+    });
+  });
+}

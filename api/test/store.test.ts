@@ -23,7 +23,7 @@ const admin = { ...anonymous, kind: 'admin' as const, ncaId: '*', scopes: new Se
 function account(ncaId: string): AccountRow {
   return {
     nca_id: ncaId, name: ncaId, admin_client_ids: [], max_functions: 5, max_tasks: 5, max_telemetries: 5,
-    max_registry_credentials: 5, max_instances: 5, created_at: '2026-01-01T00:00:00.000Z', updated_at: '2026-01-01T00:00:00.000Z',
+    max_registry_credentials: 5, max_instances: 5, max_assets: 5, max_asset_bytes: 5, created_at: '2026-01-01T00:00:00.000Z', updated_at: '2026-01-01T00:00:00.000Z',
   };
 }
 
@@ -85,7 +85,7 @@ for (const backend of await backends()) {
 
     test('two concurrent creates of one account: one succeeds, the other is a 409', async () => {
       const service = createAccountsService(createAccountsRepo(store.db));
-      const limits = { maxFunctions: 1, maxTasks: 1, maxTelemetries: 1, maxRegistryCredentials: 1, maxInstances: 1 };
+      const limits = { maxFunctions: 1, maxTasks: 1, maxTelemetries: 1, maxRegistryCredentials: 1, maxInstances: 1, maxAssets: 1, maxAssetBytes: 1 };
       const results = await Promise.allSettled([
         service.create(admin, 'racer', {}, limits),
         service.create(admin, 'racer', {}, limits),

@@ -157,5 +157,12 @@ export function foundationMigrations(dialect: 'sqlite' | 'postgres'): Record<str
         await db.schema.alterTable('accounts').addColumn('max_instances', 'integer', (c) => c.notNull().defaultTo(100)).execute();
       },
     },
+    '0008_account_asset_quota': {
+      async up(db: Kysely<any>) {
+        // Existing accounts get the defaults of api.accountBootstrap.limits.maxAssets and .maxAssetBytes (10 GiB).
+        await db.schema.alterTable('accounts').addColumn('max_assets', 'integer', (c) => c.notNull().defaultTo(1000)).execute();
+        await db.schema.alterTable('accounts').addColumn('max_asset_bytes', 'bigint', (c) => c.notNull().defaultTo(10 * 1024 ** 3)).execute();
+      },
+    },
   };
 }

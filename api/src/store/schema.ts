@@ -1,5 +1,6 @@
 // Row types of every table, as Kysely sees them. Timestamps are ISO 8601 UTC strings (sortable as text
 // on both backends); lists and objects are JSON text; booleans are 0/1 integers.
+import type { ColumnType } from 'kysely';
 
 export interface AccountsTable {
   nca_id: string;
@@ -11,6 +12,9 @@ export interface AccountsTable {
   max_registry_credentials: number;
   /** Function instances the account may hold at once (placement and deployments enforce it). */
   max_instances: number;
+  /** Input assets the account may keep, and their bytes together (bigint: PostgreSQL answers it as text). */
+  max_assets: number;
+  max_asset_bytes: ColumnType<number | string, number, number>;
   created_at: string;
   updated_at: string;
 }

@@ -141,7 +141,7 @@ test('instances held: a restart forgets what agents said; reports fold in once; 
   const endpoint = { host: '127.0.0.1', ports: { inference: 9000, health: 9001 } };
   await store.db.insertInto('accounts').values({
     nca_id: 'acct', name: 'acct', admin_client_ids: '[]', max_functions: 1, max_tasks: 1, max_telemetries: 1,
-    max_registry_credentials: 1, max_instances: 9, created_at: '', updated_at: '',
+    max_registry_credentials: 1, max_instances: 9, max_assets: 1, max_asset_bytes: 1, created_at: '', updated_at: '',
   }).execute();
   for (const row of [instance('running', { endpoint }), instance('stopped', { desired: 0, state: 'STOPPED' }), instance('orphan', { gpu_spec_id: 'gone' })]) {
     await repo.insert(row);

@@ -138,6 +138,8 @@ const limitFlags = {
   'max-telemetries': 'maxTelemetriesAllowed',
   'max-registry-credentials': 'maxRegistryCredentialsAllowed',
   'max-instances': 'maxInstancesAllowed',
+  'max-assets': 'maxAssetsAllowed',
+  'max-asset-bytes': 'maxAssetBytesAllowed',
 } as const;
 
 const limitColumns = ['ncaId', 'name', ...Object.values(limitFlags)];
@@ -169,7 +171,7 @@ const accountList: Command = {
 
 const accountSetLimits: Command = {
   summary: 'Change account limits (only the flags given change)',
-  usage: '[ncaId] [--max-functions N] [--max-tasks N] [--max-telemetries N] [--max-registry-credentials N] [--max-instances N]',
+  usage: '[ncaId] [--max-functions N] [--max-tasks N] [--max-telemetries N] [--max-registry-credentials N] [--max-instances N] [--max-assets N] [--max-asset-bytes N]',
   options: Object.fromEntries(Object.keys(limitFlags).map((flag) => [flag, { type: 'string' as const }])),
   async run(context) {
     const body: Record<string, number> = {};

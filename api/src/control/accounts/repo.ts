@@ -6,12 +6,14 @@ import { accountSchema } from './schema.ts';
 
 type StoredAccount = Selectable<AccountsTable>;
 
-/** An account as stored, its admin client ids decoded. */
-export type AccountRow = Omit<StoredAccount, 'admin_client_ids'> & { admin_client_ids: string[] };
+/** An account as stored, its admin client ids decoded and its bigint a number. */
+export type AccountRow = Omit<StoredAccount, 'admin_client_ids' | 'max_asset_bytes'> & { admin_client_ids: string[]; max_asset_bytes: number };
 
 function decode(row: StoredAccount): AccountRow {
   const where = { table: 'accounts', key: row.nca_id, column: 'admin_client_ids' };
-  return { ...row, admin_client_ids: decodeJson(accountSchema.shape.adminClientIds, row.admin_client_ids, where) };
+  return {
+    ...row, admin_client_ids: decodeJson(accountSchema.shape.adminClientIds, row.admin_client_ids, where), max_asset_bytes: Number(row.max_asset_bytes),
+  };
 }
 
 export function createAccountsRepo(db: Kysely<Database>) {

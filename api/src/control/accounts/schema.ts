@@ -9,6 +9,8 @@ export const limitBounds = {
   maxTelemetriesAllowed: 50,
   maxRegistryCredentialsAllowed: 50,
   maxInstancesAllowed: 2147483647,
+  maxAssetsAllowed: 2147483647,
+  maxAssetBytesAllowed: Number.MAX_SAFE_INTEGER,
 } as const;
 
 const bounded = (max: number) => z.number().int().min(0).max(max);
@@ -20,6 +22,9 @@ export const accountLimitsSchema = z.object({
   maxRegistryCredentialsAllowed: bounded(limitBounds.maxRegistryCredentialsAllowed).optional(),
   /** Beside the spec's four: function instances the account may hold at once, on every cluster together. */
   maxInstancesAllowed: bounded(limitBounds.maxInstancesAllowed).optional(),
+  /** Input assets the account may keep (uploaded or waiting for their bytes), and the bytes of all of them together. */
+  maxAssetsAllowed: bounded(limitBounds.maxAssetsAllowed).optional(),
+  maxAssetBytesAllowed: bounded(limitBounds.maxAssetBytesAllowed).optional(),
 });
 
 export const accountSchema = z.object({
@@ -31,6 +36,8 @@ export const accountSchema = z.object({
   maxTelemetriesAllowed: z.number().int(),
   maxRegistryCredentialsAllowed: z.number().int(),
   maxInstancesAllowed: z.number().int(),
+  maxAssetsAllowed: z.number().int(),
+  maxAssetBytesAllowed: z.number().int(),
 }).meta({ id: 'Account' });
 
 export const createAccountSchema = accountLimitsSchema.extend({

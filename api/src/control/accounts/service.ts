@@ -10,12 +10,15 @@ export interface BootstrapAccount {
   ncaId: string;
   name: string;
   adminClientIds: string[];
-  limits: { maxFunctions: number; maxTasks: number; maxTelemetries: number; maxRegistryCredentials: number; maxInstances: number };
+  limits: {
+    maxFunctions: number; maxTasks: number; maxTelemetries: number; maxRegistryCredentials: number; maxInstances: number;
+    maxAssets: number; maxAssetBytes: number;
+  };
 }
 
-export type QuotaKind = 'functions' | 'tasks' | 'telemetries' | 'registryCredentials' | 'instances';
+export type QuotaKind = 'functions' | 'tasks' | 'telemetries' | 'registryCredentials' | 'instances' | 'assets';
 
-type LimitColumn = 'max_functions' | 'max_tasks' | 'max_telemetries' | 'max_registry_credentials' | 'max_instances';
+type LimitColumn = 'max_functions' | 'max_tasks' | 'max_telemetries' | 'max_registry_credentials' | 'max_instances' | 'max_assets' | 'max_asset_bytes';
 
 const quotas: Record<QuotaKind, { column: LimitColumn; what: string }> = {
   functions: { column: 'max_functions', what: 'the number of functions allowed' },
@@ -23,6 +26,7 @@ const quotas: Record<QuotaKind, { column: LimitColumn; what: string }> = {
   telemetries: { column: 'max_telemetries', what: 'the number of telemetries allowed' },
   registryCredentials: { column: 'max_registry_credentials', what: 'the number of registry credentials allowed' },
   instances: { column: 'max_instances', what: 'the number of instances allowed' },
+  assets: { column: 'max_assets', what: 'the number of assets allowed' },
 };
 
 export function toAccount(row: AccountRow): Account {
@@ -35,6 +39,8 @@ export function toAccount(row: AccountRow): Account {
     maxTelemetriesAllowed: row.max_telemetries,
     maxRegistryCredentialsAllowed: row.max_registry_credentials,
     maxInstancesAllowed: row.max_instances,
+    maxAssetsAllowed: row.max_assets,
+    maxAssetBytesAllowed: row.max_asset_bytes,
   };
 }
 
@@ -45,6 +51,8 @@ function limitColumns(limits: AccountLimits): Partial<Pick<AccountRow, LimitColu
   if (limits.maxTelemetriesAllowed !== undefined) columns.max_telemetries = limits.maxTelemetriesAllowed;
   if (limits.maxRegistryCredentialsAllowed !== undefined) columns.max_registry_credentials = limits.maxRegistryCredentialsAllowed;
   if (limits.maxInstancesAllowed !== undefined) columns.max_instances = limits.maxInstancesAllowed;
+  if (limits.maxAssetsAllowed !== undefined) columns.max_assets = limits.maxAssetsAllowed;
+  if (limits.maxAssetBytesAllowed !== undefined) columns.max_asset_bytes = limits.maxAssetBytesAllowed;
   return columns;
 }
 
@@ -84,6 +92,8 @@ export function createAccountsService(repo: AccountsRepo, now: () => Date = () =
         max_telemetries: bootstrap.limits.maxTelemetries,
         max_registry_credentials: bootstrap.limits.maxRegistryCredentials,
         max_instances: bootstrap.limits.maxInstances,
+        max_assets: bootstrap.limits.maxAssets,
+        max_asset_bytes: bootstrap.limits.maxAssetBytes,
         created_at: at,
         updated_at: at,
       };
@@ -118,6 +128,8 @@ export function createAccountsService(repo: AccountsRepo, now: () => Date = () =
         max_telemetries: input.maxTelemetriesAllowed ?? defaults.maxTelemetries,
         max_registry_credentials: input.maxRegistryCredentialsAllowed ?? defaults.maxRegistryCredentials,
         max_instances: input.maxInstancesAllowed ?? defaults.maxInstances,
+        max_assets: input.maxAssetsAllowed ?? defaults.maxAssets,
+        max_asset_bytes: input.maxAssetBytesAllowed ?? defaults.maxAssetBytes,
         created_at: at,
         updated_at: at,
       };

@@ -24,6 +24,21 @@ export function createAssetsRepo(db: Kysely<AssetsDatabase>) {
     async markUploaded(assetId: string, size: number, at: string): Promise<void> {
       await db.updateTable('assets').set({ size, uploaded_at: at }).where('asset_id', '=', assetId).execute();
     },
+    /** Back to waiting for its bytes (an upload that was not kept). */
+    async markPending(assetId: string): Promise<void> {
+      await db.updateTable('assets').set({ size: null, uploaded_at: null }).where('asset_id', '=', assetId).execute();
+    },
+    /** The account's assets, uploaded or waiting for their bytes. */
+    async count(ncaId: string): Promise<number> {
+      const row = await db.selectFrom('assets').select((eb) => eb.fn.countAll().as('count')).where('nca_id', '=', ncaId).executeTakeFirstOrThrow();
+      return Number(row.count);
+    },
+    /** The bytes of the account's uploaded assets together. */
+    async storedBytes(ncaId: string): Promise<number> {
+      const row = await db.selectFrom('assets').select((eb) => eb.fn.sum<number | string | null>('size').as('bytes')).where('nca_id', '=', ncaId)
+        .executeTakeFirstOrThrow();
+      return Number(row.bytes ?? 0);
+    },
     async delete(assetId: string): Promise<void> {
       await db.deleteFrom('assets').where('asset_id', '=', assetId).execute();
     },

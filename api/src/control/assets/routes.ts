@@ -54,7 +54,8 @@ export function assetRoutes(assets: AssetsService) {
       access: access.public, params: assetParams, query: signedQuery,
       responses: { 200: { description: 'Stored' } },
       handle: async ({ params, query, req }) => {
-        await assets.upload(params.assetId, query, req.headers['content-type'], req);
+        const declared = req.headers['content-length'];
+        await assets.upload(params.assetId, query, req.headers['content-type'], req, declared === undefined ? undefined : Number(declared));
         return { status: 200 };
       },
     }),

@@ -5,9 +5,10 @@
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { Principal } from '../../domain/principal.ts';
-import { badRequest, notFound } from '../../domain/problem.ts';
+import { badRequest, notFound, Problem } from '../../domain/problem.ts';
 import type { PathSigner, SignedQuery } from '../../domain/signed-paths.ts';
 import type { BlobStore } from '../../store/blobs.ts';
+import type { AccountsService } from '../accounts/service.ts';
 import type { AssetRow, AssetsRepo } from './repo.ts';
 import type { Asset, CreateAsset } from './schema.ts';
 
@@ -23,6 +24,8 @@ export interface AssetsServiceOptions {
   blobs: BlobStore;
   signer: PathSigner;
   settings: AssetSettings;
+  /** The account's quota: how many assets (maxAssetsAllowed) and how many bytes of them (maxAssetBytesAllowed). */
+  accounts: Pick<AccountsService, 'checkQuota' | 'requireAccount'>;
   now?: () => Date;
 }
 
@@ -30,12 +33,15 @@ export interface AssetsServiceOptions {
 export const assetContentPath = (assetId: string) => `/v2/svc/assets/${assetId}/content`;
 const blobKey = (row: AssetRow) => `assets/${row.nca_id}/${row.asset_id}`;
 
+/** An upload refused for its size; the connection closes, as the client may still be sending. */
+const tooLarge = (detail: string) => new Problem('payload-too-large', detail, { headers: { connection: 'close' } });
+
 function toAsset(row: AssetRow): Asset {
   return { assetId: row.asset_id, description: row.description, contentType: row.content_type, createdAt: row.created_at };
 }
 
 export function createAssetsService(options: AssetsServiceOptions) {
-  const { repo, blobs, signer, settings } = options;
+  const { repo, blobs, signer, settings, accounts } = options;
   const now = options.now ?? (() => new Date());
   const unknown = (assetId: string) => notFound(`Asset '${assetId}' does not exist for this account`);
   let sweeper: NodeJS.Timeout | undefined;
@@ -54,8 +60,19 @@ export function createAssetsService(options: AssetsServiceOptions) {
     return row;
   }
 
+  /** How many bytes an upload to `row` may bring, and the refusal naming the limit it would pass. */
+  async function roomFor(row: AssetRow) {
+    const limit = (await accounts.requireAccount(row.nca_id)).max_asset_bytes;
+    // A second upload to the same asset replaces its bytes.
+    const left = Math.max(0, limit - (await repo.storedBytes(row.nca_id) - (row.size ?? 0)));
+    const overAccount = tooLarge(`The account's assets may hold ${limit} bytes together (maxAssetBytesAllowed); ${left} are left`);
+    const overAsset = tooLarge(`An asset may hold at most ${settings.maxBytes} bytes (assets.maxBytes)`);
+    return { limit, overAccount, bytes: Math.min(left, settings.maxBytes), refusal: left < settings.maxBytes ? overAccount : overAsset };
+  }
+
   return {
     async create(principal: Principal, body: CreateAsset) {
+      await accounts.checkQuota(principal.ncaId, 'assets', await repo.count(principal.ncaId));
       const row: AssetRow = {
         asset_id: randomUUID(), nca_id: principal.ncaId, content_type: body.contentType, description: body.description,
         size: null, uploaded_at: null, created_at: now().toISOString(),
@@ -64,14 +81,27 @@ export function createAssetsService(options: AssetsServiceOptions) {
       return { assetId: row.asset_id, uploadPath: signer.sign('PUT', assetContentPath(row.asset_id), settings.urlSeconds), contentType: row.content_type, description: row.description };
     },
 
-    /** The bytes of a signed upload; the Content-Type must be the one the asset was created with. */
-    async upload(assetId: string, query: SignedQuery, contentType: string | undefined, body: Readable): Promise<void> {
+    /**
+     * The bytes of a signed upload; the Content-Type must be the one the asset was created with. A declared
+     * length over what the asset or the account's quota may take is refused before a byte is read.
+     */
+    async upload(assetId: string, query: SignedQuery, contentType: string | undefined, body: Readable, declaredBytes?: number): Promise<void> {
       const row = await signed('PUT', assetId, query);
       if (contentType !== row.content_type) {
         throw badRequest(`Content-Type must be '${row.content_type}', the type the asset was created with`);
       }
-      const stored = await blobs.put(blobKey(row), body, settings.maxBytes);
+      const room = await roomFor(row);
+      if (declaredBytes !== undefined && declaredBytes > room.bytes) throw room.refusal;
+      const stored = await blobs.put(blobKey(row), body, room.bytes).catch((error: unknown) => {
+        throw error instanceof Problem && error.code === 'payload-too-large' ? room.refusal : error;
+      });
       await repo.markUploaded(assetId, stored.size, now().toISOString());
+      // Uploads running at once each saw room for themselves; counted after marking, the last one sees them all.
+      if (await repo.storedBytes(row.nca_id) > room.limit) {
+        await repo.markPending(assetId);
+        await blobs.deletePrefix(blobKey(row));
+        throw room.overAccount;
+      }
     },
 
     async download(assetId: string, query: SignedQuery) {
