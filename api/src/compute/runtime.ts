@@ -38,6 +38,8 @@ export interface Runtime {
   start(spec: InstanceSpec, context: RuntimeContext): Promise<RuntimeInstance>;
   /** Ends whatever a previous run of this agent left behind (after a crash of the agent's process). */
   cleanup?(): Promise<void>;
+  /** Once every instance has stopped: lets go of what the runtime holds on the host for this agent. */
+  close?(): Promise<void>;
 }
 
 /**

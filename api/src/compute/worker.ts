@@ -81,6 +81,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       await link?.close();
       // A stopping agent does not wait out a task's own (long) grace period.
       await Promise.all([agent.stop(), tasks.stop(options.settings.stopGraceMs)]);
+      await runtime.close?.();
     },
   };
 }

@@ -309,7 +309,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
     await waitUntilGone(killed);
   }
 
-  return { name: 'process', start, cleanup };
+  return { name: 'process', start, cleanup, close: async () => options.sandbox?.sandbox.close() };
 }
 
 /** Processes of the recorded group that carry the instance's id in their environment (Linux). */

@@ -38,7 +38,9 @@ export function bwrapArguments(view: SandboxView): string[] {
     else if (kind === 'dir') args.push('--ro-bind', link, link);
   }
   for (const dir of view.readOnly) args.push('--ro-bind', dir, dir);
-  for (const hidden of view.hidden) {
+  // A hidden path inside another is hidden with it.
+  const hiddenPaths = view.hidden.filter((candidate) => !view.hidden.some((other) => other !== candidate && isWithin(candidate, [other])));
+  for (const hidden of hiddenPaths) {
     const kind = kindOf(hidden);
     if (kind === 'dir') args.push('--tmpfs', hidden);
     else if (kind === 'file') args.push('--ro-bind', '/dev/null', hidden);

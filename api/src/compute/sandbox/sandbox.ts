@@ -16,7 +16,7 @@
 // ends what its crashed run left: the processes of its cgroups, their namespaces, the cgroups.
 import { execFile } from 'node:child_process';
 import { constants, existsSync } from 'node:fs';
-import { mkdir, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, rm, rmdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
@@ -89,6 +89,8 @@ export interface Sandbox {
   prepare(request: SandboxRequest): Promise<SandboxedLaunch>;
   /** Ends what an earlier run of this agent left: processes, cgroups, network namespaces. */
   cleanup(): Promise<void>;
+  /** Once its instances have ended: removes this agent's cgroup directories. */
+  close(): Promise<void>;
 }
 
 export interface Tools {
@@ -193,7 +195,11 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
     if (files.length + left.size) options.log.info({ sandboxes: files.length + left.size }, 'ended sandboxes left by an earlier run');
   }
 
-  return { prepare, cleanup };
+  async function close(): Promise<void> {
+    for (const base of layout.bases) await rmdir(base).catch(() => {}); // still holding an instance: kept
+  }
+
+  return { prepare, cleanup, close };
 }
 
 /**
