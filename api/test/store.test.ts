@@ -121,7 +121,7 @@ for (const backend of await backends()) {
         id: 'c1', nca_id: 'acme', name: 'one', group_id: 'g', group_name: 'group', description: '', cloud_provider: 'ON-PREM', region: 'here',
         authorized_nca_ids: ['*'], capabilities: ['a'], attributes: ['b', 'c'], agent_version: '0.1.0', agent_credential_hash: 'h',
         gpus: [{ name: 'L40', capacity: 2, instanceTypes: [{ name: 'x', default: true }] }], k8s_version: null, last_connected_at: null,
-        created_at: at, updated_at: at,
+        unisolated_reason: null, created_at: at, updated_at: at,
       };
       await clusters.insert(cluster);
       await clusters.update('c1', { gpus: [{ name: 'H100', instanceTypes: [{ name: 'y' }] }], updated_at: '2026-01-02T00:00:00.000Z' });

@@ -35,6 +35,8 @@ export interface AgentLinkOptions {
   stage?(request: StageRequest): Promise<void>;
   /** Called on each `welcome` (the control plane accepted this agent). */
   onWelcome?(welcome: Extract<ControlMessage, { type: 'welcome' }>): void;
+  /** Why instances here run without isolation (said in hello), when they do. */
+  unisolated?: string;
 }
 
 export interface AgentLink {
@@ -79,6 +81,7 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
       send({
         type: 'hello', agentVersion: options.agentVersion, runtime: options.agent.runtimeName, gpus: options.gpus,
         instances: options.agent.reports(), ...(options.tasks ? { tasks: options.tasks.reports() } : {}),
+        ...(options.unisolated ? { unisolated: options.unisolated } : {}),
       });
       pingTimer = setInterval(() => {
         if (!alive) return ws.terminate();

@@ -182,6 +182,11 @@ export const agentMessageSchema = z.discriminatedUnion('type', [
   z.object({
     type: z.literal('hello'), agentVersion: z.string(), runtime: z.string(), gpus: z.array(gpuOfferSchema),
     instances: z.array(instanceReportSchema), tasks: z.array(taskReportSchema).optional(),
+    /**
+     * Why this agent's instances run without isolation (no sandbox to be had here), so that only the
+     * cluster's own account may run them; absent when they are isolated.
+     */
+    unisolated: z.string().optional(),
   }),
   z.object({ type: z.literal('instance'), report: instanceReportSchema }),
   z.object({ type: z.literal('progress'), progress: progressReportSchema }),
@@ -191,7 +196,8 @@ export const agentMessageSchema = z.discriminatedUnion('type', [
 ]);
 
 export const controlMessageSchema = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('welcome'), clusterId: z.string(), clusterName: z.string() }),
+  /** ncaId: the account that owns the cluster (the only one an agent without isolation runs). */
+  z.object({ type: z.literal('welcome'), clusterId: z.string(), clusterName: z.string(), ncaId: z.string() }),
   z.object({ type: z.literal('desired'), instances: z.array(instanceSpecSchema) }),
   /**
    * The whole desired set of tasks by id, like `desired`; `specs` carries only the specs this link has not

@@ -10,7 +10,7 @@ import { httpAssetFetcher, stageAssets } from './assets.ts';
 import { discoverGpus } from './gpus.ts';
 import { connectAgentLink, type AgentLink } from './link.ts';
 import type { GpuOffer } from './protocol.ts';
-import type { Runtime } from './runtime.ts';
+import { UnstartableError, type Runtime } from './runtime.ts';
 import { startTaskRunner, type TaskRunner } from './task-runner.ts';
 import { httpResultUploader } from './task-results.ts';
 import { createDockerRuntime } from './runtimes/docker.ts';
@@ -39,19 +39,29 @@ export interface Worker {
   tasks: TaskRunner;
   gpus: GpuOffer[];
   link?: AgentLink;
-  /** Why this agent's instances run without isolation (only its cluster's own account may run here), or undefined. */
-  unisolated?: string;
+  isolation: Isolation;
   /** Closes the link, then stops every instance and task. */
   close(): Promise<void>;
 }
+
+/**
+ * How the agent's instances are kept apart: a sandbox (process runtime) or a container; none because this
+ * host cannot give one (`reason`), so only the cluster's own account runs here; or none on purpose (the
+ * sandbox turned off: development).
+ */
+export type Isolation = { kind: 'sandbox' | 'container' } | { kind: 'none'; reason: string } | { kind: 'off' };
 
 export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const log = options.log.child({ component: 'agent' });
   const stateDir = path.resolve(options.settings.stateDir ?? path.join(options.dataDir, 'agent'));
   const discovery = await discoverGpus(options.declaredGpus);
   log.info({ source: discovery.source, reason: discovery.reason, gpus: discovery.gpus.map((gpu) => `${gpu.name}x${gpu.capacity ?? '?'}`) }, 'GPUs');
-  const { runtime, unisolated } = await createRuntime(options, stateDir, log);
+  const { runtime: chosen, isolation } = await createRuntime(options, stateDir, log);
+  let owner: string | undefined;
+  const unisolated = isolation.kind === 'none' ? isolation.reason : undefined;
   if (unisolated) log.warn({ reason: unisolated }, 'instances run without a sandbox: only this cluster\'s own account may run here');
+  if (isolation.kind === 'off') log.warn('the sandbox is off: every account\'s instances run as this agent\'s user (development only)');
+  const runtime = unisolated ? ownAccountOnly(chosen, () => owner, unisolated) : chosen;
   const agent = await startAgent({
     runtime, stateDir, log,
     stopGraceMs: options.settings.stopGraceMs,
@@ -68,15 +78,16 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   });
   const server = options.link;
   const link = server && connectAgentLink({
-    ...server, agent, tasks, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log,
+    ...server, agent, tasks, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log, unisolated,
     stage: (request) => stageAssets(agent.outputDirOf(request.instanceId), request, httpAssetFetcher(server)),
+    onWelcome: (welcome) => { owner = welcome.ncaId; },
   });
   return {
     agent,
     tasks,
     gpus: discovery.gpus,
     link,
-    unisolated,
+    isolation,
     async close() {
       await link?.close();
       // A stopping agent does not wait out a task's own (long) grace period.
@@ -87,7 +98,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
 }
 
 /** The runtime the settings name; for the process runtime, its sandbox, or why it runs without one. */
-export async function createRuntime(options: WorkerOptions, stateDir: string, log: Logger): Promise<{ runtime: Runtime; unisolated?: string }> {
+export async function createRuntime(options: WorkerOptions, stateDir: string, log: Logger): Promise<{ runtime: Runtime; isolation: Isolation }> {
   const { settings } = options;
   const common = {
     advertiseHost: settings.advertiseHost, udpPortRange: settings.udpPortRange,
@@ -95,6 +106,7 @@ export async function createRuntime(options: WorkerOptions, stateDir: string, lo
   };
   if (settings.runtime === 'docker') {
     return {
+      isolation: { kind: 'container' },
       runtime: createDockerRuntime({
         ...common, socketPath: settings.dockerSocket ?? dockerSocketPath(), agentName: agentNameOf(stateDir),
         publishAddress: settings.dockerPublishAddress, gpus: settings.dockerGpus, pull: settings.dockerPull,
@@ -102,19 +114,37 @@ export async function createRuntime(options: WorkerOptions, stateDir: string, lo
     };
   }
   const catalogFile = path.resolve(settings.imageCatalog);
-  const opened = settings.sandbox === 'off' ? { unavailable: 'the sandbox is off (compute.agent.sandbox)' } : await openSandbox({
+  const unsandboxed = () => createProcessRuntime({ ...common, catalogFile, stateDir });
+  if (settings.sandbox === 'off') return { runtime: unsandboxed(), isolation: { kind: 'off' } };
+  const opened = await openSandbox({
     readOnly: settings.sandboxReadOnlyPaths?.map((dir) => path.resolve(dir)) ?? [REPOSITORY, path.dirname(catalogFile)],
     hidden: [stateDir, path.resolve(options.dataDir), ...(options.sandbox?.hidden ?? [])],
     subnet: settings.sandboxSubnet.split('/')[0], uidBase: settings.sandboxUidBase, doors: options.sandbox?.doors ?? [],
+    ...(isLoopback(settings.advertiseHost) ? {} : { advertise: settings.advertiseHost }),
     agentTag: agentNameOf(stateDir), stateDir, log,
   });
-  if ('unavailable' in opened && settings.sandbox === 'on') throw new Error(`compute.agent.sandbox is on, but ${opened.unavailable}`);
-  const sandbox = 'unavailable' in opened ? undefined : { sandbox: opened, limits: settings };
+  if (!('unavailable' in opened)) {
+    return { runtime: createProcessRuntime({ ...common, catalogFile, stateDir, sandbox: { sandbox: opened, limits: settings } }), isolation: { kind: 'sandbox' } };
+  }
+  if (settings.sandbox === 'on') throw new Error(`compute.agent.sandbox is on, but ${opened.unavailable}`);
+  return { runtime: unsandboxed(), isolation: { kind: 'none', reason: opened.unavailable } };
+}
+
+/** Without isolation, instances of other accounts than the cluster's own are refused (the control plane places none). */
+function ownAccountOnly(runtime: Runtime, owner: () => string | undefined, reason: string): Runtime {
   return {
-    runtime: createProcessRuntime({ ...common, catalogFile, stateDir, sandbox }),
-    ...('unavailable' in opened ? { unisolated: opened.unavailable } : {}),
+    ...runtime,
+    async start(spec, context) {
+      const account = owner();
+      if (spec.ncaId !== account) {
+        throw new UnstartableError(`this agent runs instances without a sandbox (${reason}): only account ${account ?? '(not yet known)'} may run here`);
+      }
+      return runtime.start(spec, context);
+    },
   };
 }
+
+const isLoopback = (host: string) => host === 'localhost' || host === '::1' || host.startsWith('127.');
 
 /** The repository this agent runs from: the samples and the modules they load. */
 const REPOSITORY = fileURLToPath(new URL('../../../', import.meta.url)).replace(/\/$/, '');

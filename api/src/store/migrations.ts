@@ -164,5 +164,10 @@ export function foundationMigrations(dialect: 'sqlite' | 'postgres'): Record<str
         await db.schema.alterTable('accounts').addColumn('max_asset_bytes', 'bigint', (c) => c.notNull().defaultTo(10 * 1024 ** 3)).execute();
       },
     },
+    '0009_cluster_isolation': {
+      async up(db: Kysely<any>) {
+        await db.schema.alterTable('clusters').addColumn('unisolated_reason', 'text').execute();
+      },
+    },
   };
 }

@@ -115,6 +115,8 @@ export interface ClustersTable {
   agent_credential_hash: string;
   k8s_version: string | null;
   last_connected_at: string | null;
+  /** Why the cluster's agent last said its instances run without isolation (only this account's run there); null when isolated. */
+  unisolated_reason: string | null;
   created_at: string;
   updated_at: string;
 }

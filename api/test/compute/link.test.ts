@@ -86,7 +86,7 @@ describe('agent link', () => {
     const spec = instanceSpec('local/echo');
     control.refuseNext = 1;
     control.onHello = (send) => {
-      send({ type: 'welcome', clusterId: 'cluster-1', clusterName: 'local' });
+      send({ type: 'welcome', clusterId: 'cluster-1', clusterName: 'local', ncaId: 'nca-test' });
       send({ type: 'desired', instances: [spec] });
     };
     const welcomes: string[] = [];

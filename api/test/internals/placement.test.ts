@@ -22,7 +22,7 @@ const cluster = (id: string, fields: Partial<ClusterRow> = {}): ClusterRow => ({
   id, nca_id: 'acct', name: `cluster-${id}`, group_id: 'g', group_name: 'group', description: '', cloud_provider: 'ON-PREM',
   region: 'here', authorized_nca_ids: [], capabilities: [], attributes: [], agent_version: '0.1.0', agent_credential_hash: id,
   gpus: [{ name: 'L40', capacity: 2, instanceTypes: [{ name: 'x' }] }], k8s_version: null, last_connected_at: null,
-  created_at: '', updated_at: '', ...fields,
+  unisolated_reason: null, created_at: '', updated_at: '', ...fields,
 });
 const instance = (id: string, fields: Partial<InstanceRow> = {}): InstanceRow => ({
   instance_id: id, nca_id: 'acct', function_id: 'f', version_id: 'v', cluster_id: 'c1', gpu_spec_id: 's1', gpu: 'L40',

@@ -219,6 +219,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
     const launch = await sandbox.prepare({
       instanceId: spec.instanceId, fileName: fileNameFor(spec.instanceId), command: image.command, cwd: image.entry.cwd,
       workDir: context.workDir, writable: writableDirsOf(spec, context.workDir), secretsFile: secretsFileOf(context.workDir), limits: limit,
+      ports: publishedPorts(ports),
     });
     let child: ChildProcess;
     try {
@@ -231,7 +232,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
     }
     const pid = child.pid!;
     return {
-      child, host: launch.address,
+      child, host: launch.host,
       exit: exitOf(child, () => void launch.signal('SIGKILL')),
       signal: (signal) => void launch.signal(signal, signal === 'SIGTERM' ? [pid] : []),
       async ended() {
@@ -360,4 +361,11 @@ function writableDirsOf(spec: InstanceSpec, workDir: string): string[] {
   if (spec.workload !== 'task') return [outputDirOf(workDir)];
   const paths = taskPaths(workDir);
   return [paths.resultsDir, paths.progressDir];
+}
+
+/** An instance's ports as the sandbox publishes them: its TCP ports, its UDP block. */
+function publishedPorts(ports: PortMap): { tcp: number[]; udp: number[] } {
+  const tcp = [...new Set([ports.inference, ports.health, ports.control ?? 0].filter(Boolean))];
+  const udp = ports.udpRange ? Array.from({ length: ports.udpRange[1] - ports.udpRange[0] + 1 }, (_, index) => ports.udpRange![0] + index) : [];
+  return { tcp, udp };
 }

@@ -6,11 +6,16 @@
 // opens towards the host except the gateway's public port (the "doors") and anything it would send on to
 // another sandbox or out of the host.
 //
+// An agent that advertises another address than loopback (a remote host) publishes each instance's ports
+// on the host instead: the table's maps translate a connection to any of the host's own addresses on
+// that port to the instance's address (nft DNAT), and forwarded traffic reaches a sandbox only so.
+//
 // Slot n of the subnet gives the namespace `svcs-<n>`, the host's interface `svcs<n>`, the host address
 // <subnet> + 4n + 1 and the instance's + 4n + 2. `ip netns add` is the claim: it fails when the name
 // exists, so agents sharing a host (several platforms on one machine) never hand out one slot twice.
 import { execFile } from 'node:child_process';
 import { randomInt } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -36,22 +41,59 @@ export const namespaceOf = (slot: number) => `${PREFIX}-${slot}`;
 
 /** The platform's firewall table, made or refreshed in one transaction (agents may run this at once), and the doors added. */
 export async function installFirewall(options: NetworkOptions, doors: number[]): Promise<void> {
+  const ours = `iifname "${PREFIX}*"`;
   const lines = [
     `add table inet ${TABLE}`,
     `add set inet ${TABLE} doors { type inet_service; }`,
+    ...['tcp', 'udp'].map((protocol) => `add map inet ${TABLE} ${protocol}_published { type inet_service : ipv4_addr; }`),
     `add chain inet ${TABLE} input { type filter hook input priority filter - 10; policy accept; }`,
     `add chain inet ${TABLE} forward { type filter hook forward priority filter - 10; policy accept; }`,
-    `flush chain inet ${TABLE} input`,
-    `flush chain inet ${TABLE} forward`,
+    `add chain inet ${TABLE} prerouting { type nat hook prerouting priority dstnat; policy accept; }`,
+    `add chain inet ${TABLE} output { type nat hook output priority -100; policy accept; }`,
+    ...['input', 'forward', 'prerouting', 'output'].map((chain) => `flush chain inet ${TABLE} ${chain}`),
     // Answers to connections the host opened (the gateway's requests, a browser's media) come back.
-    `add rule inet ${TABLE} input iifname "${PREFIX}*" ct state established,related accept`,
-    `add rule inet ${TABLE} input iifname "${PREFIX}*" tcp dport @doors accept`,
-    `add rule inet ${TABLE} input iifname "${PREFIX}*" drop`,
-    `add rule inet ${TABLE} forward iifname "${PREFIX}*" drop`,
+    `add rule inet ${TABLE} input ${ours} ct state established,related accept`,
+    `add rule inet ${TABLE} input ${ours} tcp dport @doors accept`,
+    `add rule inet ${TABLE} input ${ours} drop`,
+    `add rule inet ${TABLE} forward ${ours} ct state established,related accept`,
+    `add rule inet ${TABLE} forward ${ours} drop`,
+    `add rule inet ${TABLE} forward oifname "${PREFIX}*" ct status dnat accept`,
     `add rule inet ${TABLE} forward oifname "${PREFIX}*" drop`,
+    // Published ports: to any of the host's own addresses, from elsewhere or from the host itself.
+    ...['tcp', 'udp'].flatMap((protocol) => [
+      `add rule inet ${TABLE} prerouting fib daddr type local dnat ip to ${protocol} dport map @${protocol}_published`,
+      `add rule inet ${TABLE} output ip daddr != 127.0.0.0/8 fib daddr type local dnat ip to ${protocol} dport map @${protocol}_published`,
+    ]),
     ...(doors.length ? [`add element inet ${TABLE} doors { ${doors.join(', ')} }`] : []),
   ];
   await pipe(options.nft, ['-f', '-'], lines);
+}
+
+export interface Published {
+  tcp: number[];
+  udp: number[];
+}
+
+/** Publishes `ports` of the host on an instance's address (a port another instance holds fails). */
+export async function publish(options: NetworkOptions, address: string, ports: Published): Promise<void> {
+  const lines = (['tcp', 'udp'] as const).filter((protocol) => ports[protocol].length).map((protocol) =>
+    `add element inet ${TABLE} ${protocol}_published { ${ports[protocol].map((port) => `${port} : ${address}`).join(', ')} }`);
+  if (lines.length) await pipe(options.nft, ['-f', '-'], lines);
+}
+
+/** Takes published ports back; one by one when some are gone already (after a crash), so the rest still go. */
+export async function unpublish(options: NetworkOptions, ports: Published): Promise<void> {
+  const lines = (['tcp', 'udp'] as const).flatMap((protocol) =>
+    ports[protocol].map((port) => `delete element inet ${TABLE} ${protocol}_published { ${port} }`));
+  if (!lines.length) return;
+  await pipe(options.nft, ['-f', '-'], lines).catch(async () => {
+    for (const line of lines) await pipe(options.nft, ['-f', '-'], [line]).catch(() => {});
+  });
+}
+
+/** Forwarding on, which published ports need (a namespace's own setting; the host's, on a host). */
+export async function enableForwarding(): Promise<void> {
+  await writeFile('/proc/sys/net/ipv4/ip_forward', '1');
 }
 
 /** Claims a free slot and wires its namespace: the veth pair, both addresses, the instance's default route. */

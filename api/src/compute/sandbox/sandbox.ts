@@ -25,7 +25,9 @@ import type { Limits } from '../limits.ts';
 import { UnstartableError } from '../runtime.ts';
 import { bwrapArguments, isWithin } from './bwrap.ts';
 import { cgroupLayout, InstanceCgroup, leftoverCgroups, type CgroupLayout } from './cgroups.ts';
-import { createNetwork, installFirewall, removeNetwork, type NetworkOptions } from './network.ts';
+import {
+  createNetwork, enableForwarding, installFirewall, publish, removeNetwork, unpublish, type NetworkOptions, type Published,
+} from './network.ts';
 
 const run = promisify(execFile);
 
@@ -52,6 +54,8 @@ export interface SandboxOptions {
   uidBase: number;
   /** Host TCP ports a sandbox may open (the gateway's public port), beside answers to the host's connections. */
   doors: number[];
+  /** The address the agent advertises when it is not loopback: instances' ports are then published on the host. */
+  advertise?: string;
   /** Marks this agent's cgroups (its state dir's tag). */
   agentTag: string;
   stateDir: string;
@@ -69,14 +73,16 @@ export interface SandboxRequest {
   writable: string[];
   secretsFile: string;
   limits: Limits;
+  /** Its ports, published on the host when the agent advertises a host address. */
+  ports: Published;
 }
 
 export interface SandboxedLaunch {
   argv: string[];
   /** The environment the sandbox sets (HOME and TMPDIR on its own tmpfs). */
   env: Record<string, string>;
-  /** The instance's own address: it listens there, and the host reaches it there. */
-  address: string;
+  /** Where the invocation plane reaches it: its own address, or the advertised one where its ports are published. */
+  host: string;
   /** Signals every process of the instance but those in `spare` (bwrap's monitor, which would end without waiting). */
   signal(signal: NodeJS.Signals, spare?: number[]): Promise<void>;
   /** Whether the kernel killed a process of it for memory. */
@@ -102,7 +108,10 @@ export interface Tools {
   nft: string;
 }
 
-const recordSchema = z.object({ slot: z.number().int().min(0) });
+const recordSchema = z.object({
+  slot: z.number().int().min(0),
+  published: z.object({ tcp: z.array(z.number().int()), udp: z.array(z.number().int()) }).optional(),
+});
 
 /** A sandbox for this host, or why there can be none (one line for the banner). */
 export async function openSandbox(options: SandboxOptions): Promise<Sandbox | { unavailable: string }> {
@@ -117,6 +126,7 @@ export async function openSandbox(options: SandboxOptions): Promise<Sandbox | { 
     await run(tools.nsenter, ['-S', String(options.uidBase), '-G', String(options.uidBase), '--', tools.bwrap,
       '--unshare-user', '--unshare-pid', '--disable-userns', '--ro-bind', '/', '/', '--', '/bin/true']);
     await installFirewall(network, options.doors);
+    if (options.advertise) await enableForwarding();
   } catch (error) {
     return { unavailable: `the sandbox does not work on this host: ${firstLine(error)}` };
   }
@@ -139,12 +149,14 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
       throw error;
     });
     const uid = options.uidBase + net.slot;
+    const published = options.advertise ? request.ports : undefined;
     try {
       await mkdir(records, { recursive: true, mode: 0o700 });
-      await writeFile(recordOf(request.fileName), JSON.stringify({ slot: net.slot }), { mode: 0o600 });
+      await writeFile(recordOf(request.fileName), JSON.stringify({ slot: net.slot, published }), { mode: 0o600 });
+      if (published) await publish(network, net.address, published);
       await openToInstance(request);
     } catch (error) {
-      await releaseAll(cgroup, net.slot, request.fileName);
+      await releaseAll(cgroup, net.slot, request.fileName, published);
       throw error;
     }
     const sources = [request.workDir, ...request.writable];
@@ -159,15 +171,16 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
         tools.nsenter, `--net=/run/netns/${net.namespace}`, '-S', String(uid), '-G', String(uid), '--',
         tools.bwrap, ...bwrap, '--', ...request.command],
       env: { HOME: '/tmp', TMPDIR: '/tmp' },
-      address: net.address,
+      host: options.advertise ?? net.address,
       signal: (signal, spare) => cgroup.signal(signal, spare),
       outOfMemory: async () => (await cgroup.oomKills()) > 0,
-      release: () => releaseAll(cgroup, net.slot, request.fileName),
+      release: () => releaseAll(cgroup, net.slot, request.fileName, published),
     };
   }
 
-  async function releaseAll(cgroup: InstanceCgroup, slot: number, fileName: string): Promise<void> {
+  async function releaseAll(cgroup: InstanceCgroup, slot: number, fileName: string, published: Published | undefined): Promise<void> {
     await cgroup.remove();
+    if (published) await unpublish(network, published);
     await removeNetwork(network, slot);
     await rm(recordOf(fileName), { force: true });
   }
@@ -184,8 +197,8 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
       const fileName = file.slice(0, -'.json'.length);
       left.delete(fileName);
       try {
-        const { slot } = recordSchema.parse(JSON.parse(await readFile(path.join(records, file), 'utf8')));
-        await releaseAll(new InstanceCgroup(layout, fileName), slot, fileName);
+        const { slot, published } = recordSchema.parse(JSON.parse(await readFile(path.join(records, file), 'utf8')));
+        await releaseAll(new InstanceCgroup(layout, fileName), slot, fileName, published);
       } catch (error) {
         options.log.warn({ err: error, file }, 'unreadable sandbox record skipped');
         await rm(path.join(records, file), { force: true });

@@ -36,7 +36,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       if (!alive) return ws.terminate();
       alive = false;
       ws.ping();
-      if (greeted) void clusters.recordAgentContact(clusterId, []).catch(() => {});
+      if (greeted) void clusters.recordAgentContact(clusterId).catch(() => {});
     }, HEARTBEAT_MS);
     ws.on('pong', () => {
       alive = true;
@@ -54,10 +54,10 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
         greeted = true;
         const cluster = await clusters.findById(clusterId);
         if (!cluster) return ws.close(4404, 'cluster deregistered');
-        send({ type: 'welcome', clusterId, clusterName: cluster.name });
+        send({ type: 'welcome', clusterId, clusterName: cluster.name, ncaId: cluster.nca_id });
         log.info({ clusterId, runtime: message.runtime, agentVersion: message.agentVersion, instances: message.instances.length }, 'agent connected');
         staging.linked(clusterId, send);
-        await instances.agentConnected(cluster, channel, { gpus: message.gpus, instances: message.instances });
+        await instances.agentConnected(cluster, channel, { gpus: message.gpus, instances: message.instances, unisolated: message.unisolated });
         await tasks?.agentConnected(cluster, taskChannel, message.tasks ?? []);
       } else if (!greeted) {
         log.warn({ clusterId, type: message.type }, 'agent spoke before hello; ignored');

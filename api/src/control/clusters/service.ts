@@ -23,10 +23,13 @@ function groupId(ncaId: string, groupName: string): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-4${hex.slice(13, 16)}-8${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
 }
 
-/** Clusters an account may deploy to: its own, and those shared with it or with everyone. */
+/**
+ * Clusters an account may deploy to: its own, and those shared with it or with everyone, unless their
+ * agent runs instances without isolation (docs/security.md): those run only their own account's.
+ */
 export function usableBy(ncaId: string, row: ClusterRow): boolean {
   if (row.nca_id === ncaId) return true;
-  return row.authorized_nca_ids.includes('*') || row.authorized_nca_ids.includes(ncaId);
+  return !row.unisolated_reason && (row.authorized_nca_ids.includes('*') || row.authorized_nca_ids.includes(ncaId));
 }
 
 export interface GpuRequest {
@@ -92,7 +95,7 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
       authorized_nca_ids: input.authorizedNCAIds ?? [], capabilities: input.capabilities ?? [],
       attributes: input.attributes ?? [], gpus: input.gpus ?? [],
       agent_version: input.nvcaVersion ?? AGENT_VERSION, agent_credential_hash: hashSecret(agentCredential),
-      k8s_version: null, last_connected_at: null, created_at: at, updated_at: at,
+      k8s_version: null, last_connected_at: null, unisolated_reason: null, created_at: at, updated_at: at,
     };
     try {
       await repo.insert(row);
@@ -183,16 +186,23 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
     },
 
     /** The clusters able to run `request` for the account (see offers), in registration order. */
-    async offering(ncaId: string, request: GpuRequest): Promise<ClusterRow[]> {
-      return (await repo.listAll()).filter((row) => offers(ncaId, request, row));
+    /** Clusters that can run `request` for the account; `ignoringIsolation`: also those whose agent would refuse it for want of a sandbox. */
+    async offering(ncaId: string, request: GpuRequest, options: { ignoringIsolation?: boolean } = {}): Promise<ClusterRow[]> {
+      return (await repo.listAll()).filter((row) => offers(ncaId, request, options.ignoringIsolation ? { ...row, unisolated_reason: null } : row));
     },
 
     all: () => repo.listAll(),
     findById: (id: string) => repo.findById(id),
 
-    /** An agent said hello or is still there; GPUs it detected join those declared at registration. */
-    async recordAgentContact(id: string, detected: Gpu[]): Promise<void> {
-      const changes: Partial<ClusterRow> = { last_connected_at: now().toISOString() };
+    /**
+     * An agent said hello or is still there; GPUs it detected join those declared at registration, and a
+     * hello says whether its instances run without isolation (`unisolated`: why, or null).
+     */
+    async recordAgentContact(id: string, hello: { detected?: Gpu[]; unisolated?: string | null } = {}): Promise<void> {
+      const { detected = [] } = hello;
+      const changes: Partial<ClusterRow> = {
+        last_connected_at: now().toISOString(), ...(hello.unisolated !== undefined ? { unisolated_reason: hello.unisolated } : {}),
+      };
       if (detected.length) {
         const declared = (await repo.findById(id))?.gpus ?? [];
         changes.gpus = [...declared.filter((gpu) => !detected.some((found) => found.name === gpu.name)), ...detected];

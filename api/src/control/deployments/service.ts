@@ -45,12 +45,21 @@ export function createDeploymentsService(
     };
   }
 
-  /** Every specification must name a GPU and instance type some usable cluster offers. */
+  /**
+   * Every specification must name a GPU and instance type some usable cluster offers. One offered only by
+   * clusters whose agent runs instances without isolation, which run their own account's alone, is a
+   * conflict that says what the cluster lacks.
+   */
   async function assertOffered(ncaId: string, specs: CreateDeployment['deploymentSpecifications']) {
     const errors: InvalidField[] = [];
     for (const [index, spec] of specs.entries()) {
       const offering = await clusters.offering(ncaId, spec);
       if (offering.length > 0) continue;
+      const unisolated = (await clusters.offering(ncaId, spec, { ignoringIsolation: true }))[0];
+      if (unisolated) {
+        throw conflict(`Cluster '${unisolated.name}' runs instances without a sandbox (${unisolated.unisolated_reason}), so it runs only its own account's functions; `
+          + 'install bubblewrap and nftables and run its agent as root (docs/security.md), or deploy to another cluster');
+      }
       const where = [spec.backend && `cluster group '${spec.backend}'`, spec.clusters?.length && `clusters ${spec.clusters.join(', ')}`]
         .filter(Boolean).join(' and ');
       errors.push({

@@ -176,9 +176,9 @@ export class InstancesService {
   }
 
   /** An agent said hello: its link replaces an older one, its reports are folded in, and the next round sends it its set. */
-  async agentConnected(cluster: ClusterRow, channel: AgentChannel, hello: { gpus: Gpu[]; instances: InstanceReport[] }): Promise<void> {
+  async agentConnected(cluster: ClusterRow, channel: AgentChannel, hello: { gpus: Gpu[]; instances: InstanceReport[]; unisolated?: string }): Promise<void> {
     if (this.#agents.connect(cluster.id, channel)) this.#log.info({ clusterId: cluster.id }, 'agent reconnected; the older link is dropped');
-    await this.#options.clusters.recordAgentContact(cluster.id, hello.gpus);
+    await this.#options.clusters.recordAgentContact(cluster.id, { detected: hello.gpus, unisolated: hello.unisolated ?? null });
     for (const report of hello.instances) await this.#apply(cluster.id, report);
     await this.reconcile();
   }
