@@ -1,11 +1,15 @@
 // The docker runtime against a real engine: podman's Docker-compatible API (helpers/podman.ts) running the
 // project's images (npm run images). Containers are created, started, published, health-checked, invoked,
 // stopped and removed for real; exit codes and logs come from real processes; pulls go through the engine
-// to a registry (a stand-in: none is reachable here) that checks the credential the engine presents.
+// to a registry (a stand-in: none is reachable here) that checks the credential the engine presents. The
+// sandbox is probed from inside by a hostile tenant's script (fixtures/sandbox-probe.cjs): its user
+// namespace, capabilities, files, limits and network, and gVisor's runsc as the engine's runtime.
 import assert from 'node:assert/strict';
 import dgram from 'node:dgram';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
+import { copyFile, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import net from 'node:net';
+import { networkInterfaces } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { DEFAULT_PROBE_SETTINGS, healthTarget, waitUntilHealthy } from '../../src/compute/health.ts';
@@ -13,12 +17,13 @@ import { outputDirOf, prepareInstance } from '../../src/compute/instance-env.ts'
 import type { InstanceSpec } from '../../src/compute/protocol.ts';
 import { UnstartableError, type RuntimeInstance } from '../../src/compute/runtime.ts';
 import { createDockerRuntime, type DockerRuntimeOptions } from '../../src/compute/runtimes/docker.ts';
-import { containersLabelled, image, needsPodman, removeContainers, startEngine, type Engine } from '../helpers/podman.ts';
+import { containersLabelled, image, needsPodman, removeAgentLeftovers, startEngine, type Engine } from '../helpers/podman.ts';
 import { RegistryStandIn } from './fixtures/registry.ts';
 import { captureLog, eventually, freeUdpRange, instanceSpec, postJson, streamingSpec, tempDir } from './helpers.ts';
 
 const skip = needsPodman([image('echo'), image('slow'), image('streaming-app')], 'the docker runtime against podman');
 const AGENT = `podman-test-${process.pid}`;
+const PROBE = new URL('./fixtures/sandbox-probe.cjs', import.meta.url);
 
 describe('docker runtime on podman', { skip }, () => {
   const { log } = captureLog();
@@ -41,6 +46,19 @@ describe('docker runtime on podman', { skip }, () => {
     return { instance, workDir, url: `http://${instance.endpoint.host}:${instance.endpoint.ports.inference}` };
   }
 
+  /** The probe as the instance's program (copied where the container can read it), started and healthy. */
+  async function startProbe(overrides: Partial<InstanceSpec> = {}, options: Partial<DockerRuntimeOptions> = {}) {
+    const spec = instanceSpec(image('echo'), overrides);
+    const outputDir = outputDirOf(path.join(state.dir, 'instances', spec.instanceId));
+    await mkdir(outputDir, { recursive: true });
+    await copyFile(PROBE, path.join(outputDir, 'probe.cjs'));
+    spec.containerArgs = `node ${path.join(outputDir, 'probe.cjs')}`;
+    const started = await start(spec, options);
+    await healthy(spec, started.instance);
+    const ask = async (query: string): Promise<any> => (await fetch(`${started.url}${query}`)).json();
+    return { ...started, spec, ask };
+  }
+
   async function healthy(spec: InstanceSpec, instance: RuntimeInstance) {
     const result = await waitUntilHealthy(healthTarget(spec.health, instance.endpoint), 30_000, DEFAULT_PROBE_SETTINGS, new AbortController().signal);
     assert.equal(result.outcome, 'healthy', `${spec.containerImage} became healthy: ${JSON.stringify(result)}`);
@@ -58,7 +76,7 @@ describe('docker runtime on podman', { skip }, () => {
 
   after(async () => {
     await Promise.all(started.map((instance) => instance.stop(1000)));
-    if (engine) await removeContainers(engine, `svc.agent=${AGENT}`);
+    if (engine) await removeAgentLeftovers(engine, AGENT);
     await engine?.close();
     await registry.close();
     await state?.remove();
@@ -82,7 +100,9 @@ describe('docker runtime on podman', { skip }, () => {
     }
     assert.equal(inspect.Config.Labels['svc.agent'], AGENT);
     assert.equal(inspect.Config.User, 'node', "the image's own non-root user");
-    assert.ok(inspect.Mounts.some((mount: any) => mount.Source === workDir && mount.Destination === workDir), 'the work dir at the same path');
+    const mounts = inspect.Mounts.map((mount: any) => [mount.Source, mount.Destination, mount.RW]).sort();
+    assert.deepEqual(mounts, [[`${workDir}/requests`, `${workDir}/requests`, true], [`${workDir}/secrets.json`, `${workDir}/secrets.json`, false]],
+      'the request directories and the secrets file (read-only) at their host paths, never the whole work dir');
 
     const echoed = await postJson(`${url}/echo`, { hello: 'container' }, { 'svc-reqid': 'r-1' });
     assert.equal(echoed.status, 200);
@@ -184,4 +204,134 @@ describe('docker runtime on podman', { skip }, () => {
     assert.ok(await containerOf(theirs), "another agent's container stays");
     await other.instance.stop(1000);
   });
+  test("a container's root is not the host's: a uid range of its own; it reads its secrets, writes its request directory, and sees nothing else of the work dir", async () => {
+    const { ask, workDir } = await startProbe({ secrets: [{ name: 'API_KEY', value: 'sk-1' }] });
+    await writeFile(path.join(workDir, 'output.log'), 'the agent keeps this');
+    const facts = await ask('/facts');
+    assert.equal(facts.uid, 1000, "the image's user");
+    assert.equal(facts.uidMap[0], 0);
+    assert.ok(facts.uidMap[1] >= 65536, `container uid 0 is host uid ${facts.uidMap[1]}, outside the host's own users`);
+    assert.deepEqual(facts.secrets, { API_KEY: 'sk-1' }, 'the secrets file is readable');
+    assert.equal(facts.secretsWrite, 'EROFS', 'and read-only');
+    assert.deepEqual(facts.workDir, ['requests', 'secrets.json'], 'nothing else of the work dir');
+    assert.equal(facts.requestWrite, 'ok');
+    const owner = (await stat(path.join(workDir, 'requests', 'probe-owner'))).uid;
+    assert.equal(owner, facts.uidMap[1] + 1000, 'what it writes belongs to its mapped uid on the host');
+  });
+
+  test("no capabilities, no privilege escalation, the engine's seccomp filter; memory and pids capped from the instance type and the agent's defaults", async () => {
+    const { ask, instance, spec } = await startProbe({ resources: { memoryBytes: 96 * 2 ** 20, cpuCores: 0.5 } }, {
+      limits: { defaultMemory: 2 ** 30, defaultCpuCores: 1, pidsLimit: 32 },
+    });
+    const facts = await ask('/facts');
+    assert.deepEqual([facts.capEff, facts.noNewPrivs, facts.seccomp], ['0000000000000000', '1', '2']);
+    const host = (await engine.call('GET', `/containers/${(await containerOf(spec))!.Id}/json`)).body.HostConfig;
+    assert.deepEqual([host.Memory, host.PidsLimit, host.NanoCpus || host.CpuQuota * 1e4], [96 * 2 ** 20, 32, 5e8]);
+    const spawned = await ask('/spawn?count=64');
+    assert.ok(spawned < 32, `at most 32 processes at once (started ${spawned} more)`);
+    await fetch(`http://${instance.endpoint.host}:${instance.endpoint.ports.inference}/allocate?mb=512`).catch(() => undefined);
+    // podman on cgroup v1 does not say OOMKilled (docs/containers.md), so the report says "exited with code 137" here.
+    assert.equal((await instance.exited).code, 137, 'killed by the kernel at its memory cap');
+  });
+
+  test('a read-only root when asked (dockerReadOnlyRoot): /tmp is a tmpfs, the mounts still work', async () => {
+    const { ask } = await startProbe({}, { readOnlyRoot: true });
+    const facts = await ask('/facts');
+    assert.deepEqual([facts.homeWrite, facts.tmpWrite, facts.requestWrite], ['EROFS', 'ok', 'ok']);
+    const writable = await startProbe();
+    assert.equal((await writable.ask('/facts')).homeWrite, 'ok', 'writable by default');
+  });
+
+  test("accounts' networks: one account's container reaches neither another's nor the host's listeners, only the allowed door; the platform reaches both", async () => {
+    const door = await listener();
+    const other = await listener();
+    const options = { hostPorts: [door.port] };
+    const a = await startProbe({ ncaId: `acct-a-${process.pid}` }, options);
+    const b = await startProbe({ ncaId: `acct-b-${process.pid}` }, options);
+    const networkOf = async (spec: InstanceSpec) => {
+      const settings = (await engine.call('GET', `/containers/${(await containerOf(spec))!.Id}/json`)).body.NetworkSettings.Networks;
+      const [name, network] = Object.entries(settings)[0] as [string, { IPAddress: string; Gateway: string }];
+      return { name, ...network };
+    };
+    const [netA, netB] = [await networkOf(a.spec), await networkOf(b.spec)];
+    assert.notEqual(netA.name, netB.name, 'a network per account');
+    const labels = (await engine.call('GET', `/networks/${netA.name}`)).body.Labels;
+    assert.deepEqual([labels['svc.agent'], labels['svc.account']], [AGENT, a.spec.ncaId]);
+
+    const hostAddress = Object.entries(networkInterfaces())
+      .filter(([name]) => !/^(lo|svc|podman|veth|cni|docker|br-)/.test(name))
+      .flatMap(([, addresses]) => addresses ?? []).find((address) => address.family === 'IPv4' && !address.internal)?.address;
+    const targets = [[netB.IPAddress, 8000, "B's container"], [netA.Gateway, other.port, 'a host listener on the bridge'],
+      ...(hostAddress ? [[hostAddress, other.port, `a host listener on ${hostAddress}`]] : [])] as const;
+    for (const [host, port, what] of targets) {
+      assert.notEqual(await a.ask(`/connect?host=${host}&port=${port}`), 'connected', `A cannot reach ${what}`);
+    }
+    assert.equal(await a.ask(`/connect?host=${netA.Gateway}&port=${door.port}`), 'connected', 'the door stays open');
+    assert.equal(await b.ask(`/connect?host=${netA.IPAddress}&port=8000`), 'ECONNREFUSED', "nor B A's");
+    for (const probe of [a, b]) assert.equal((await fetch(`${probe.url}/health`)).status, 200, 'published ports still serve the platform');
+
+    await Promise.all([a.instance.stop(1000), b.instance.stop(1000)]);
+    door.server.close();
+    other.server.close();
+    await runtime().cleanup!();
+    const filters = encodeURIComponent(JSON.stringify({ label: [`svc.agent=${AGENT}`] }));
+    assert.deepEqual((await engine.call('GET', `/networks?filters=${filters}`)).body, [], "cleanup removes the agent's unused networks");
+  });
 });
+
+const runscSkip = skip || (!process.env.CI && !existsSync('/usr/bin/runsc') && (console.log('# skipping gVisor: needs runsc (Debian package runsc)'), true));
+
+describe('docker runtime on podman with gVisor (runsc)', { skip: runscSkip }, () => {
+  const { log } = captureLog();
+  let gvisor: Engine;
+  let runcEngine: Engine;
+  let state: Awaited<ReturnType<typeof tempDir>>;
+  const agentName = `${AGENT}-gvisor`;
+
+  before(async () => {
+    // This runsc (2022) takes every network namespace for the host's on kernels where net.core.rmem_default
+    // is per namespace and refuses it; --network=host makes it use the container's own namespace as is.
+    gvisor = await startEngine({ runtime: { name: 'runsc', command: ['/usr/bin/runsc', '--network=host'] } });
+    runcEngine = await startEngine();
+    state = await tempDir('gvisor');
+  });
+
+  after(async () => {
+    if (gvisor) await removeAgentLeftovers(gvisor, agentName);
+    await gvisor?.close();
+    await runcEngine?.close();
+    await state?.remove();
+  });
+
+  async function start(engine: Engine) {
+    const spec = instanceSpec(image('echo'), { ncaId: `acct-g-${process.pid}` });
+    const outputDir = outputDirOf(path.join(state.dir, 'instances', spec.instanceId));
+    await mkdir(outputDir, { recursive: true });
+    await copyFile(PROBE, path.join(outputDir, 'probe.cjs'));
+    spec.containerArgs = `node ${path.join(outputDir, 'probe.cjs')}`;
+    const workDir = path.dirname(outputDir);
+    const { env } = await prepareInstance(spec, workDir);
+    // runsc refuses a user namespace of podman's (its sandbox: "error converting mounts"): gVisor's own kernel is the boundary.
+    const runtime = createDockerRuntime({ socketPath: engine.socketPath, agentName, ociRuntime: 'runsc', userns: 'engine', log });
+    return { spec, instance: await runtime.start(spec, { workDir, env, log }) };
+  }
+
+  test("an instance under runsc: its port published, served through it, gVisor's kernel inside; an engine on another runtime refuses it", async () => {
+    const { spec, instance } = await start(gvisor);
+    const result = await waitUntilHealthy(healthTarget(spec.health, instance.endpoint), 60_000, DEFAULT_PROBE_SETTINGS, new AbortController().signal);
+    assert.equal(result.outcome, 'healthy');
+    const facts: any = await (await fetch(`http://${instance.endpoint.host}:${instance.endpoint.ports.inference}/facts`)).json();
+    assert.equal(facts.kernel, '4.4.0', "gVisor's kernel, not the host's");
+    assert.deepEqual([facts.capEff, facts.requestWrite, facts.secrets], ['0000000000000000', 'ok', {}]);
+    await instance.stop(2000);
+
+    await assert.rejects(start(runcEngine), (error: Error) => error instanceof UnstartableError && /runs runc, not runsc/.test(error.message));
+  });
+});
+
+/** A TCP listener on all of the host's addresses. */
+async function listener(): Promise<{ server: net.Server; port: number }> {
+  const server = net.createServer((socket) => socket.end());
+  await new Promise<void>((resolve) => server.listen(0, '0.0.0.0', resolve));
+  return { server, port: (server.address() as net.AddressInfo).port };
+}

@@ -1,8 +1,9 @@
 // The docker runtime against a stand-in of Docker's daemon on a unix socket (fixtures/docker-engine.ts):
-// the exact Engine API requests (pull auth, env, port bindings, labels, mounts), published ports in the
-// endpoint, demultiplexed logs, exit, stop, removal, cleanup, and an agent's bounded starts when the engine
-// is gone. Fast and exact about what is sent; the same runtime against a real engine (podman) is
-// docker-podman.test.ts.
+// the exact Engine API requests (pull auth, env, port bindings, labels, mounts, the sandbox's fields),
+// published ports in the endpoint, demultiplexed logs, exit, an out-of-memory kill as dockerd reports it,
+// stop, removal, cleanup, and an agent's bounded starts when the engine is gone. Fast and exact about what
+// is sent; the same runtime against a real engine (podman), account networks and their firewall included,
+// is docker-podman.test.ts.
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
@@ -25,11 +26,11 @@ describe('docker runtime', () => {
   let runtime: Runtime;
   let udpPool: [number, number];
 
-  async function start(spec: InstanceSpec) {
+  async function start(spec: InstanceSpec, on: Runtime = runtime) {
     const workDir = path.join(state.dir, 'instances', spec.instanceId);
     await mkdir(workDir, { recursive: true });
     const { env } = await prepareInstance(spec, workDir);
-    return { instance: await runtime.start(spec, { workDir, env, log }), workDir };
+    return { instance: await on.start(spec, { workDir, env, log }), workDir };
   }
 
   before(async () => {
@@ -37,7 +38,7 @@ describe('docker runtime', () => {
     engine = new DockerEngineStandIn(path.join(state.dir, 'docker.sock'));
     await engine.listen();
     udpPool = await freeUdpRange(4);
-    runtime = createDockerRuntime({ socketPath: engine.socketPath, agentName: 'agent-a', udpPortRange: udpPool, udpPortsPerInstance: 4, pull: 'always', log });
+    runtime = createDockerRuntime({ socketPath: engine.socketPath, agentName: 'agent-a', udpPortRange: udpPool, udpPortsPerInstance: 4, pull: 'always', network: 'engine', log });
   });
 
   after(async () => {
@@ -76,7 +77,16 @@ describe('docker runtime', () => {
     assert.deepEqual(body.HostConfig.PortBindings, {
       '8000/tcp': [{ HostIp: '127.0.0.1', HostPort: '' }], '9000/tcp': [{ HostIp: '127.0.0.1', HostPort: '' }],
     });
-    assert.deepEqual(body.HostConfig.Binds, [`${workDir}:${workDir}`]);
+    assert.deepEqual(body.HostConfig.Binds, [`${workDir}/secrets.json:${workDir}/secrets.json:ro`, `${workDir}/requests:${workDir}/requests:rw`],
+      'the secrets file and the request directories, never the whole work dir');
+    assert.equal(body.HostConfig.UsernsMode, 'auto:size=65536', 'a host uid range of its own');
+    assert.deepEqual(body.HostConfig.CapDrop, ['ALL']);
+    assert.deepEqual(body.HostConfig.SecurityOpt, ['no-new-privileges'], 'no seccomp=unconfined: the engine keeps its default profile');
+    assert.equal(body.HostConfig.Privileged, undefined);
+    assert.deepEqual([body.HostConfig.Memory, body.HostConfig.MemorySwap, body.HostConfig.NanoCpus, body.HostConfig.PidsLimit],
+      [4 * 2 ** 30, 4 * 2 ** 30, 2e9, 1024], "the agent's defaults where the instance type grants nothing");
+    assert.equal(body.HostConfig.ReadonlyRootfs, undefined, 'a read-only root is opt-in');
+    assert.equal(body.HostConfig.Runtime, undefined, "the engine's own OCI runtime");
     assert.deepEqual(body.Labels, {
       'svc.agent': 'agent-a', 'svc.instance': spec.instanceId, 'svc.function': spec.functionId, 'svc.function-version': spec.functionVersionId,
     });
@@ -140,7 +150,7 @@ describe('docker runtime', () => {
 
   test("cleanup() removes this agent's leftover containers and no others", async () => {
     const mine = await start(instanceSpec('app:1'));
-    const otherAgent = createDockerRuntime({ socketPath: engine.socketPath, agentName: 'agent-b', udpPortRange: udpPool, log });
+    const otherAgent = createDockerRuntime({ socketPath: engine.socketPath, agentName: 'agent-b', udpPortRange: udpPool, network: 'engine', log });
     const workDir = path.join(state.dir, 'instances', 'other');
     await mkdir(workDir, { recursive: true });
     const otherSpec = instanceSpec('app:1');
@@ -175,7 +185,7 @@ describe('docker runtime', () => {
     const gone = new DockerEngineStandIn(path.join(state.dir, 'gone.sock'));
     await gone.listen();
     const agent = await startAgent({
-      runtime: createDockerRuntime({ socketPath: gone.socketPath, agentName: 'agent-gone', log }), stateDir: path.join(state.dir, 'gone-agent'), log,
+      runtime: createDockerRuntime({ socketPath: gone.socketPath, agentName: 'agent-gone', network: 'engine', log }), stateDir: path.join(state.dir, 'gone-agent'), log,
       backoff: { initialMs: 10, maxMs: 20 },
     });
     await gone.close();
@@ -187,6 +197,47 @@ describe('docker runtime', () => {
     assert.equal(reports.states(spec.instanceId).filter((state) => state === 'RESTARTING').length, START_ATTEMPTS - 1);
     assert.match(reports.all.find((report) => report.state === 'RESTARTING')!.message!, /^start failed: container engine at/);
     await agent.stop();
+  });
+
+  test("an instance type's grant caps the container; read-only root and OCI runtime as set; a container killed for memory says so", async () => {
+    const hardened = createDockerRuntime({
+      socketPath: engine.socketPath, agentName: 'agent-a', network: 'engine', readOnlyRoot: true, ociRuntime: 'runsc',
+      limits: { defaultMemory: 2 ** 30, defaultCpuCores: 1, pidsLimit: 64 }, log,
+    });
+    const agent = await startAgent({ runtime: hardened, stateDir: path.join(state.dir, 'oom-agent'), log, backoff: { initialMs: 10_000, maxMs: 10_000 } });
+    const reports = new ReportLog(agent);
+    const spec = instanceSpec('app:1', { resources: { memoryBytes: 512 * 2 ** 20, cpuCores: 0.5 } });
+    agent.applyDesired([spec]);
+    const container = await eventually(() => [...engine.containers.values()].find((c) => c.running && c.body.Labels['svc.instance'] === spec.instanceId), 'its container running');
+    const { body } = container;
+    assert.deepEqual([body.HostConfig.Memory, body.HostConfig.MemorySwap, body.HostConfig.NanoCpus, body.HostConfig.PidsLimit], [512 * 2 ** 20, 512 * 2 ** 20, 5e8, 64]);
+    assert.equal(body.HostConfig.ReadonlyRootfs, true);
+    assert.deepEqual(body.HostConfig.Tmpfs, { '/tmp': 'rw,nosuid,nodev,mode=1777' });
+    assert.equal(body.HostConfig.Runtime, 'runsc');
+
+    engine.exit(container.id, 137, true);
+    const killed = await reports.waitFor((report) => report.instanceId === spec.instanceId && report.state === 'RESTARTING', 'the restart after the kill');
+    assert.equal(killed.message, 'killed: out of memory (limit 512 MiB)');
+    assert.equal(killed.exitCode, 137);
+    await agent.stop();
+  });
+
+  test('an engine that runs another OCI runtime than dockerRuntime (podman ignores HostConfig.Runtime) cannot start the instance', async () => {
+    const podmanLike = new DockerEngineStandIn(path.join(state.dir, 'podman-like.sock'));
+    podmanLike.honoursRuntime = false;
+    await podmanLike.listen();
+    try {
+      const wanted = createDockerRuntime({ socketPath: podmanLike.socketPath, agentName: 'agent-a', network: 'engine', ociRuntime: 'runsc', log });
+      await assert.rejects(start(instanceSpec('app:1'), wanted), (error: Error) =>
+        error instanceof UnstartableError && /runs runc, not runsc \(dockerRuntime\)/.test(error.message));
+      assert.equal(podmanLike.containers.size, 0, 'the created container is removed');
+      assert.equal(podmanLike.calls('POST', /\/start$/).length, 0, 'never started');
+      podmanLike.defaultRuntime = 'runsc'; // the engine's own default (containers.conf runtime = "runsc")
+      const { instance } = await start(instanceSpec('app:1'), wanted);
+      await instance.stop(1000);
+    } finally {
+      await podmanLike.close();
+    }
   });
 
   test('frames of the multiplexed log stream survive any chunking', () => {

@@ -176,7 +176,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
     let ended = false;
     const exited = waitForExit(containerId).then(async (exit) => {
       ended = true;
-      const status = await killedForMemory(containerId) ? { ...exit, signal: outOfMemory(limits) } : exit;
+      const status = await killedForMemory(containerId) ? { ...exit, reason: outOfMemory(limits) } : exit;
       // A container that ends at once may end before its logs were asked for: removed first, they would be lost.
       await Promise.race([logsRead, sleep(LOGS_AFTER_EXIT_MS, undefined, { ref: false })]);
       await api.call('DELETE', `/containers/${containerId}`, { query: { force: true } })
