@@ -10,7 +10,7 @@ import { createAccountsService } from './control/accounts/service.ts';
 import { healthRoutes } from './control/health/routes.ts';
 import { createHealthService } from './control/health/service.ts';
 import { createSettingsRepo } from './control/installation/repo.ts';
-import { ensureBootstrapSecret, ensureLocalCluster, ensureSealedSecret, loadSecretBox } from './control/installation/service.ts';
+import { ensureLocalCluster, ensureSealedSecret, loadBootstrapSecret, loadSecretBox } from './control/installation/service.ts';
 import { createClustersRepo } from './control/clusters/repo.ts';
 import { clusterRoutes } from './control/clusters/routes.ts';
 import { createClustersService } from './control/clusters/service.ts';
@@ -63,7 +63,7 @@ import { ensurePrivateDir } from './store/store.ts';
 import { leanServer } from './http/lean.ts';
 import { Problem } from './domain/problem.ts';
 import { rejectUpgrade } from './http/upgrade.ts';
-import { createMetrics, metricsRoute } from './http/metrics.ts';
+import { createMetrics, listensOnLoopbackOnly, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
@@ -74,8 +74,11 @@ export interface Platform {
   url: string;
   port: number;
   hosts: { api: string; keys: string; invocation: string };
-  /** Present only on the first start of an installation: print it once. */
+  /** Present while it works (not used yet, not expired): print it. */
   bootstrapSecret?: string;
+  bootstrapExpiresAt: string;
+  /** The bearer GET /metrics wants when the platform generated it (the gateway is off loopback, no metrics.token). */
+  metricsToken?: string;
   adminSigningKeyFile: string;
   samples: DeployedSample[];
   /** With samples: the streaming sample and a key the demo proxy invokes it with. */
@@ -113,19 +116,19 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const accounts = createAccountsService(createAccountsRepo(store.db), now);
     const { account } = await accounts.ensureBootstrapAccount(config.api.accountBootstrap);
 
-    const bootstrap = await ensureBootstrapSecret(settings, startedAt);
+    const bootstrap = await loadBootstrapSecret(settings, box, now);
     const tokenKey = await loadTokenKey(settings, box, startedAt);
     const adminSigningKeyFile = config.admin.signingKeyFile ?? path.join(config.store.dataDir, 'admin-signing-key.pem');
     const adminKey = await loadAdminKey(adminSigningKeyFile, { create: !config.admin.signingKeyFile });
 
     const keysRepo = createKeysRepo(store.db);
     const verifier = createCredentialVerifier({
-      repo: keysRepo, tokenKey, adminKey, bootstrapSecretHash: bootstrap.hash,
+      repo: keysRepo, tokenKey, adminKey, bootstrap,
       serviceId: config.keys.serviceId, recheckMs: config.keys.recheckMs, now: () => now().getTime(),
     });
     const keys = createKeyService({
       repo: keysRepo, accounts, tokenKey, serviceId: config.keys.serviceId, defaultAccountId: account.ncaId,
-      tokenLifetimeSeconds: config.keys.tokenLifetimeSeconds, now,
+      tokenLifetimeSeconds: config.keys.tokenLifetimeSeconds, spendBootstrap: bootstrap.spend, now,
     });
     const clusters = createClustersService(createClustersRepo(store.db, log), now);
     const localCluster = config.compute.localCluster.enabled
@@ -144,6 +147,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     assets.start(60_000, (error) => log.warn({ err: error }, 'could not sweep expired asset uploads'));
     closers.push(() => assets.stop());
     const metrics = createMetrics();
+    // Off loopback, /metrics (every account's ids) always wants a bearer: the configured one or one made here.
+    const generatedMetricsToken = config.metrics.token || listensOnLoopbackOnly(config.gateway.host)
+      ? undefined : await ensureSealedSecret(settings, box, 'metrics.token', startedAt);
     const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
     const eventLoop = watchEventLoop(config.guard);
     closers.push(() => eventLoop.stop());
@@ -218,7 +224,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       // The hot path first: Express tries routes in order.
       ...invocationRoutes(invocation, resolver, invocationOptions),
       ...healthRoutes(health),
-      metricsRoute(metrics, config.metrics),
+      metricsRoute(metrics, { token: config.metrics.token ?? generatedMetricsToken }),
       whoamiRoute(),
       ...accountRoutes(accounts, config.api.accountBootstrap.limits),
       ...functionRoutes(functions),
@@ -287,7 +293,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       turn: turn.kind,
       port,
       hosts: gateway.hosts,
-      bootstrapSecret: bootstrap.secret,
+      bootstrapSecret: bootstrap.unused,
+      bootstrapExpiresAt: bootstrap.expiresAt,
+      metricsToken: generatedMetricsToken,
       adminSigningKeyFile,
       async close() {
         await closeAll();

@@ -138,7 +138,7 @@ describe('svc CLI against a running `svc serve`', () => {
   test('failures are one line and a non-zero exit', async () => {
     const badSecret = await svc(['init', '--secret', 'svcboot-wrong'], env);
     assert.equal(badSecret.code, 1);
-    assert.equal(badSecret.stderr.trim(), 'svc init: POST /v1/admin/keys failed (401): Invalid bootstrap secret');
+    assert.equal(badSecret.stderr.trim(), 'svc init: POST /v1/admin/keys failed (401): Invalid bootstrap secret, or one already used or expired (docs/security.md)');
     const badLimit = await svc(['account', 'set-limits', '--max-telemetries', '51'], env);
     assert.equal(badLimit.code, 1);
     assert.match(badLimit.stderr.trim(), /^svc account set-limits: .*maxTelemetriesAllowed.*$/);

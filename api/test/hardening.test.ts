@@ -1,15 +1,18 @@
 // The control plane against a hostile tenant and a careless host (issue 25, item 4): the files it keeps are
 // its user's alone, bad input is a 400 naming its field on both stores, and an upload cannot fill the disk.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { chmodSync, mkdirSync, readdirSync, statSync } from 'node:fs';
 import { connect } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
 import { backends, createDatabase } from './helpers/databases.ts';
 import { FUZZ_CONFIG, fuzz, fuzzTarget } from './helpers/fuzz.ts';
 import { request, type TestResponse } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 
+const run = promisify(execFile);
 const modeOf = (file: string) => statSync(file).mode & 0o777;
 
 /** Every file under `dir`, however deep. */
@@ -296,3 +299,75 @@ for (const backend of await backends()) {
     });
   });
 }
+
+describe('the bootstrap secret works once, for a day at most, and is printed only while it works', () => {
+  const mint = (svc: TestPlatform, bearer: string) => svc.keys('POST', '/v1/admin/keys', { bearer, body: {} });
+
+  test('the first management token spends it, also when two ask at once; an admin token still mints', async () => {
+    const svc = await startTestPlatform();
+    try {
+      assert.match(svc.platform.bootstrapSecret ?? '', /^svcboot-/);
+      const both = await Promise.all([mint(svc, svc.bootstrapSecret), mint(svc, svc.bootstrapSecret)]);
+      assert.deepEqual(both.map((answer) => answer.status).sort(), [200, 401]);
+      const again = await mint(svc, svc.bootstrapSecret);
+      assert.equal(again.status, 401);
+      assert.match(again.body.detail, /already used or expired/);
+      await svc.restart();
+      assert.equal(svc.platform.bootstrapSecret, undefined, 'not printed once used');
+      assert.equal((await mint(svc, svc.bootstrapSecret)).status, 401, 'still spent after a restart');
+      assert.equal((await mint(svc, await svc.adminToken())).status, 200, 'the operator\'s way in from then on');
+    } finally {
+      await svc.close();
+    }
+  });
+
+  test('unused, it is printed again at the next start; after 24 hours it is refused and no longer printed', async () => {
+    const svc = await startTestPlatform();
+    try {
+      await svc.restart();
+      assert.equal(svc.platform.bootstrapSecret, svc.bootstrapSecret);
+      svc.advance(24 * 3600 * 1000 + 1000);
+      assert.equal((await mint(svc, svc.bootstrapSecret)).status, 401);
+      await svc.restart();
+      assert.equal(svc.platform.bootstrapSecret, undefined);
+    } finally {
+      await svc.close();
+    }
+  });
+});
+
+describe('/metrics: open on loopback only; off loopback it wants a bearer, generated once when none is configured', () => {
+  test('a gateway on 0.0.0.0 without metrics.token generates one, keeps it across restarts, and svc metrics token prints it', async () => {
+    const svc = await startTestPlatform({ config: { gateway: { host: '0.0.0.0' } } });
+    try {
+      const token = svc.platform.metricsToken;
+      assert.ok(token && token.length >= 32);
+      const refused = await svc.api('GET', '/metrics');
+      assert.equal(refused.status, 401);
+      assert.equal((await svc.api('GET', '/metrics', { bearer: 'metrics-token-wrong-0123456789' })).status, 401);
+      assert.equal((await svc.api('GET', '/metrics', { bearer: token })).status, 200);
+      await svc.restart();
+      assert.equal(svc.platform.metricsToken, token, 'sealed in the store: the same for every start and replica');
+      const printed = await run(process.execPath, [path.resolve(import.meta.dirname, '../bin/svc.js'), 'metrics', 'token'], {
+        env: { ...process.env, SVC_DATA_DIR: svc.database.dataDir, SVC_CONFIG: '' },
+      });
+      assert.equal(printed.stdout.trim(), token);
+    } finally {
+      await svc.close();
+    }
+  });
+
+  test('on loopback it answers without one, and a configured token is the one wanted anywhere', async () => {
+    const loopback = await startTestPlatform();
+    const configured = await startTestPlatform({ config: { gateway: { host: '0.0.0.0' }, metrics: { token: 'metrics-token-configured-0123' } } });
+    try {
+      assert.equal(loopback.platform.metricsToken, undefined);
+      assert.equal((await loopback.api('GET', '/metrics')).status, 200);
+      assert.equal(configured.platform.metricsToken, undefined, 'nothing generated');
+      assert.equal((await configured.api('GET', '/metrics')).status, 401);
+      assert.equal((await configured.api('GET', '/metrics', { bearer: 'metrics-token-configured-0123' })).status, 200);
+    } finally {
+      await Promise.all([loopback.close(), configured.close()]);
+    }
+  });
+});

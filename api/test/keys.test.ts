@@ -132,7 +132,7 @@ describe('key service', () => {
   });
 
   test('a revoked management token is refused too', async () => {
-    const second = await svc.keys('POST', '/v1/admin/keys', { bearer: svc.bootstrapSecret, body: {} });
+    const second = await svc.keys('POST', '/v1/admin/keys', { bearer: await svc.adminToken(), body: {} });
     assert.equal((await svc.keys('DELETE', `/v1/keys/${second.body.id}`, { bearer: token })).status, 204);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     assert.equal((await svc.keys('GET', '/v1/keys', { bearer: second.body.value })).status, 401);

@@ -73,7 +73,7 @@ try {
   const admin = await signJwt(adminKey, { iss: ADMIN_ISSUER, aud: 'svc-api', sub: 'soak' }, new Date(Date.now() + 86_400_000));
   await api('POST', '/v2/svc/accounts/soak-b', { bearer: admin, body: { maxInstancesAllowed: 2 } });
   const tokenFor = async (ncaId?: string) => (await request(served.url, 'POST', '/v1/admin/keys', {
-    host: 'api-keys.localhost', bearer: served.bootstrapSecret, body: ncaId ? { ncaId } : {},
+    host: 'api-keys.localhost', bearer: admin, body: ncaId ? { ncaId } : {},
   })).body.value as string;
   const tokens = { a: await tokenFor(), b: await tokenFor('soak-b') };
   const keyFor = async (token: string) => (await request(served.url, 'POST', '/v1/keys', {

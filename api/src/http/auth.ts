@@ -28,7 +28,8 @@ export const access = {
   accountAdmin: { anyOf: ['account_setup'], credentials: ['admin', 'token', 'api-key'] } as Access,
   /** Key management on the key service: the management token of the account. */
   keyManagement: { anyOf: [], credentials: ['token'] } as Access,
-  bootstrap: { anyOf: [], credentials: ['bootstrap'] } as Access,
+  /** Minting management tokens: the bootstrap secret (once), or an account-administration token. */
+  installationAdmin: { anyOf: [], credentials: ['bootstrap', 'admin'] } as Access,
 };
 
 export function bearerOf(authorization: string | undefined): string | undefined {

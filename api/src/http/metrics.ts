@@ -15,9 +15,17 @@ import { RequestMetrics } from './request-metrics.ts';
 import { route } from './route.ts';
 
 export const metricsSettingsSchema = z.object({
-  /** When set, GET /metrics wants `Authorization: Bearer <token>`; open otherwise (most scrapers send none). */
+  /**
+   * GET /metrics wants `Authorization: Bearer <token>`. Unset, it answers without one on a listener bound to
+   * loopback only; on any other a token is generated once and kept sealed in the store (control/installation).
+   */
   token: z.string().min(16).optional(),
 });
+
+/** True when a listener bound to `host` is reachable from this machine only. */
+export function listensOnLoopbackOnly(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
 
 export type MetricsSettings = z.infer<typeof metricsSettingsSchema>;
 

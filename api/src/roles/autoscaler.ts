@@ -9,10 +9,15 @@ import type { DestinationStream } from 'pino';
 import { healthRoutes } from '../control/health/routes.ts';
 import { createHealthService } from '../control/health/service.ts';
 import { createApp } from '../http/app.ts';
-import { createMetrics, metricsRoute, type MetricsSettings } from '../http/metrics.ts';
+import type { Config } from '../config.ts';
+import { createSettingsRepo } from '../control/installation/repo.ts';
+import { ensureSealedSecret, loadSecretBox } from '../control/installation/service.ts';
+import { createMetrics, listensOnLoopbackOnly, metricsRoute, type MetricsSettings } from '../http/metrics.ts';
 import { unauthorized } from '../domain/problem.ts';
 import { createLogger } from '../logger.ts';
 import { openDatabase } from '../database.ts';
+import type { Kysely } from 'kysely';
+import type { Database } from '../store/schema.ts';
 import type { StoreOptions } from '../store/store.ts';
 import { createAutoscalerPlane } from '../autoscaler/plane.ts';
 import type { AutoscalerSettings } from '../autoscaler/settings.ts';
@@ -21,6 +26,8 @@ export interface AutoscalerRoleOptions {
   store: StoreOptions;
   settings: AutoscalerSettings;
   metrics?: MetricsSettings;
+  /** The store's secrets key, to open the /metrics token generated for a listener off loopback. */
+  secrets?: Config['secrets'];
   logLevel: string;
   logDestination?: DestinationStream;
   replicaId?: string;
@@ -30,13 +37,15 @@ export async function startAutoscalerRole(options: AutoscalerRoleOptions) {
   const log = createLogger(options.logLevel, options.logDestination);
   const store = await openDatabase(options.store);
   const metrics = createMetrics();
+  // As the API replicas' (main.ts): off loopback, the bearer configured or the one generated for the installation.
+  const token = options.metrics?.token ?? (listensOnLoopbackOnly(options.settings.host) ? undefined : await installationMetricsToken(store.db, options));
   const plane = createAutoscalerPlane({
     db: store.db, metrics, settings: { ...options.settings, enabled: true }, log, replicaId: options.replicaId,
   });
   const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, ...plane.health]);
   metrics.watchHealth(() => health.report());
   const app = createApp({
-    routes: [...healthRoutes(health), metricsRoute(metrics, options.metrics)], log, bodyLimit: '1kb', metrics, host: 'autoscaler',
+    routes: [...healthRoutes(health), metricsRoute(metrics, { token })], log, bodyLimit: '1kb', metrics, host: 'autoscaler',
     // Every route here is public; a bearer is never checked.
     verifier: { verify: async () => { throw unauthorized('this listener takes no credentials'); } },
   });
@@ -48,6 +57,8 @@ export async function startAutoscalerRole(options: AutoscalerRoleOptions) {
   return {
     port,
     replicaId: plane.autoscaler!.replicaId,
+    /** The bearer its /metrics wants, if any. */
+    metricsToken: token,
     async close() {
       await plane.stop();
       server.closeAllConnections();
@@ -56,4 +67,12 @@ export async function startAutoscalerRole(options: AutoscalerRoleOptions) {
       log.flush();
     },
   };
+}
+
+/** The installation's /metrics token, made on the first start off loopback and kept sealed in the store. */
+async function installationMetricsToken(db: Kysely<Database>, options: AutoscalerRoleOptions): Promise<string> {
+  const settings = createSettingsRepo(db);
+  const now = new Date().toISOString();
+  const box = await loadSecretBox(settings, { key: options.secrets?.key, previousKeys: options.secrets?.previousKeys ?? [], dataDir: options.store.dataDir, now });
+  return ensureSealedSecret(settings, box, 'metrics.token', now);
 }

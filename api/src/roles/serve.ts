@@ -34,6 +34,7 @@ function banner(platform: Platform, proxy: DemoProxy | undefined, components: St
     `  Invocation     Host <function id>.${platform.hosts.invocation} on port ${platform.port} (any method and path)`,
     `  OpenAPI        ${platform.url}/v3/openapi`,
     `  Health         ${platform.url}/health`,
+    `  Metrics        ${platform.url}/metrics${platform.metricsToken ? `   (bearer ${platform.metricsToken}; again: npx svc metrics token)` : ''}`,
   ];
   if (platform.samples.length) {
     lines.push('', '  Sample functions (invoke with an SVC_API_KEY: npx svc api-key generate):');
@@ -47,7 +48,7 @@ function banner(platform: Platform, proxy: DemoProxy | undefined, components: St
       : '  Streaming demo: not started, no video encoder (see below)', ...components.lines);
   }
   if (platform.bootstrapSecret) {
-    lines.push('', `  Bootstrap secret (shown once; it mints management tokens): ${platform.bootstrapSecret}`,
+    lines.push('', `  Bootstrap secret (mints the first management token; works once): ${platform.bootstrapSecret}   until ${platform.bootstrapExpiresAt}`,
       `  Next: npx svc init --secret ${platform.bootstrapSecret}`);
   }
   return lines.join('\n');

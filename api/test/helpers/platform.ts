@@ -20,13 +20,14 @@ export interface TestPlatform {
   platform: Platform;
   database: TestDatabase;
   url: string;
+  /** The bootstrap secret the first start printed: it works once (token() does not use it). */
   bootstrapSecret: string;
   logs: string[];
   /** Moves the platform's clock. */
   advance(ms: number): void;
   api(method: string, path: string, options?: RequestOptions): Promise<TestResponse>;
   keys(method: string, path: string, options?: RequestOptions): Promise<TestResponse>;
-  /** A management token (SVC_TOKEN) for `ncaId` (default account unless given). */
+  /** A management token (SVC_TOKEN) for `ncaId` (default account unless given), minted with an admin token. */
   token(options?: { ncaId?: string; scopes?: string[] }): Promise<string>;
   /** An account-administration JWT signed with the installation's admin key. */
   adminToken(options?: { expiresInSeconds?: number }): Promise<string>;
@@ -108,7 +109,7 @@ export async function startTestPlatform(options: TestPlatformOptions = {}): Prom
     keys: (method, path, requestOptions = {}) => documented('keys', method, path, requestOptions),
     async token(tokenOptions = {}) {
       const response = await test.keys('POST', '/v1/admin/keys', {
-        bearer: bootstrapSecret,
+        bearer: await test.adminToken(),
         body: { ...(tokenOptions.ncaId ? { ncaId: tokenOptions.ncaId } : {}), ...(tokenOptions.scopes ? { scopes: tokenOptions.scopes } : {}) },
       });
       if (response.status !== 200) throw new Error(`token: ${response.status} ${response.text}`);

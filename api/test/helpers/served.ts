@@ -5,6 +5,7 @@ import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../src/control/keys/signing.ts';
 import { request } from './http.ts';
 
 const svcBin = path.resolve(import.meta.dirname, '../../bin/svc.js');
@@ -15,6 +16,8 @@ export interface ServedPlatform {
   port: number;
   bootstrapSecret: string;
   readonly process: ChildProcess;
+  /** An account-administration token signed with the installation's admin key (it also mints management tokens). */
+  adminToken(): Promise<string>;
   /** A management token and an opaque key with `scopes`. */
   credentials(scopes: string[]): Promise<{ token: string; apiKey: string }>;
   /** SIGKILL: no shutdown of any kind. */
@@ -76,6 +79,10 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeO
   if (!first.secret && !options.replica) throw new Error('svc serve printed no bootstrap secret: is the data directory new?');
   let child = first.child;
   const port = Number(new URL(first.url).port);
+  const adminToken = async () => {
+    const key = await loadAdminKey(path.join(dataDir, 'admin-signing-key.pem'), { create: false });
+    return signJwt(key, { iss: ADMIN_ISSUER, aud: 'svc-api', sub: 'served' }, new Date(Date.now() + 86_400_000));
+  };
   const stopped = (process: ChildProcess) => new Promise((resolve) => (process.exitCode !== null || process.signalCode ? resolve(undefined) : process.once('exit', resolve)));
 
   return {
@@ -86,8 +93,9 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeO
     get process() {
       return child;
     },
+    adminToken,
     async credentials(scopes) {
-      const token = (await request(first.url, 'POST', '/v1/admin/keys', { host: 'api-keys.localhost', bearer: first.secret, body: {} })).body.value;
+      const token = (await request(first.url, 'POST', '/v1/admin/keys', { host: 'api-keys.localhost', bearer: await adminToken(), body: {} })).body.value;
       const key = await request(first.url, 'POST', '/v1/keys', {
         host: 'api-keys.localhost', bearer: token,
         headers: { 'key-issuer-service': 'svc-api', 'key-issuer-id': 'svc-api', 'key-owner-id': 'served' },

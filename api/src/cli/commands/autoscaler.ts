@@ -14,11 +14,11 @@ const autoscaler: Command = {
   async run({ env }) {
     const config = loadConfig(env);
     const settings = config.autoscaler;
-    const role = await startAutoscalerRole({ store: config.store, settings, metrics: config.metrics, logLevel: config.log.level });
+    const role = await startAutoscalerRole({ store: config.store, settings, metrics: config.metrics, secrets: config.secrets, logLevel: config.log.level });
     console.log([
       `svc autoscaler running as ${role.replicaId}`,
       `  Health   http://localhost:${role.port}/admin/health/readiness   /health`,
-      `  Metrics  http://localhost:${role.port}/metrics`,
+      `  Metrics  http://localhost:${role.port}/metrics${role.metricsToken ? '   (bearer: npx svc metrics token)' : ''}`,
       `  Load from ${settings.prometheusUrl ? 'Prometheus (SVC_PROMETHEUS_URL)' : 'this process only: set SVC_PROMETHEUS_URL so it sees the API replicas'}`,
     ].join('\n'));
     await untilStopped();

@@ -3,6 +3,9 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { loadConfig } from '../../config.ts';
+import { createSettingsRepo } from '../../control/installation/repo.ts';
+import { loadSecretBox, sealedSecret } from '../../control/installation/service.ts';
+import { openDatabase } from '../../database.ts';
 import { accountListResponse, accountResponse } from '../../control/accounts/schema.ts';
 import { keySchema } from '../../control/keys/schema.ts';
 import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../control/keys/signing.ts';
@@ -39,15 +42,17 @@ const agent: Command = {
 };
 
 const init: Command = {
-  summary: 'Obtain a management token (SVC_TOKEN) with the bootstrap secret and save it',
+  summary: 'Obtain a management token (SVC_TOKEN) with the bootstrap secret (it works once) or an admin token, and save it',
   usage: '[--secret <bootstrap secret>] [--account <ncaId>] [--gateway-address <domain>]',
   options: { secret: { type: 'string' }, account: { type: 'string' }, 'gateway-address': { type: 'string' } },
   async run({ values, env, state, print }) {
     if (typeof values['gateway-address'] === 'string') state.gatewayAddress = values['gateway-address'];
-    const secret = (values.secret as string | undefined) ?? env.SVC_BOOTSTRAP_SECRET ?? await prompt('Bootstrap secret: ');
-    if (!secret) throw new CliError('a bootstrap secret is required (--secret, SVC_BOOTSTRAP_SECRET, or type it)');
+    // Once the bootstrap secret is spent: an account-administration token, given or signed with the key here.
+    const bearer = (values.secret as string | undefined) ?? env.SVC_BOOTSTRAP_SECRET ?? env.SVC_ADMIN_TOKEN
+      ?? (existsSync(adminKeyFile(env)) ? (await mintAdminToken(env, 300)).token : await prompt('Bootstrap secret: '));
+    if (!bearer) throw new CliError('a bootstrap secret (--secret, SVC_BOOTSTRAP_SECRET) or an admin token (SVC_ADMIN_TOKEN, or the admin signing key on this machine) is required');
     const body = values.account ? { ncaId: values.account } : {};
-    const token = await call(state, 'keys', 'POST', '/v1/admin/keys', keySchema, { bearer: secret, body });
+    const token = await call(state, 'keys', 'POST', '/v1/admin/keys', keySchema, { bearer, body });
     saveState(env, { server: state.server, gatewayAddress: state.gatewayAddress, token: token.value, tokenExpiresAt: token.expires_at });
     print(`Management token saved for account ${token.nca_id} (expires ${token.expires_at})`, token);
   },
@@ -111,6 +116,28 @@ async function mintAdminToken(env: NodeJS.ProcessEnv, lifetimeSeconds: number): 
     iss: ADMIN_ISSUER, aud: env.SVC_KEYS_SERVICE_ID ?? 'svc-api', sub: env.USER ?? 'svc-admin', scope: 'account_setup',
   }, expiresAt);
   return { token, expiresAt };
+}
+
+const metricsToken: Command = {
+  summary: 'Print the bearer GET /metrics wants (metrics.token, or the one generated for a gateway off loopback)',
+  async run({ env, print }) {
+    const config = loadConfig(env);
+    const token = config.metrics.token ?? await generatedMetricsToken(config);
+    if (!token) throw new CliError('no /metrics token: none is configured (SVC_METRICS_TOKEN) and none was generated (the gateway listened on loopback only)');
+    print(token, { token });
+  },
+};
+
+/** Reads the sealed token from the store, with the secrets key (on the platform's host, as its operator). */
+async function generatedMetricsToken(config: ReturnType<typeof loadConfig>): Promise<string | undefined> {
+  const store = await openDatabase(config.store);
+  try {
+    const settings = createSettingsRepo(store.db);
+    const box = await loadSecretBox(settings, { ...config.secrets, dataDir: config.store.dataDir, now: new Date().toISOString() });
+    return await sealedSecret(settings, box, 'metrics.token');
+  } finally {
+    await store.close();
+  }
 }
 
 const adminToken: Command = {
@@ -219,6 +246,7 @@ export const foundationCommands: Record<string, Command> = {
   init,
   'api-key generate': generateKey,
   'admin token': adminToken,
+  'metrics token': metricsToken,
   'account get': accountGet,
   'account list': accountList,
   'account create': accountCreate,

@@ -20,6 +20,11 @@ export function createSettingsRepo(db: Kysely<Database>) {
     async replace(key: string, value: string): Promise<void> {
       await db.updateTable('settings').set({ value }).where('key', '=', key).execute();
     },
+    /** Replaces the value only if it is still `expected`: true for exactly one of several callers racing. */
+    async compareAndSet(key: string, expected: string, value: string): Promise<boolean> {
+      const result = await db.updateTable('settings').set({ value }).where('key', '=', key).where('value', '=', expected).executeTakeFirst();
+      return result.numUpdatedRows === 1n;
+    },
     /**
      * Stores `value` unless the key exists, and returns what is stored. Two replicas starting at once
      * agree on one value.

@@ -1,6 +1,6 @@
 // What an installation sets up once and every replica then shares: the secrets key ring (checked
 // against the store so a wrong key fails at start, not at first decrypt) and the bootstrap secret.
-import { randomBytes } from 'node:crypto';
+import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
@@ -12,7 +12,10 @@ import { unsealSetting, type SettingsRepo } from './repo.ts';
 
 const KEY_CHECK = 'secrets.key_check';
 const KEY_CHECK_PLAINTEXT = 'svc-secrets-key-check';
-const BOOTSTRAP_HASH = 'installation.bootstrap_secret_hash';
+const BOOTSTRAP = 'installation.bootstrap_secret';
+/** How long a bootstrap secret works when it is not used first. */
+export const BOOTSTRAP_LIFETIME_SECONDS = 24 * 3600;
+const bootstrapSchema = z.object({ hash: z.string(), expiresAt: z.string(), secret: z.string().optional(), spentAt: z.string().optional() });
 
 /**
  * The key ring from configuration, or, for the embedded default, a key generated once into the data
@@ -50,14 +53,49 @@ function localKey(dataDir: string): Buffer {
   return parseKey(readFileSync(file, 'utf8').trim(), file);
 }
 
+export interface BootstrapSecret {
+  /** The secret while it still works (`svc serve` prints it), else undefined. */
+  unused?: string;
+  expiresAt: string;
+  /** True when `secret` is the installation's, not used yet and not expired. */
+  check(secret: string): Promise<boolean>;
+  /** Marks it used: true for exactly one caller, however many race. */
+  spend(): Promise<boolean>;
+}
+
 /**
- * The bootstrap secret guards the endpoint that mints management tokens. It is generated at first
- * start and returned only then, for the caller to print once; the store keeps its hash.
+ * The bootstrap secret mints the first management token. Generated at the first start and kept sealed in
+ * the store, it works once, and for BOOTSTRAP_LIFETIME_SECONDS at most; then only its hash stays. A new one:
+ * docs/security.md, "The bootstrap secret".
  */
-export async function ensureBootstrapSecret(settings: SettingsRepo, now: string): Promise<{ hash: string; secret?: string }> {
-  const secret = newBootstrapSecret();
-  const { value, created } = await settings.getOrCreate(BOOTSTRAP_HASH, () => hashSecret(secret), now);
-  return created ? { hash: value, secret } : { hash: value };
+export async function loadBootstrapSecret(settings: SettingsRepo, box: SecretBox, now: () => Date): Promise<BootstrapSecret> {
+  const stateOf = (sealed: string) => unsealSetting(box, bootstrapSchema, BOOTSTRAP, sealed);
+  const works = (state: z.infer<typeof bootstrapSchema>) => state.secret !== undefined && Date.parse(state.expiresAt) > now().getTime();
+  const current = async () => {
+    const sealed = await settings.get(BOOTSTRAP);
+    const state = sealed === undefined ? undefined : stateOf(sealed);
+    return sealed !== undefined && state && works(state) ? { sealed, state } : undefined;
+  };
+  const { value } = await settings.getOrCreate(BOOTSTRAP, () => {
+    const secret = newBootstrapSecret();
+    const expiresAt = new Date(now().getTime() + BOOTSTRAP_LIFETIME_SECONDS * 1000).toISOString();
+    return box.encrypt(JSON.stringify({ hash: hashSecret(secret), expiresAt, secret }));
+  }, now().toISOString());
+  const state = stateOf(value);
+  return {
+    unused: works(state) ? state.secret : undefined,
+    expiresAt: state.expiresAt,
+    async check(secret) {
+      const found = await current();
+      return found !== undefined && timingSafeEqual(Buffer.from(found.state.hash, 'hex'), Buffer.from(hashSecret(secret), 'hex'));
+    },
+    async spend() {
+      const found = await current();
+      if (!found) return false;
+      const spent = { hash: found.state.hash, expiresAt: found.state.expiresAt, spentAt: now().toISOString() };
+      return settings.compareAndSet(BOOTSTRAP, found.sealed, box.encrypt(JSON.stringify(spent)));
+    },
+  };
 }
 
 const LOCAL_CLUSTER = 'installation.local_cluster';
@@ -84,11 +122,18 @@ export async function ensureLocalCluster(
 /**
  * A secret of the installation generated once and kept sealed: `turn.secret` (the TURN REST credentials'
  * shared secret, when configuration gives none), `urls.signing_key` (signed asset and result URLs),
- * `replicas.signing_key` (what API replicas tell each other over NATS, invocation/replica-signing.ts).
+ * `replicas.signing_key` (what API replicas tell each other over NATS, invocation/replica-signing.ts),
+ * `metrics.token` (the bearer of /metrics off loopback, when configuration gives none).
  */
-export async function ensureSealedSecret(
-  settings: SettingsRepo, box: SecretBox, name: 'turn.secret' | 'urls.signing_key' | 'replicas.signing_key', now: string,
-): Promise<string> {
+export type SealedSecretName = 'turn.secret' | 'urls.signing_key' | 'replicas.signing_key' | 'metrics.token';
+
+export async function ensureSealedSecret(settings: SettingsRepo, box: SecretBox, name: SealedSecretName, now: string): Promise<string> {
   const { value } = await settings.getOrCreate(name, () => box.encrypt(randomBytes(32).toString('base64url')), now);
   return box.decrypt(value);
+}
+
+/** Such a secret if one was generated (`svc metrics token` reads it without making one). */
+export async function sealedSecret(settings: SettingsRepo, box: SecretBox, name: SealedSecretName): Promise<string | undefined> {
+  const sealed = await settings.get(name);
+  return sealed === undefined ? undefined : box.decrypt(sealed);
 }

@@ -24,9 +24,9 @@ export function keyRoutes(keys: KeyService, tokenKey: JwtKey) {
   return [
     route({
       method: 'POST', path: '/v1/admin/keys', summary: 'Mint a management token (SVC_TOKEN); used by `svc init`', tag,
-      access: access.bootstrap, body: mintTokenSchema,
+      access: access.installationAdmin, body: mintTokenSchema,
       responses: { 200: { description: 'The token; its value is shown only here', schema: keySchema } },
-      handle: async ({ body }) => ({ body: await keys.mintManagementToken(body) }),
+      handle: async ({ principal, body }) => ({ body: await keys.mintManagementToken(principal, body) }),
     }),
     route({
       method: 'POST', path: '/v1/keys', summary: 'Create an API key', tag, access: access.keyManagement,

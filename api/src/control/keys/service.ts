@@ -2,7 +2,7 @@
 // API keys (SVC_API_KEY, SVC_TASK_API_KEY), lists and revokes them. Only hashes are stored.
 import { randomUUID } from 'node:crypto';
 import type { Principal } from '../../domain/principal.ts';
-import { invalid, notFound } from '../../domain/problem.ts';
+import { invalid, notFound, unauthorized } from '../../domain/problem.ts';
 import { createdAtPosition, decodeCursor, encodeCursor } from '../../domain/pagination.ts';
 import { managementTokenScopes } from '../../domain/scopes.ts';
 import type { AccountsService } from '../accounts/service.ts';
@@ -18,6 +18,8 @@ export interface KeyServiceOptions {
   serviceId: string;
   defaultAccountId: string;
   tokenLifetimeSeconds: number;
+  /** Spends the bootstrap secret when it mints a token (control/installation): true for one caller only. */
+  spendBootstrap: () => Promise<boolean>;
   now?: () => Date;
 }
 
@@ -62,12 +64,16 @@ export function createKeyService(options: KeyServiceOptions) {
 
   return {
     /** POST /v1/admin/keys: a management JWT with the default admin issuer scopes (spec 5.2). */
-    async mintManagementToken(input: MintToken): Promise<ApiKey> {
+    /** POST /v1/admin/keys with the bootstrap secret (which it spends) or an account-administration token. */
+    async mintManagementToken(principal: Principal, input: MintToken): Promise<ApiKey> {
       const ncaId = input.ncaId ?? options.defaultAccountId;
       await options.accounts.requireAccount(ncaId);
       const issuedAt = now();
       const expiresAt = input.expires_at ? new Date(input.expires_at) : new Date(issuedAt.getTime() + options.tokenLifetimeSeconds * 1000);
       assertFuture(expiresAt);
+      if (principal.kind === 'bootstrap' && !(await options.spendBootstrap())) {
+        throw unauthorized('The bootstrap secret has just been used; it works once (docs/security.md)');
+      }
       const scopes = input.scopes ?? [...managementTokenScopes];
       const authorizations = {
         policies: [{

@@ -2,7 +2,6 @@
 // (SVC_TOKEN), account-administration JWTs and the bootstrap secret. A verified credential is trusted
 // for `recheckMs` (≤ 1 s), then its row is read again, so a revocation reaches every replica within 1 s
 // while the hot path costs one hash and one map lookup.
-import { timingSafeEqual } from 'node:crypto';
 import { decodeJwt, errors as joseErrors } from 'jose';
 import type { CredentialKind, CredentialVerifier, Principal } from '../../domain/principal.ts';
 import { unauthorized } from '../../domain/problem.ts';
@@ -14,7 +13,8 @@ export interface VerifierOptions {
   repo: KeysRepo;
   tokenKey: JwtKey;
   adminKey: JwtKey;
-  bootstrapSecretHash: string;
+  /** The installation's bootstrap secret: whether a presented one still works (control/installation). */
+  bootstrap: { check(secret: string): Promise<boolean> };
   serviceId: string;
   recheckMs: number;
   now?: () => number;
@@ -38,12 +38,11 @@ export function createCredentialVerifier(options: VerifierOptions): CredentialVe
       return fromRow(await options.repo.findBySecretHash(hashSecret(bearer)), ['api-key', 'task-key']);
     }
     if (bearer.startsWith(BOOTSTRAP_PREFIX)) {
-      const expected = Buffer.from(options.bootstrapSecretHash, 'hex');
-      const given = Buffer.from(hashSecret(bearer), 'hex');
-      if (!timingSafeEqual(expected, given)) throw unauthorized('Invalid bootstrap secret');
+      if (!(await options.bootstrap.check(bearer))) throw unauthorized('Invalid bootstrap secret, or one already used or expired (docs/security.md)');
+      // Never cached: once used it must be refused at once.
       return {
         principal: { credentialId: 'bootstrap', kind: 'bootstrap', ncaId: '*', ownerId: 'installation', scopes: new Set() },
-        expiresAt: Number.POSITIVE_INFINITY,
+        expiresAt: 0,
       };
     }
     return checkJwt(bearer);
