@@ -27,7 +27,7 @@ import { documentOf, type FunctionsRepo } from '../control/functions/repo.ts';
 import type { InstancesService, ReadyInstance } from '../control/instances/service.ts';
 import { takesSessions } from '../invocation/resolver.ts';
 import type { TurnService } from '../turn/server.ts';
-import { pushCredentials, readinessOf } from './container.ts';
+import { credentialsFor, pushCredentials, readinessOf } from './container.ts';
 import { createLine } from './line.ts';
 import { CLEAR_SESSION_COOKIE, createSessionPipe } from './pipe.ts';
 import { namedBy, targetOf, type Named } from './request.ts';
@@ -238,7 +238,7 @@ export function createStreamingBroker(options: BrokerOptions) {
     let taken = false;
     try {
       if (await readinessOf(instance) === 'ready') {
-        const credentials = options.turn.credentialsFor(session.id, now());
+        const credentials = credentialsFor(instance, options.turn.credentialsFor(session.id, now()));
         if (credentials) await pushCredentials(instance, credentials);
         taken = true;
       }
