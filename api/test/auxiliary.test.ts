@@ -54,6 +54,10 @@ describe('auxiliary processes of svc serve --samples', { skip }, () => {
     assert.ok(coturn && proxy, JSON.stringify(helpers));
 
     for (const proc of helpers) assert.ok(!proc.args.join(' ').includes(SECRET), `the TURN secret is on a command line: ${proc.args.join(' ')}`);
+    for (const proc of [coturn, proxy]) {
+      const environ = readFileSync(`/proc/${proc.pid}/environ`, 'utf8');
+      assert.ok(!environ.includes(SECRET) && !environ.includes('SVC_TURN_SECRET'), `the platform's settings are in ${proc.args[0]}'s environment`);
+    }
     const configFile = coturn.args[coturn.args.indexOf('-c') + 1];
     assert.equal(statSync(configFile).mode & 0o777, 0o600);
     assert.ok(configFile.startsWith(served.dataDir), `the file holding the secret is in the data dir, not ${configFile}`);

@@ -30,12 +30,19 @@ const WATCHDOG = [
   'exit "$status"',
 ].join('\n');
 
+const INHERITED = ['PATH', 'HOME', 'LANG', 'TZ', 'TMPDIR'];
+
+function pick(env: NodeJS.ProcessEnv, names: string[]): Record<string, string> {
+  return Object.fromEntries(names.flatMap((name) => (env[name] === undefined ? [] : [[name, env[name]!]])));
+}
+
 export interface AuxiliaryOptions {
   /** Names the pid file: one process of each name per data directory. */
   name: string;
   command: string;
   args: string[];
-  env?: NodeJS.ProcessEnv;
+  /** Its environment beside PATH, HOME, LANG, TZ and TMPDIR: never the platform's own, which holds its credentials. */
+  env?: Record<string, string>;
   /** <dataDir>/run */
   runDir: string;
   /** Where the program's stdout and stderr go (default: discarded). */
@@ -65,7 +72,7 @@ export async function startAuxiliary(options: AuxiliaryOptions): Promise<Auxilia
   const output = options.output ?? 'ignore';
   const stdio: StdioOptions = ['pipe', output, output];
   const child = spawn('/bin/sh', ['-c', WATCHDOG, options.name, options.command, ...options.args], {
-    env: options.env ?? process.env, stdio, detached: true,
+    env: { ...pick(process.env, INHERITED), ...options.env }, stdio, detached: true,
   });
   await new Promise<void>((resolve, reject) => {
     child.once('spawn', resolve);

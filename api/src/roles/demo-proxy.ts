@@ -36,7 +36,7 @@ export async function startDemoProxy(options: {
   const proxy = await startAuxiliary({
     name: 'demo-proxy', command: process.execPath, args: [PROXY_MAIN], runDir: options.runDir, output: 'inherit', log: options.log,
     env: {
-      ...options.env, SVC_API_KEY: options.demo.apiKey, STREAMING_FUNCTION_ID: options.demo.functionId,
+      SVC_API_KEY: options.demo.apiKey, STREAMING_FUNCTION_ID: options.demo.functionId,
       SVC_SERVER: options.gatewayUrl.replace('localhost', '127.0.0.1'), SVC_SERVER_HOST: options.apiHost,
       PROXY_HOST: host, PROXY_PORT: String(port), PROXY_SSL_INSECURE: 'true', PROXY_AUTH_DISABLED: 'true',
       PROXY_LOG_LEVEL: options.env.SVC_LOG_LEVEL ?? 'info',
