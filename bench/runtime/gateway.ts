@@ -15,10 +15,10 @@ export interface ServedEcho {
   stop(): Promise<void>;
 }
 
-/** `engine` set: the docker runtime on it (image `containerImage`); else the process runtime (the samples' catalog). */
-export async function serveEcho(containerImage: string, engine?: Engine): Promise<ServedEcho> {
+/** `engine` set: the docker runtime on it (image `containerImage`); else the process runtime (the samples' catalog); `env`: more settings. */
+export async function serveEcho(containerImage: string, engine?: Engine, env: NodeJS.ProcessEnv = {}): Promise<ServedEcho> {
   const platform = await servePlatform({
-    SVC_LOG_LEVEL: 'warn', SVC_TURN_SERVER: 'none',
+    SVC_LOG_LEVEL: 'warn', SVC_TURN_SERVER: 'none', ...env,
     ...(engine ? { SVC_AGENT_RUNTIME: 'docker', SVC_AGENT_DOCKER_SOCKET: engine.socketPath } : {}),
   });
   const stop = async () => {

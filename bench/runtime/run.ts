@@ -1,9 +1,11 @@
-// bench/runtime: the two runtimes side by side in one run, on the echo sample: instance start → first
-// healthy check (the process runtime spawning `node echo.ts`, the docker runtime creating and starting
-// localhost/svc/echo on podman through its Docker API), then requests at concurrency 1 and 32 straight to
-// each instance's endpoint (a child process's port vs a container's published port), and through the
-// gateway (pexec on a `svc serve` per runtime, gateway.ts), with what the gateway adds to the direct p50.
-// Needs podman and `npm run images`. Where the platform spends its share of an invocation: bench/invoke.
+// bench/runtime: the runtimes side by side in one run, on the echo sample: instance start → first
+// healthy check (the process runtime spawning `node echo.ts` bare and in its sandbox, the docker runtime
+// creating and starting localhost/svc/echo on podman through its Docker API), then requests at
+// concurrency 1 and 32 straight to each instance's endpoint (a child process's port, a sandbox's own
+// address, a container's published port), and through the gateway (pexec on a `svc serve` per runtime,
+// gateway.ts), with what the gateway adds to the direct p50. The sandbox's cost is its rows against the
+// bare process runtime's. Needs podman and `npm run images`, and root with bubblewrap and nftables for
+// the sandbox. Where the platform spends its share of an invocation: bench/invoke.
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { DEFAULT_PROBE_SETTINGS, healthTarget, waitUntilHealthy } from '../../api/src/compute/health.ts';
@@ -12,6 +14,8 @@ import type { InstanceSpec } from '../../api/src/compute/protocol.ts';
 import type { Runtime, RuntimeInstance } from '../../api/src/compute/runtime.ts';
 import { createDockerRuntime } from '../../api/src/compute/runtimes/docker.ts';
 import { createProcessRuntime } from '../../api/src/compute/runtimes/process.ts';
+import { agentSettingsSchema } from '../../api/src/compute/settings.ts';
+import { createRuntime } from '../../api/src/compute/worker.ts';
 import { captureLog, instanceSpec, SAMPLES_CATALOG, tempDir } from '../../api/test/compute/helpers.ts';
 import { image, removeContainers, startEngine } from '../../api/test/helpers/podman.ts';
 import { load, type LoadResult, type LoadTarget } from '../lib/load.ts';
@@ -27,8 +31,12 @@ const CONCURRENCIES = [1, 32];
 const { log } = captureLog();
 const state = await tempDir('bench-runtime');
 const engine = await startEngine();
+const sandboxed = await createRuntime({
+  settings: agentSettingsSchema.parse({ imageCatalog: SAMPLES_CATALOG, sandbox: 'on' }), dataDir: state.dir, declaredGpus: [], log,
+}, path.join(state.dir, 'sandboxed'), log);
 const runtimes: Record<string, { runtime: Runtime; image: string }> = {
   process: { runtime: createProcessRuntime({ catalogFile: SAMPLES_CATALOG, stateDir: state.dir, log }), image: 'local/echo:1' },
+  'process, sandboxed': { runtime: sandboxed.runtime, image: 'local/echo:1' },
   'docker (podman)': { runtime: createDockerRuntime({ socketPath: engine.socketPath, agentName: AGENT, log }), image: image('echo') },
 };
 
@@ -65,7 +73,7 @@ try {
   let direct: Map<string, LoadResult>;
   try {
     direct = await measure(Object.fromEntries(instances.map(([name, instance]) =>
-      [name, { origin: `http://127.0.0.1:${instance.endpoint.ports.inference}`, path: '/echo', headers: { 'content-type': 'application/json' } }])));
+      [name, { origin: `http://${instance.endpoint.host}:${instance.endpoint.ports.inference}`, path: '/echo', headers: { 'content-type': 'application/json' } }])));
   } finally {
     await Promise.all(instances.map(([, instance]) => instance.stop(5000)));
   }
@@ -75,14 +83,15 @@ try {
   const served = [await serveEcho('local/echo:1')];
   let gateway: Map<string, LoadResult>;
   try {
-    served.push(await serveEcho(image('echo'), engine));
-    gateway = await measure({ process: served[0].target, 'docker (podman)': served[1].target });
+    served.push(await serveEcho('local/echo:1', undefined, { SVC_AGENT_SANDBOX: 'on' }), await serveEcho(image('echo'), engine));
+    gateway = await measure({ process: served[0].target, 'process, sandboxed': served[1].target, 'docker (podman)': served[2].target });
   } finally {
     await Promise.all(served.map((platform) => platform.stop()));
   }
   printTable(`bench/runtime: POST /v2/svc/pexec through svc serve (own process, SQLite) to the instance, ${SECONDS} s per row`,
     ['concurrency  runtime', 'req/s', 'p50 ms', 'p99 ms', '× process', '+p50 ms', 'errors', 'gateway +p50 ms'], rows(gateway, direct));
 } finally {
+  await sandboxed.runtime.close?.();
   await removeContainers(engine, `svc.agent=${AGENT}`);
   await engine.close();
   await state.remove();
