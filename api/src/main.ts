@@ -35,7 +35,7 @@ import { createKeyService } from './control/keys/service.ts';
 import { loadAdminKey, loadTokenKey } from './control/keys/signing.ts';
 import { createCredentialVerifier } from './control/keys/verifier.ts';
 import { AGENT_LINK_PATH } from './compute/protocol.ts';
-import { startWorker } from './compute/worker.ts';
+import { startWorker, type Isolation } from './compute/worker.ts';
 import { createAgentHub } from './control/agents/hub.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
 import { InstancesService } from './control/instances/service.ts';
@@ -85,6 +85,8 @@ export interface Platform {
   streamingDemo?: StreamingDemo;
   /** The STUN/TURN server streaming sessions are given. */
   turn: TurnService['kind'];
+  /** How the local cluster's instances are kept apart, when this process runs its agent. */
+  isolation?: Isolation;
   close(): Promise<void>;
 }
 
@@ -277,6 +279,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
         server: `${scheme}://127.0.0.1:${port}`, credential: localCluster.agentCredential, apiHost: `${gateway.hosts.api}:${port}`,
         ca: config.gateway.tlsCert ? readFileSync(config.gateway.tlsCert, 'utf8') : undefined,
       },
+      // A sandboxed instance may call the gateway's public port; it never sees the platform's files.
+      sandbox: {
+        doors: [port],
+        hidden: [config.assets.dir, config.gateway.tlsKey, config.admin.signingKeyFile].filter((file) => file !== undefined),
+      },
     }) : undefined;
     if (worker) closers.push(() => worker.close());
 
@@ -291,6 +298,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       samples,
       streamingDemo,
       turn: turn.kind,
+      isolation: worker?.isolation,
       port,
       hosts: gateway.hosts,
       bootstrapSecret: bootstrap.unused,

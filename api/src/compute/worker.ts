@@ -51,6 +51,16 @@ export interface Worker {
  */
 export type Isolation = { kind: 'sandbox' | 'container' } | { kind: 'none'; reason: string } | { kind: 'off' };
 
+/** The isolation in one line, for the banners of svc serve and svc agent (docs/security.md). */
+export function isolationLine(isolation: Isolation): string {
+  switch (isolation.kind) {
+    case 'sandbox': return 'each in a sandbox of its own (own user, namespaces and network; memory, CPU and pids capped)';
+    case 'container': return 'each in a container (docker runtime)';
+    case 'off': return 'NO sandbox (compute.agent.sandbox off): every account\'s code runs as this user; development only';
+    case 'none': return `NO sandbox here (${isolation.reason}): only the cluster's own account's functions run here`;
+  }
+}
+
 export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const log = options.log.child({ component: 'agent' });
   const stateDir = path.resolve(options.settings.stateDir ?? path.join(options.dataDir, 'agent'));

@@ -1,5 +1,5 @@
 // `svc agent`: the worker agent of a registered cluster on its own host, linked to the control plane.
-import { startWorker } from '../compute/worker.ts';
+import { isolationLine, startWorker } from '../compute/worker.ts';
 import type { Config } from '../config.ts';
 import { createLogger } from '../logger.ts';
 import { untilStopped } from './stopped.ts';
@@ -10,7 +10,8 @@ export async function runAgent(config: Config, link: { server: string; credentia
     settings, dataDir: config.store.dataDir, declaredGpus: [], log: createLogger(config.log.level),
     link: { ...link, apiHost: settings.apiHost ?? `api.${config.gateway.address}` },
   });
-  console.log(`svc agent running (${worker.agent.runtimeName} runtime, GPUs: ${worker.gpus.map((gpu) => gpu.name).join(', ') || 'none'}), linked to ${link.server}`);
+  console.log(`svc agent running (${worker.agent.runtimeName} runtime, GPUs: ${worker.gpus.map((gpu) => gpu.name).join(', ') || 'none'}), linked to ${link.server}\n`
+    + `  instances: ${isolationLine(worker.isolation)}`);
   await untilStopped();
   await worker.close();
 }

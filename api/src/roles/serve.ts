@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { Config } from '../config.ts';
 import { createLogger } from '../logger.ts';
 import { startPlatform, type Platform } from '../main.ts';
+import { isolationLine } from '../compute/worker.ts';
 import { startDemoProxy, type DemoProxy } from './demo-proxy.ts';
 import { untilStopped } from './stopped.ts';
 import { streamingComponents, type StreamingComponents } from './streaming-components.ts';
@@ -36,6 +37,7 @@ function banner(platform: Platform, proxy: DemoProxy | undefined, components: St
     `  Health         ${platform.url}/health`,
     `  Metrics        ${platform.url}/metrics${platform.metricsToken ? `   (bearer ${platform.metricsToken}; again: npx svc metrics token)` : ''}`,
   ];
+  if (platform.isolation) lines.push(`  Instances      ${isolationLine(platform.isolation)}`);
   if (platform.samples.length) {
     lines.push('', '  Sample functions (invoke with an SVC_API_KEY: npx svc api-key generate):');
     for (const sample of platform.samples.filter((candidate) => candidate.functionType !== 'STREAMING')) {
