@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { healthTarget, waitUntilHealthy, DEFAULT_PROBE_SETTINGS } from '../../src/compute/health.ts';
@@ -159,5 +160,33 @@ describe('the process runtime sandbox against a hostile function', { skip }, () 
     const outputDir = a.instance.endpoint.outputDir!;
     assert.equal(await readSmallFile(outputDir, ['r2', 'progress'], 1024), undefined, 'a FIFO is not read (and does not block)');
     assert.equal(await readSmallFile(outputDir, ['r3', 'etc', 'passwd'], 4096), undefined, 'a link is not followed');
+  });
+});
+
+describe('the process runtime sandbox on an agent that advertises a host address', { skip }, () => {
+  const { log } = captureLog();
+  const hostAddress = Object.values(os.networkInterfaces()).flat().find((item) => item && !item.internal && item.family === 'IPv4')?.address;
+
+  test('its instance is reached at the advertised address through the published port, and no more once it stopped', { skip: !hostAddress && 'no IPv4 address but loopback' }, async () => {
+    const state = await tempDir('sandbox-published');
+    const settings = agentSettingsSchema.parse({ imageCatalog: FIXTURES_CATALOG, sandbox: 'on', advertiseHost: hostAddress });
+    const { runtime } = await createRuntime({ settings, dataDir: state.dir, declaredGpus: [], log }, path.join(state.dir, 'agent'), log);
+    try {
+      const spec = instanceSpec('test/probe');
+      const workDir = path.join(state.dir, 'agent', 'instances', spec.instanceId);
+      const { env } = await prepareInstance(spec, workDir);
+      const instance = await runtime.start(spec, { workDir, env, log });
+      assert.equal(instance.endpoint.host, hostAddress);
+      const healthy = await waitUntilHealthy(healthTarget(spec.health, instance.endpoint), 20_000, DEFAULT_PROBE_SETTINGS, new AbortController().signal);
+      assert.equal(healthy.outcome, 'healthy', JSON.stringify(instance.logTail()));
+      const url = `http://${hostAddress}:${instance.endpoint.ports.inference}/probe`;
+      const { addresses } = (await postJson(url, { action: 'whoami' })).body as { addresses: string[] };
+      assert.notEqual(addresses[0], hostAddress, 'the instance itself is on its own network');
+      await instance.stop(500);
+      await assert.rejects(postJson(url, { action: 'whoami' }), 'the port is no longer published');
+    } finally {
+      await runtime.close?.();
+      await state.remove();
+    }
   });
 });
