@@ -140,7 +140,7 @@ function validate(schema: Schema | undefined, value: unknown, where: 'path' | 'q
 }
 
 /** How deeply a request's JSON may nest: far beyond any contract, well within what a schema or JSON.stringify can recurse through. */
-export const MAX_JSON_DEPTH = 64;
+const MAX_JSON_DEPTH = 64;
 
 interface Visit {
   value: unknown;

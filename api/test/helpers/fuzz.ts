@@ -196,15 +196,16 @@ function mutate(original: Case, random: Random): Case {
 }
 
 function send(target: FuzzTarget, agent: http.Agent, request: Case): Promise<{ status: number; type: string; text: string }> {
-  const url = new URL(request.path, target.url);
-  for (const [name, value] of Object.entries(request.query ?? {})) url.searchParams.append(name, value);
+  const { hostname, port } = new URL(target.url);
+  // The path as it is (a URL would read a leading // as a host); the query encoded as any client would.
+  const query = new URLSearchParams(request.query ?? {}).toString();
   const payload = request.body === undefined ? undefined : toJson(request.body);
   const headers: Record<string, string> = {
-    ...request.headers, host: `${target.hosts[request.host]}:${url.port}`, authorization: `Bearer ${request.bearer}`,
+    ...request.headers, host: `${target.hosts[request.host]}:${port}`, authorization: `Bearer ${request.bearer}`,
     ...(payload === undefined ? {} : { 'content-type': 'application/json' }),
   };
   return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: request.method, headers, agent }, (res) => {
+    const req = http.request({ host: hostname, port, path: query ? `${request.path}?${query}` : request.path, method: request.method, headers, agent }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (chunk: Buffer) => chunks.push(chunk));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, type: res.headers['content-type'] ?? '', text: Buffer.concat(chunks).toString('utf8') }));

@@ -71,10 +71,12 @@ export interface BootstrapSecret {
 export async function loadBootstrapSecret(settings: SettingsRepo, box: SecretBox, now: () => Date): Promise<BootstrapSecret> {
   const stateOf = (sealed: string) => unsealSetting(box, bootstrapSchema, BOOTSTRAP, sealed);
   const works = (state: z.infer<typeof bootstrapSchema>) => state.secret !== undefined && Date.parse(state.expiresAt) > now().getTime();
-  const current = async () => {
+  /** The stored secret while it works, and its sealed form (what a spend compares and sets). */
+  const working = async () => {
     const sealed = await settings.get(BOOTSTRAP);
-    const state = sealed === undefined ? undefined : stateOf(sealed);
-    return sealed !== undefined && state && works(state) ? { sealed, state } : undefined;
+    if (sealed === undefined) return undefined;
+    const state = stateOf(sealed);
+    return works(state) ? { sealed, state } : undefined;
   };
   const { value } = await settings.getOrCreate(BOOTSTRAP, () => {
     const secret = newBootstrapSecret();
@@ -86,11 +88,11 @@ export async function loadBootstrapSecret(settings: SettingsRepo, box: SecretBox
     unused: works(state) ? state.secret : undefined,
     expiresAt: state.expiresAt,
     async check(secret) {
-      const found = await current();
+      const found = await working();
       return found !== undefined && timingSafeEqual(Buffer.from(found.state.hash, 'hex'), Buffer.from(hashSecret(secret), 'hex'));
     },
     async spend() {
-      const found = await current();
+      const found = await working();
       if (!found) return false;
       const spent = { hash: found.state.hash, expiresAt: found.state.expiresAt, spentAt: now().toISOString() };
       return settings.compareAndSet(BOOTSTRAP, found.sealed, box.encrypt(JSON.stringify(spent)));

@@ -63,8 +63,10 @@ export function createKeyService(options: KeyServiceOptions) {
   }
 
   return {
-    /** POST /v1/admin/keys: a management JWT with the default admin issuer scopes (spec 5.2). */
-    /** POST /v1/admin/keys with the bootstrap secret (which it spends) or an account-administration token. */
+    /**
+     * POST /v1/admin/keys: a management JWT with the default admin issuer scopes (spec 5.2), for the bootstrap
+     * secret (which it spends) or an account-administration token.
+     */
     async mintManagementToken(principal: Principal, input: MintToken): Promise<ApiKey> {
       const ncaId = input.ncaId ?? options.defaultAccountId;
       await options.accounts.requireAccount(ncaId);
