@@ -5,6 +5,7 @@
 // sandbox is probed from inside by a hostile tenant's script (fixtures/sandbox-probe.cjs): its user
 // namespace, capabilities, files, limits and network, and gVisor's runsc as the engine's runtime.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import dgram from 'node:dgram';
 import { existsSync } from 'node:fs';
 import { copyFile, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
@@ -17,6 +18,8 @@ import { outputDirOf, prepareInstance } from '../../src/compute/instance-env.ts'
 import type { InstanceSpec } from '../../src/compute/protocol.ts';
 import { UnstartableError, type RuntimeInstance } from '../../src/compute/runtime.ts';
 import { createDockerRuntime, type DockerRuntimeOptions } from '../../src/compute/runtimes/docker.ts';
+import { firewallTable } from '../../src/compute/runtimes/docker-firewall.ts';
+import { agentTag } from '../../src/compute/runtimes/docker-network.ts';
 import { containersLabelled, image, needsPodman, removeAgentLeftovers, startEngine, type Engine } from '../helpers/podman.ts';
 import { RegistryStandIn } from './fixtures/registry.ts';
 import { captureLog, eventually, freeUdpRange, instanceSpec, postJson, streamingSpec, tempDir } from './helpers.ts';
@@ -76,7 +79,7 @@ describe('docker runtime on podman', { skip }, () => {
 
   after(async () => {
     await Promise.all(started.map((instance) => instance.stop(1000)));
-    if (engine) await removeAgentLeftovers(engine, AGENT);
+    if (engine) for (const name of [AGENT, `${AGENT}-other`]) await removeAgentLeftovers(engine, name);
     await engine?.close();
     await registry.close();
     await state?.remove();
@@ -210,7 +213,7 @@ describe('docker runtime on podman', { skip }, () => {
     const facts = await ask('/facts');
     assert.equal(facts.uid, 1000, "the image's user");
     assert.equal(facts.uidMap[0], 0);
-    assert.ok(facts.uidMap[1] >= 65536, `container uid 0 is host uid ${facts.uidMap[1]}, outside the host's own users`);
+    assert.ok(facts.uidMap[1] >= 65536, `container uid 0 must be a host uid beyond the host's own users, not ${facts.uidMap[1]}`);
     assert.deepEqual(facts.secrets, { API_KEY: 'sk-1' }, 'the secrets file is readable');
     assert.equal(facts.secretsWrite, 'EROFS', 'and read-only');
     assert.deepEqual(facts.workDir, ['requests', 'secrets.json'], 'nothing else of the work dir');
@@ -270,12 +273,13 @@ describe('docker runtime on podman', { skip }, () => {
     assert.equal(await b.ask(`/connect?host=${netA.IPAddress}&port=8000`), 'ECONNREFUSED', "nor B A's");
     for (const probe of [a, b]) assert.equal((await fetch(`${probe.url}/health`)).status, 200, 'published ports still serve the platform');
 
-    await Promise.all([a.instance.stop(1000), b.instance.stop(1000)]);
     door.server.close();
     other.server.close();
-    await runtime().cleanup!();
+    await Promise.all(started.splice(0).map((instance) => instance.stop(1000)));
+    await runtime().close!();
     const filters = encodeURIComponent(JSON.stringify({ label: [`svc.agent=${AGENT}`] }));
-    assert.deepEqual((await engine.call('GET', `/networks?filters=${filters}`)).body, [], "cleanup removes the agent's unused networks");
+    assert.deepEqual((await engine.call('GET', `/networks?filters=${filters}`)).body, [], "close() removes the agent's networks");
+    assert.throws(() => execFileSync('nft', ['list', 'table', 'inet', firewallTable(agentTag(AGENT))], { stdio: 'ignore' }), 'and its firewall table');
   });
 });
 

@@ -45,17 +45,28 @@ const NFT_TIMEOUT_MS = 10_000;
 
 /** Applies the table with `nft -f -`; without nft or the right to use it, no container can start isolated. */
 export async function applyFirewall(agentTag: string, hostPorts: number[]): Promise<void> {
-  const outcome = await new Promise<{ code: number | null; output: string }>((resolve) => {
-    const nft = spawn('nft', ['-f', '-'], { stdio: ['pipe', 'ignore', 'pipe'], timeout: NFT_TIMEOUT_MS });
-    let output = '';
-    nft.stderr.setEncoding('utf8').on('data', (chunk: string) => { output = (output + chunk).slice(-2000); });
-    nft.on('error', (error) => resolve({ code: null, output: error.message }));
-    nft.on('close', (code) => resolve({ code, output }));
-    nft.stdin.on('error', () => {}); // a missing nft closes its stdin; the error above says why
-    nft.stdin.end(firewallRules(agentTag, hostPorts));
-  });
-  if (outcome.code !== 0) {
+  const failure = await nft(firewallRules(agentTag, hostPorts));
+  if (failure) {
     throw new UnstartableError(`account networks need the agent's nftables table ${firewallTable(agentTag)} (nft, Debian package nftables, `
-      + `run with CAP_NET_ADMIN in the host's network namespace), or dockerNetwork: engine: ${outcome.output.trim() || `nft exited ${outcome.code}`}`);
+      + `run with CAP_NET_ADMIN in the host's network namespace), or dockerNetwork: engine: ${failure}`);
   }
+}
+
+/** Takes the agent's table away (its bridges are gone); one never made is no error. */
+export async function removeFirewall(agentTag: string): Promise<void> {
+  const table = firewallTable(agentTag);
+  await nft(`table inet ${table} {}\ndelete table inet ${table}\n`);
+}
+
+/** Runs an nftables script; what went wrong, or undefined. */
+function nft(script: string): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const child = spawn('nft', ['-f', '-'], { stdio: ['pipe', 'ignore', 'pipe'], timeout: NFT_TIMEOUT_MS });
+    let output = '';
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => { output = (output + chunk).slice(-2000); });
+    child.on('error', (error) => resolve(error.message));
+    child.on('close', (code) => resolve(code === 0 ? undefined : output.trim() || `nft exited ${code}`));
+    child.stdin.on('error', () => {}); // a missing nft closes its stdin; the error above says why
+    child.stdin.end(script);
+  });
 }

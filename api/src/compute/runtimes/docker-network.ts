@@ -1,11 +1,12 @@
 // A bridge network per account (dockerNetwork: account), made the first time one of its instances starts
 // on this agent, labelled svc.agent and svc.account, its bridge named svcd<agent tag><account hash> so that
 // the agent's firewall (docker-firewall.ts) knows it; the platform still reaches each instance through its
-// published ports. cleanup() removes this agent's networks that no container uses.
+// published ports. cleanup() removes this agent's networks that no container uses; close() also takes its
+// firewall table away once none is left.
 import { createHash } from 'node:crypto';
 import type { Logger } from '../../logger.ts';
 import { DockerError, type DockerApi } from './docker-api.ts';
-import { applyFirewall, BRIDGE_PREFIX } from './docker-firewall.ts';
+import { applyFirewall, BRIDGE_PREFIX, removeFirewall } from './docker-firewall.ts';
 import { z } from 'zod';
 
 const networkList = z.array(z.object({ Id: z.string(), Name: z.string() }));
@@ -74,13 +75,26 @@ export class AccountNetworks {
   /** Removes this agent's account networks that no container uses (run after its leftover containers are gone). */
   async cleanup(): Promise<void> {
     this.#made.clear();
-    const networks = await this.#api.call('GET', '/networks', {
-      query: { filters: JSON.stringify({ label: [`svc.agent=${this.#agentName}`] }) },
-    }, networkList);
-    for (const network of networks) {
+    for (const network of await this.#list()) {
       await this.#api.call('DELETE', `/networks/${network.Id}`)
         .catch((error: unknown) => this.#log.info({ err: error, network: network.Name }, 'account network kept'));
     }
+  }
+
+  /** Once the agent's containers are gone: its networks, then its firewall table (kept while a network is). */
+  async close(): Promise<void> {
+    try {
+      await this.cleanup();
+      if ((await this.#list()).length) return;
+      this.#firewall = undefined;
+      await removeFirewall(this.#tag);
+    } catch (error) {
+      this.#log.warn({ err: error }, 'account networks not removed');
+    }
+  }
+
+  #list() {
+    return this.#api.call('GET', '/networks', { query: { filters: JSON.stringify({ label: [`svc.agent=${this.#agentName}`] }) } }, networkList);
   }
 }
 

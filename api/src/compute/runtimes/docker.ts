@@ -15,7 +15,8 @@
 // privilege escalation, its instance type's memory, CPU and pids (docker-sandbox.ts), and a network of
 // its account's that reaches neither other accounts nor the host (docker-network.ts, docker-firewall.ts).
 // Every container carries the labels svc.agent=<agentName> and svc.instance=<instanceId>; cleanup()
-// removes this agent's containers left from an earlier run, then its unused account networks.
+// removes this agent's containers left from an earlier run, then its unused account networks; close(),
+// once the agent's containers have stopped, its networks and firewall table.
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../../logger.ts';
 import { fileNameFor, outputDirOf } from '../instance-env.ts';
@@ -238,7 +239,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
     await networks.cleanup();
   }
 
-  return { name: 'docker', start, cleanup };
+  return { name: 'docker', start, cleanup, close: () => networks.close() };
 }
 
 function range(first: number, last: number): number[] {
