@@ -18,7 +18,6 @@ export class AccountNetworks {
   readonly #hostPorts: number[];
   readonly #log: Logger;
   #firewall: Promise<void> | undefined;
-  readonly #made = new Map<string, Promise<void>>();
 
   constructor(api: DockerApi, agentName: string, hostPorts: number[], log: Logger) {
     this.#api = api;
@@ -28,7 +27,10 @@ export class AccountNetworks {
     this.#log = log;
   }
 
-  /** The network of the account's containers on this agent, made (and the firewall in place) if need be. */
+  /**
+   * The network of the account's containers on this agent, made (and the firewall in place) if need be.
+   * Asked of the engine at every start: a network removed meanwhile is made again.
+   */
   async of(accountId: string): Promise<string> {
     this.#firewall ??= applyFirewall(this.#tag, this.#hostPorts).catch((error: unknown) => {
       this.#firewall = undefined;
@@ -37,17 +39,12 @@ export class AccountNetworks {
     await this.#firewall;
     const account = sha256(accountId);
     const name = `${this.#agentName}-${account.slice(0, 16)}`;
-    let made = this.#made.get(name);
-    if (!made) {
-      made = this.#create(name, `${BRIDGE_PREFIX}${this.#tag}${account.slice(0, 7)}`, accountId);
-      this.#made.set(name, made);
-      made.catch(() => this.#made.delete(name));
-    }
-    await made;
+    await this.#ensure(name, `${BRIDGE_PREFIX}${this.#tag}${account.slice(0, 7)}`, accountId);
     return name;
   }
 
-  async #create(name: string, bridge: string, accountId: string): Promise<void> {
+  async #ensure(name: string, bridge: string, accountId: string): Promise<void> {
+    if (await this.#exists(name)) return;
     try {
       await this.#api.call('POST', '/networks/create', {
         body: {
@@ -57,8 +54,7 @@ export class AccountNetworks {
         },
       });
     } catch (error) {
-      // Made by an earlier run of this agent, or by another engine process on this host (Docker says 409,
-      // podman 500): the same name is the same network.
+      // Made by a start racing this one (Docker says 409, podman 500): the same name is the same network.
       if (!(error instanceof DockerError) || !await this.#exists(name)) throw error;
     }
   }
@@ -74,7 +70,6 @@ export class AccountNetworks {
 
   /** Removes this agent's account networks that no container uses (run after its leftover containers are gone). */
   async cleanup(): Promise<void> {
-    this.#made.clear();
     for (const network of await this.#list()) {
       await this.#api.call('DELETE', `/networks/${network.Id}`)
         .catch((error: unknown) => this.#log.info({ err: error, network: network.Name }, 'account network kept'));
