@@ -156,6 +156,8 @@ describe('a remote agent', () => {
         env: {
           ...process.env, SVC_AGENT_SERVER: svc.url, SVC_AGENT_CREDENTIAL: registered.body.agentCredential, SVC_AGENT_STATE_DIR: agentState,
           SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_AGENT_UDP_PORT_RANGE: '48300-48399', SVC_LOG_LEVEL: 'warn', SVC_DATA_DIR: agentState,
+          // The same process before and after is read from the unsandboxed runtime's pid files.
+          SVC_AGENT_SANDBOX: 'off',
         },
         stdio: 'ignore',
       });

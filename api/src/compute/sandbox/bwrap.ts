@@ -3,7 +3,8 @@
 // with its own pid, IPC and UTS namespaces, no further user namespaces, and no_new_privs (bwrap always
 // sets it). What it sees:
 //   - the system read-only (/usr and its links, /etc, /opt), and the read-only paths the agent was given
-//     (the catalog's programs), with the platform's own paths among them hidden under empty tmpfs;
+//     (the catalog's programs, staged by the launcher: their parents may be private), with the platform's
+//     own paths among them hidden under empty tmpfs;
 //   - its own /proc (only its processes), a minimal /dev, and private tmpfs at /tmp, /var/tmp and /run;
 //   - its work dir read-only (its secrets file; the agent keeps its output log there) and, on top, the
 //     directories it writes (request directories; a task's results and progress) read-write. bwrap reads
@@ -14,13 +15,18 @@ import { lstatSync, readlinkSync, statSync } from 'node:fs';
 const SYSTEM_READ_ONLY = ['/usr', '/etc', '/opt'];
 const USR_LINKS = ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
 
+/** A host directory bwrap mounts from where the launcher staged it (sandbox.ts), at its own path. */
+export interface Staged {
+  staged: string;
+  at: string;
+}
+
 export interface SandboxView {
-  readOnly: string[];
+  readOnly: Staged[];
   /** Platform paths inside `readOnly` that the instance must not see (data dir, state dir, keys). */
   hidden: string[];
-  /** Each staged source and where it appears inside (its path on the host): the work dir first, then the writable directories. */
-  workDir: { staged: string; at: string };
-  writable: { staged: string; at: string }[];
+  workDir: Staged;
+  writable: Staged[];
   cwd: string;
   hostname: string;
 }
@@ -37,7 +43,9 @@ export function bwrapArguments(view: SandboxView): string[] {
     if (kind === 'link') args.push('--symlink', readlinkSync(link), link);
     else if (kind === 'dir') args.push('--ro-bind', link, link);
   }
-  for (const dir of view.readOnly) args.push('--ro-bind', dir, dir);
+  // Its own /tmp, /var/tmp and /run before the host's paths, which may lie below them (a checkout in /tmp).
+  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--tmpfs', '/var/tmp', '--tmpfs', '/run');
+  for (const dir of view.readOnly) args.push('--ro-bind', dir.staged, dir.at);
   // A hidden path inside another is hidden with it.
   const hiddenPaths = view.hidden.filter((candidate) => !view.hidden.some((other) => other !== candidate && isWithin(candidate, [other])));
   for (const hidden of hiddenPaths) {
@@ -45,9 +53,6 @@ export function bwrapArguments(view: SandboxView): string[] {
     if (kind === 'dir') args.push('--tmpfs', hidden);
     else if (kind === 'file') args.push('--ro-bind', '/dev/null', hidden);
   }
-  args.push(
-    '--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--tmpfs', '/var/tmp', '--tmpfs', '/run',
-  );
   args.push('--ro-bind', view.workDir.staged, view.workDir.at);
   for (const dir of view.writable) args.push('--bind', dir.staged, dir.at);
   args.push('--chdir', view.cwd);

@@ -2,13 +2,14 @@
 // own (bwrap.ts), on a network of its own (network.ts), inside a cgroup with its instance type's caps
 // (cgroups.ts). What starts it is one argv:
 //
-//   unshare --mount -- sh -c <launcher> <stage> <cgroup.procs files> -- <work dir> <writable dirs> --
+//   unshare --mount -- sh -c <launcher> <stage> <cgroup.procs files> -- <read-only paths> <work dir> <writable dirs> --
 //      nsenter --net=<its namespace> -S uid -G gid -- bwrap <its view> -- <the catalog's command>
 //
 // The launcher, still root, joins the cgroup (so nothing of the instance runs outside it), then, in the
-// mount namespace unshare made for it alone, bind-mounts the instance's own directories at <stage>/0, 1, …
-// on a fresh tmpfs: bwrap runs as the instance's user, which has no way through the agent's 0700
-// directories to them, and these mounts vanish with the namespace. nsenter enters its network as root
+// mount namespace unshare made for it alone, bind-mounts what the instance sees of the host (the read-only
+// paths, its work dir, the directories it writes) at <stage>/0, 1, … on a fresh tmpfs: bwrap runs as the
+// instance's user, which may have no way through their parents (the agent's 0700 state dir, a private
+// checkout), and these mounts vanish with the namespace. nsenter enters its network as root
 // and drops to its user; bwrap builds the rest. The agent signals and kills an instance through its
 // cgroup, which holds every process it made, whatever sessions or namespaces they moved to.
 //
@@ -159,11 +160,11 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
       await releaseAll(cgroup, net.slot, request.fileName, published);
       throw error;
     }
-    const sources = [request.workDir, ...request.writable];
+    const sources = [...visible, request.workDir, ...request.writable];
+    const staged = sources.map((at, index) => ({ staged: `${STAGE}/${index}`, at }));
     const bwrap = bwrapArguments({
-      readOnly: visible, hidden: options.hidden, cwd: request.cwd, hostname: `svc-${request.fileName.slice(2, 14)}`,
-      workDir: { staged: `${STAGE}/0`, at: request.workDir },
-      writable: request.writable.map((dir, index) => ({ staged: `${STAGE}/${index + 1}`, at: dir })),
+      readOnly: staged.slice(0, visible.length), workDir: staged[visible.length], writable: staged.slice(visible.length + 1),
+      hidden: options.hidden, cwd: request.cwd, hostname: `svc-${request.fileName.slice(2, 14)}`,
     });
     return {
       argv: [tools.unshare, '--mount', '--propagation', 'private', '--', tools.sh, '-c', LAUNCHER, 'sh', STAGE,
