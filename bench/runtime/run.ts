@@ -91,8 +91,8 @@ try {
   printTable(`bench/runtime: POST /v2/svc/pexec through svc serve (own process, SQLite) to the instance, ${SECONDS} s per row`,
     ['concurrency  runtime', 'req/s', 'p50 ms', 'p99 ms', '× process', '+p50 ms', 'errors', 'gateway +p50 ms'], rows(gateway, direct));
 } finally {
-  await sandboxed.runtime.close?.();
   await removeContainers(engine, `svc.agent=${AGENT}`);
+  for (const { runtime } of Object.values(runtimes)) await runtime.close?.();
   await engine.close();
   await state.remove();
 }

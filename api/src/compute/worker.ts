@@ -13,7 +13,7 @@ import type { GpuOffer } from './protocol.ts';
 import { UnstartableError, type Runtime } from './runtime.ts';
 import { startTaskRunner, type TaskRunner } from './task-runner.ts';
 import { httpResultUploader } from './task-results.ts';
-import { createDockerRuntime } from './runtimes/docker.ts';
+import { createDockerRuntime, dockerRuntimeSettings } from './runtimes/docker.ts';
 import { dockerSocketPath } from './runtimes/docker-api.ts';
 import { createProcessRuntime } from './runtimes/process.ts';
 import { openSandbox } from './sandbox/sandbox.ts';
@@ -118,8 +118,9 @@ export async function createRuntime(options: WorkerOptions, stateDir: string, lo
     return {
       isolation: { kind: 'container' },
       runtime: createDockerRuntime({
-        ...common, socketPath: settings.dockerSocket ?? dockerSocketPath(), agentName: agentNameOf(stateDir),
-        publishAddress: settings.dockerPublishAddress, gpus: settings.dockerGpus, pull: settings.dockerPull,
+        ...common, ...dockerRuntimeSettings(settings), socketPath: settings.dockerSocket ?? dockerSocketPath(), agentName: agentNameOf(stateDir),
+        // Containers may open the gateway's public port (the in-process agent's door) beside the configured ones.
+        hostPorts: [...settings.dockerHostPorts, ...(options.sandbox?.doors ?? [])],
       }),
     };
   }
