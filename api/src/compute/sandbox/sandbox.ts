@@ -33,14 +33,15 @@ import {
 const run = promisify(execFile);
 
 /**
- * $1: the stage; then cgroup.procs files to join, `--`, directories to stage at $1/0, $1/1, …, `--`, and
- * the command. Exits 125 (before running anything of the instance) when a step fails.
+ * $1: the stage, $2 and $3: mount and mkdir (by path: the agent's PATH may lack them, and setting PATH here
+ * would change the instance's); then cgroup.procs files to join, `--`, directories to stage at $1/0, $1/1,
+ * …, `--`, and the command. Exits 125 (before running anything of the instance) when a step fails.
  */
 const LAUNCHER = [
-  'stage=$1; shift',
+  'stage=$1; mount=$2; mkdir=$3; shift 3',
   'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift',
-  'mount -t tmpfs -o mode=0755,size=64k svc-stage "$stage" || exit 125',
-  'i=0; while [ "$1" != -- ]; do mkdir "$stage/$i" && mount --bind "$1" "$stage/$i" || exit 125; i=$((i+1)); shift; done; shift',
+  '"$mount" -t tmpfs -o mode=0755,size=64k svc-stage "$stage" || exit 125',
+  'i=0; while [ "$1" != -- ]; do "$mkdir" "$stage/$i" && "$mount" --bind "$1" "$stage/$i" || exit 125; i=$((i+1)); shift; done; shift',
   'exec "$@"',
 ].join('\n');
 /** Where the launcher stages an instance's directories, in its own mount namespace (an empty directory on the host). */
@@ -102,6 +103,8 @@ export interface Sandbox {
 
 export interface Tools {
   sh: string;
+  mount: string;
+  mkdir: string;
   unshare: string;
   nsenter: string;
   bwrap: string;
@@ -167,7 +170,7 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
       hidden: options.hidden, cwd: request.cwd, hostname: `svc-${request.fileName.slice(2, 14)}`,
     });
     return {
-      argv: [tools.unshare, '--mount', '--propagation', 'private', '--', tools.sh, '-c', LAUNCHER, 'sh', STAGE,
+      argv: [tools.unshare, '--mount', '--propagation', 'private', '--', tools.sh, '-c', LAUNCHER, 'sh', STAGE, tools.mount, tools.mkdir,
         ...cgroup.procsFiles(), '--', ...sources, '--',
         tools.nsenter, `--net=/run/netns/${net.namespace}`, '-S', String(uid), '-G', String(uid), '--',
         tools.bwrap, ...bwrap, '--', ...request.command],
@@ -241,10 +244,10 @@ const SEARCH = ['/usr/bin', '/usr/sbin', '/bin', '/sbin'];
 
 function findTools(): Tools | { missing: string } {
   const where = (name: string) => SEARCH.map((dir) => path.join(dir, name)).find((candidate) => existsSync(candidate));
-  const names = ['sh', 'unshare', 'nsenter', 'bwrap', 'ip', 'nft'];
-  const [sh, unshare, nsenter, bwrap, ip, nft] = names.map(where);
-  if (!sh || !unshare || !nsenter || !bwrap || !ip || !nft) return { missing: names.find((name) => !where(name))! };
-  return { sh, unshare, nsenter, bwrap, ip, nft };
+  const names = ['sh', 'mount', 'mkdir', 'unshare', 'nsenter', 'bwrap', 'ip', 'nft'];
+  const [sh, mount, mkdir, unshare, nsenter, bwrap, ip, nft] = names.map(where);
+  if (!sh || !mount || !mkdir || !unshare || !nsenter || !bwrap || !ip || !nft) return { missing: names.find((name) => !where(name))! };
+  return { sh, mount, mkdir, unshare, nsenter, bwrap, ip, nft };
 }
 
 function firstLine(error: unknown): string {
