@@ -4,7 +4,8 @@
 // concurrency 1 and 32 straight to each instance's endpoint (a child process's port, a sandbox's own
 // address, a container's published port), and through the gateway (pexec on a `svc serve` per runtime,
 // gateway.ts), with what the gateway adds to the direct p50. The sandbox's cost is its rows against the
-// bare process runtime's. Needs podman and `npm run images`, and root with bubblewrap and nftables for
+// bare process runtime's; a container's hardening (a user namespace of its own, its account's network
+// behind the agent's firewall) is the docker row against the one on the engine's defaults. Needs podman and `npm run images`, and root with bubblewrap and nftables for
 // the sandbox. Where the platform spends its share of an invocation: bench/invoke.
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
@@ -37,6 +38,9 @@ const sandboxed = await createRuntime({
 const runtimes: Record<string, { runtime: Runtime; image: string }> = {
   process: { runtime: createProcessRuntime({ catalogFile: SAMPLES_CATALOG, stateDir: state.dir, log }), image: 'local/echo:1' },
   'process, sandboxed': { runtime: sandboxed.runtime, image: 'local/echo:1' },
+  'docker, engine defaults': {
+    runtime: createDockerRuntime({ socketPath: engine.socketPath, agentName: `${AGENT}-plain`, userns: 'engine', network: 'engine', log }), image: image('echo'),
+  },
   'docker (podman)': { runtime: createDockerRuntime({ socketPath: engine.socketPath, agentName: AGENT, log }), image: image('echo') },
 };
 
@@ -83,15 +87,19 @@ try {
   const served = [await serveEcho('local/echo:1')];
   let gateway: Map<string, LoadResult>;
   try {
-    served.push(await serveEcho('local/echo:1', undefined, { SVC_AGENT_SANDBOX: 'on' }), await serveEcho(image('echo'), engine));
-    gateway = await measure({ process: served[0].target, 'process, sandboxed': served[1].target, 'docker (podman)': served[2].target });
+    served.push(
+      await serveEcho('local/echo:1', undefined, { SVC_AGENT_SANDBOX: 'on' }),
+      await serveEcho(image('echo'), engine, { SVC_AGENT_DOCKER_USERNS: 'engine', SVC_AGENT_DOCKER_NETWORK: 'engine' }),
+      await serveEcho(image('echo'), engine),
+    );
+    gateway = await measure(Object.fromEntries(Object.keys(runtimes).map((name, index) => [name, served[index].target])));
   } finally {
     await Promise.all(served.map((platform) => platform.stop()));
   }
   printTable(`bench/runtime: POST /v2/svc/pexec through svc serve (own process, SQLite) to the instance, ${SECONDS} s per row`,
     ['concurrency  runtime', 'req/s', 'p50 ms', 'p99 ms', '× process', '+p50 ms', 'errors', 'gateway +p50 ms'], rows(gateway, direct));
 } finally {
-  await removeContainers(engine, `svc.agent=${AGENT}`);
+  for (const agent of [AGENT, `${AGENT}-plain`]) await removeContainers(engine, `svc.agent=${agent}`);
   for (const { runtime } of Object.values(runtimes)) await runtime.close?.();
   await engine.close();
   await state.remove();

@@ -17,7 +17,7 @@
 // ends what its crashed run left: the processes of its cgroups, their namespaces, the cgroups.
 import { execFile } from 'node:child_process';
 import { constants, existsSync } from 'node:fs';
-import { mkdir, open, readdir, readFile, rm, rmdir, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
@@ -28,6 +28,7 @@ import { bwrapArguments, isWithin } from './bwrap.ts';
 import { cgroupLayout, InstanceCgroup, leftoverCgroups, type CgroupLayout } from './cgroups.ts';
 import {
   createNetwork, enableForwarding, installFirewall, publish, removeNetwork, unpublish, type NetworkOptions, type Published,
+  type SandboxNetwork,
 } from './network.ts';
 
 const run = promisify(execFile);
@@ -140,6 +141,33 @@ export async function openSandbox(options: SandboxOptions): Promise<Sandbox | { 
 function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayout, network: NetworkOptions): Sandbox {
   const records = path.join(options.stateDir, 'sandboxes');
   const recordOf = (fileName: string) => path.join(records, `${fileName}.json`);
+  const spareName = (slot: number) => `spare-${slot}`;
+  /**
+   * A network made ahead, so that a start need not wait the ~40 ms of `ip` for one. It has a record of its
+   * own (spare-<slot>), renamed to the instance's when taken, so exactly one record names a slot.
+   */
+  let spare: Promise<SandboxNetwork | undefined> | undefined;
+
+  function makeSpare(): void {
+    spare = createNetwork(network).then(async (net) => {
+      await mkdir(records, { recursive: true, mode: 0o700 });
+      await writeFile(recordOf(spareName(net.slot)), JSON.stringify({ slot: net.slot }), { mode: 0o600 });
+      return net;
+    }).catch((error: unknown) => {
+      options.log.warn({ err: error }, 'no sandbox network made ahead');
+      return undefined;
+    });
+  }
+
+  /** The spare network (its record now the instance's), or a new one; another spare is started either way. */
+  async function networkFor(fileName: string): Promise<SandboxNetwork> {
+    const ready = spare;
+    makeSpare();
+    const net = await ready;
+    if (!net) return createNetwork(network);
+    await rename(recordOf(spareName(net.slot)), recordOf(fileName));
+    return net;
+  }
 
   async function prepare(request: SandboxRequest): Promise<SandboxedLaunch> {
     const visible = options.readOnly;
@@ -148,7 +176,7 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
     }
     const cgroup = new InstanceCgroup(layout, request.fileName);
     await cgroup.create(request.limits);
-    const net = await createNetwork(network).catch(async (error: unknown) => {
+    const net = await networkFor(request.fileName).catch(async (error: unknown) => {
       await cgroup.remove();
       throw error;
     });
@@ -210,9 +238,13 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
     }
     for (const name of left) await new InstanceCgroup(layout, name).remove();
     if (files.length + left.size) options.log.info({ sandboxes: files.length + left.size }, 'ended sandboxes left by an earlier run');
+    makeSpare();
   }
 
   async function close(): Promise<void> {
+    const unused = await spare;
+    spare = undefined;
+    if (unused) await releaseAll(new InstanceCgroup(layout, spareName(unused.slot)), unused.slot, spareName(unused.slot), undefined);
     for (const base of layout.bases) await rmdir(base).catch(() => {}); // still holding an instance: kept
   }
 
