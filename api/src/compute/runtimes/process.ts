@@ -23,12 +23,12 @@ import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../../logger.ts';
-import { fileNameFor, outputDirOf, secretsFileOf } from '../instance-env.ts';
+import { fileNameFor, outputDirOf } from '../instance-env.ts';
+import { instanceFilesOf } from '../instance-files.ts';
 import { limitsOf, type LimitDefaults } from '../limits.ts';
 import type { InstanceSpec, PortMap } from '../protocol.ts';
 import { UnstartableError, type ExitStatus, type Runtime, type RuntimeContext, type RuntimeInstance } from '../runtime.ts';
 import type { Sandbox } from '../sandbox/sandbox.ts';
-import { taskPaths } from '../task-env.ts';
 import { splitArgs } from './args.ts';
 import { lookUpImage, type CatalogEntry } from './image-catalog.ts';
 import { LogTail } from './log-tail.ts';
@@ -217,8 +217,8 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
     { sandbox, limits }: NonNullable<ProcessRuntimeOptions['sandbox']>): Promise<Launched> {
     const limit = limitsOf(spec, limits);
     const launch = await sandbox.prepare({
-      instanceId: spec.instanceId, fileName: fileNameFor(spec.instanceId), command: image.command, cwd: image.entry.cwd,
-      workDir: context.workDir, writable: writableDirsOf(spec, context.workDir), secretsFile: secretsFileOf(context.workDir), limits: limit,
+      fileName: fileNameFor(spec.instanceId), command: image.command, cwd: image.entry.cwd,
+      workDir: context.workDir, files: instanceFilesOf(spec, context.workDir), limits: limit,
       ports: publishedPorts(ports),
     });
     let child: ChildProcess;
@@ -354,13 +354,6 @@ async function isAlive(pid: number): Promise<boolean> {
   } catch {
     return false;
   }
-}
-
-/** What of its work dir an instance writes: its request directories, or a task's results and progress. */
-function writableDirsOf(spec: InstanceSpec, workDir: string): string[] {
-  if (spec.workload !== 'task') return [outputDirOf(workDir)];
-  const paths = taskPaths(workDir);
-  return [paths.resultsDir, paths.progressDir];
 }
 
 /** An instance's ports as the sandbox publishes them: its TCP ports, its UDP block. */

@@ -13,16 +13,18 @@
 // and drops to its user; bwrap builds the rest. The agent signals and kills an instance through its
 // cgroup, which holds every process it made, whatever sessions or namespaces they moved to.
 //
-// A file per instance (<stateDir>/sandboxes/<instance>.json) names its network slot, so a restarted agent
-// ends what its crashed run left: the processes of its cgroups, their namespaces, the cgroups.
+// A file per instance (<stateDir>/sandboxes/<instance>.json) names its network slot and published ports, so
+// a restarted agent ends what its crashed run left: the processes of its cgroups, their namespaces and
+// ports, the cgroups.
 import { execFile } from 'node:child_process';
 import { constants, existsSync } from 'node:fs';
-import { mkdir, open, readdir, readFile, rename, rm, rmdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 import type { Logger } from '../../logger.ts';
 import type { Limits } from '../limits.ts';
+import { chmodOpened, openToInstance, type InstanceFiles } from '../instance-files.ts';
 import { UnstartableError } from '../runtime.ts';
 import { bwrapArguments, isWithin } from './bwrap.ts';
 import { cgroupLayout, InstanceCgroup, leftoverCgroups, type CgroupLayout } from './cgroups.ts';
@@ -67,14 +69,13 @@ export interface SandboxOptions {
 
 /** What one sandboxed start needs from the runtime. */
 export interface SandboxRequest {
-  instanceId: string;
+  /** The instance's name as a file name: its cgroup's and its record's. */
   fileName: string;
   command: string[];
   cwd: string;
-  /** Its work dir (seen read-only: the secrets file) and the directories of it that it writes (request directories; a task's results and progress). */
+  /** Its work dir, seen read-only, and what of it is the instance's (instance-files.ts). */
   workDir: string;
-  writable: string[];
-  secretsFile: string;
+  files: InstanceFiles;
   limits: Limits;
   /** Its ports, published on the host when the agent advertises a host address. */
   ports: Published;
@@ -102,7 +103,7 @@ export interface Sandbox {
   close(): Promise<void>;
 }
 
-export interface Tools {
+interface Tools {
   sh: string;
   mount: string;
   mkdir: string;
@@ -186,12 +187,14 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
       await mkdir(records, { recursive: true, mode: 0o700 });
       await writeFile(recordOf(request.fileName), JSON.stringify({ slot: net.slot, published }), { mode: 0o600 });
       if (published) await publish(network, net.address, published);
-      await openToInstance(request);
+      // Passable by its user (0711); the secrets file and the directories it writes are opened to it too.
+      await chmodOpened(request.workDir, 0o711, constants.O_DIRECTORY);
+      await openToInstance(request.files);
     } catch (error) {
       await releaseAll(cgroup, net.slot, request.fileName, published);
       throw error;
     }
-    const sources = [...visible, request.workDir, ...request.writable];
+    const sources = [...visible, request.workDir, ...request.files.writable];
     const staged = sources.map((at, index) => ({ staged: `${STAGE}/${index}`, at }));
     const bwrap = bwrapArguments({
       readOnly: staged.slice(0, visible.length), workDir: staged[visible.length], writable: staged.slice(visible.length + 1),
@@ -249,27 +252,6 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
   }
 
   return { prepare, cleanup, close };
-}
-
-/**
- * Opens the instance's own files to its user (another user than the agent's): the work dir passable
- * (0711), the directories it writes 0777, the secrets file 0444. That opens them to no one else: the work
- * dir is inside the agent's 0700 state dir, which only the launcher's staging mounts reach through. Modes
- * are set on what was opened without following links: an earlier run's instance could have written there.
- */
-async function openToInstance(request: SandboxRequest): Promise<void> {
-  await chmodOpened(request.workDir, constants.O_DIRECTORY, 0o711);
-  for (const dir of request.writable) await chmodOpened(dir, constants.O_DIRECTORY, 0o777);
-  await chmodOpened(request.secretsFile, 0, 0o444);
-}
-
-async function chmodOpened(file: string, flags: number, mode: number): Promise<void> {
-  const handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | flags);
-  try {
-    await handle.chmod(mode);
-  } finally {
-    await handle.close();
-  }
 }
 
 const SEARCH = ['/usr/bin', '/usr/sbin', '/bin', '/sbin'];
