@@ -182,8 +182,22 @@ export type AppProcess = {
   stop(): Promise<void>;
 };
 
-/** Starts `node streaming-app/src/main.ts` with small video by default; resolves once it listens. */
+/**
+ * Starts `node streaming-app/src/main.ts` with small video by default; resolves once it listens. A port
+ * found free can be taken by another process before the app binds it (its encoder probe takes a while):
+ * then it starts again on others.
+ */
 export async function startApp(env: Record<string, string> = {}): Promise<AppProcess> {
+  for (let attempt = 1; ; attempt++) {
+    const app = await startAppOnce(env);
+    if (!app.logs.some(portTaken) || attempt === 3) return app;
+    await app.stop();
+  }
+}
+
+const portTaken = (log: AppLog) => JSON.stringify(log).includes('EADDRINUSE');
+
+async function startAppOnce(env: Record<string, string>): Promise<AppProcess> {
   const controlPort = await freeTcpPort();
   const streamingPort = await freeTcpPort();
   const range = await freeUdpRange(6);
@@ -238,7 +252,7 @@ export async function startApp(env: Record<string, string> = {}): Promise<AppPro
     check();
   });
 
-  await waitForLog((l) => l.msg === 'streaming app listening', 30_000);
+  await waitForLog((l) => l.msg === 'streaming app listening' || portTaken(l), 30_000);
   const app: AppProcess = {
     child,
     pid: child.pid ?? 0,
