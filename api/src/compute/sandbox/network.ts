@@ -20,7 +20,7 @@ import { promisify } from 'node:util';
 
 const run = promisify(execFile);
 
-export const TABLE = 'svc_sandbox';
+const TABLE = 'svc_sandbox';
 const PREFIX = 'svcs';
 
 export interface SandboxNetwork {
@@ -37,7 +37,7 @@ export interface NetworkOptions {
   subnet: string;
 }
 
-export const namespaceOf = (slot: number) => `${PREFIX}-${slot}`;
+const namespaceOf = (slot: number) => `${PREFIX}-${slot}`;
 
 /** The platform's firewall table, made or refreshed in one transaction (agents may run this at once), and the doors added. */
 export async function installFirewall(options: NetworkOptions, doors: number[]): Promise<void> {
