@@ -148,8 +148,11 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
    * own (spare-<slot>), renamed to the instance's when taken, so exactly one record names a slot.
    */
   let spare: Promise<SandboxNetwork | undefined> | undefined;
+  /** Closed: no more spares (a start racing the agent's stop would leave one no record of a live agent names). */
+  let closed = false;
 
   function makeSpare(): void {
+    if (closed) return;
     spare = createNetwork(network).then(async (net) => {
       await mkdir(records, { recursive: true, mode: 0o700 });
       await writeFile(recordOf(spareName(net.slot)), JSON.stringify({ slot: net.slot }), { mode: 0o600 });
@@ -245,6 +248,7 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
   }
 
   async function close(): Promise<void> {
+    closed = true;
     const unused = await spare;
     spare = undefined;
     if (unused) await releaseAll(new InstanceCgroup(layout, spareName(unused.slot)), unused.slot, spareName(unused.slot), undefined);
