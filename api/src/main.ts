@@ -63,7 +63,8 @@ import { ensurePrivateDir } from './store/store.ts';
 import { leanServer } from './http/lean.ts';
 import { Problem } from './domain/problem.ts';
 import { rejectUpgrade } from './http/upgrade.ts';
-import { createMetrics, listensOnLoopbackOnly, metricsRoute } from './http/metrics.ts';
+import { isLoopbackHost } from './http/host.ts';
+import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
@@ -150,7 +151,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     closers.push(() => assets.stop());
     const metrics = createMetrics();
     // Off loopback, /metrics (every account's ids) always wants a bearer: the configured one or one made here.
-    const generatedMetricsToken = config.metrics.token || listensOnLoopbackOnly(config.gateway.host)
+    const generatedMetricsToken = config.metrics.token || isLoopbackHost(config.gateway.host)
       ? undefined : await ensureSealedSecret(settings, box, 'metrics.token', startedAt);
     const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
     const eventLoop = watchEventLoop(config.guard);

@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '../logger.ts';
+import { isLoopbackHost } from '../http/host.ts';
 import { startAgent, type Agent } from './agent.ts';
 import { httpAssetFetcher, stageAssets } from './assets.ts';
 import { discoverGpus } from './gpus.ts';
@@ -131,7 +132,7 @@ export async function createRuntime(options: WorkerOptions, stateDir: string, lo
     readOnly: settings.sandboxReadOnlyPaths?.map((dir) => path.resolve(dir)) ?? [REPOSITORY, path.dirname(catalogFile)],
     hidden: [stateDir, path.resolve(options.dataDir), ...(options.sandbox?.hidden ?? [])],
     subnet: settings.sandboxSubnet.split('/')[0], uidBase: settings.sandboxUidBase, doors: options.sandbox?.doors ?? [],
-    ...(isLoopback(settings.advertiseHost) ? {} : { advertise: settings.advertiseHost }),
+    ...(isLoopbackHost(settings.advertiseHost) ? {} : { advertise: settings.advertiseHost }),
     agentTag: agentNameOf(stateDir), stateDir, log,
   });
   if (!('unavailable' in opened)) {
@@ -154,8 +155,6 @@ function ownAccountOnly(runtime: Runtime, owner: () => string | undefined, reaso
     },
   };
 }
-
-const isLoopback = (host: string) => host === 'localhost' || host === '::1' || host.startsWith('127.');
 
 /** The repository this agent runs from: the samples and the modules they load. */
 const REPOSITORY = fileURLToPath(new URL('../../../', import.meta.url)).replace(/\/$/, '');

@@ -1,5 +1,10 @@
 import type { IncomingMessage } from 'node:http';
 
+/** True for an address or name of this machine's loopback only (127.0.0.0/8, ::1, localhost). */
+export function isLoopbackHost(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
 /** The name in a Host header, lower case, without its port (an IPv6 literal keeps its brackets). */
 export function hostnameOf(hostHeader: string | undefined): string {
   if (!hostHeader) return '';

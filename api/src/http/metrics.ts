@@ -22,11 +22,6 @@ export const metricsSettingsSchema = z.object({
   token: z.string().min(16).optional(),
 });
 
-/** True when a listener bound to `host` is reachable from this machine only. */
-export function listensOnLoopbackOnly(host: string): boolean {
-  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
-}
-
 export type MetricsSettings = z.infer<typeof metricsSettingsSchema>;
 
 export const metricsEnvSettings: Record<string, keyof MetricsSettings> = { SVC_METRICS_TOKEN: 'token' };

@@ -30,10 +30,13 @@ const WATCHDOG = [
   'exit "$status"',
 ].join('\n');
 
-const INHERITED = ['PATH', 'HOME', 'LANG', 'TZ', 'TMPDIR'];
-
-function pick(env: NodeJS.ProcessEnv, names: string[]): Record<string, string> {
-  return Object.fromEntries(names.flatMap((name) => (env[name] === undefined ? [] : [[name, env[name]!]])));
+/**
+ * What a program the platform starts (an auxiliary process, a function instance) gets of the platform's
+ * own environment: PATH, HOME, LANG, TZ and TMPDIR, never its settings and credentials.
+ */
+export function inheritedEnvironment(): Record<string, string> {
+  const names = ['PATH', 'HOME', 'LANG', 'TZ', 'TMPDIR'];
+  return Object.fromEntries(names.flatMap((name) => (process.env[name] === undefined ? [] : [[name, process.env[name]!]])));
 }
 
 export interface AuxiliaryOptions {
@@ -72,7 +75,7 @@ export async function startAuxiliary(options: AuxiliaryOptions): Promise<Auxilia
   const output = options.output ?? 'ignore';
   const stdio: StdioOptions = ['pipe', output, output];
   const child = spawn('/bin/sh', ['-c', WATCHDOG, options.name, options.command, ...options.args], {
-    env: { ...pick(process.env, INHERITED), ...options.env }, stdio, detached: true,
+    env: { ...inheritedEnvironment(), ...options.env }, stdio, detached: true,
   });
   await new Promise<void>((resolve, reject) => {
     child.once('spawn', resolve);

@@ -12,7 +12,8 @@ import { createApp } from '../http/app.ts';
 import type { Config } from '../config.ts';
 import { createSettingsRepo } from '../control/installation/repo.ts';
 import { ensureSealedSecret, loadSecretBox } from '../control/installation/service.ts';
-import { createMetrics, listensOnLoopbackOnly, metricsRoute, type MetricsSettings } from '../http/metrics.ts';
+import { isLoopbackHost } from '../http/host.ts';
+import { createMetrics, metricsRoute, type MetricsSettings } from '../http/metrics.ts';
 import { unauthorized } from '../domain/problem.ts';
 import { createLogger } from '../logger.ts';
 import { openDatabase } from '../database.ts';
@@ -38,7 +39,7 @@ export async function startAutoscalerRole(options: AutoscalerRoleOptions) {
   const store = await openDatabase(options.store);
   const metrics = createMetrics();
   // As the API replicas' (main.ts): off loopback, the bearer configured or the one generated for the installation.
-  const token = options.metrics?.token ?? (listensOnLoopbackOnly(options.settings.host) ? undefined : await installationMetricsToken(store.db, options));
+  const token = options.metrics?.token ?? (isLoopbackHost(options.settings.host) ? undefined : await installationMetricsToken(store.db, options));
   const plane = createAutoscalerPlane({
     db: store.db, metrics, settings: { ...options.settings, enabled: true }, log, replicaId: options.replicaId,
   });

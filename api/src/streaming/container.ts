@@ -4,6 +4,7 @@
 import { request } from 'undici';
 import type { ReadyInstance } from '../control/instances/service.ts';
 import { Problem } from '../domain/problem.ts';
+import { isLoopbackHost } from '../http/host.ts';
 import type { SessionCredentials } from '../turn/server.ts';
 
 /**
@@ -37,15 +38,13 @@ export async function readinessOf(instance: ReadyInstance): Promise<Readiness> {
   }
 }
 
-const isLoopback = (host: string) => host === 'localhost' || host === '::1' || host.startsWith('127.');
-
 /**
  * The session's STUN/TURN credentials as far as they are of use to the instance: a server on the
  * platform's loopback is none at all to an instance on a network of its own (a sandbox, a container's
  * bridge, another host), and handing it over would only hold up its ICE gathering (seen: 7 s).
  */
 export function credentialsFor(instance: ReadyInstance, credentials: SessionCredentials | undefined): SessionCredentials | undefined {
-  return credentials && isLoopback(credentials.stunIp) && !isLoopback(instance.endpoint.host) ? undefined : credentials;
+  return credentials && isLoopbackHost(credentials.stunIp) && !isLoopbackHost(instance.endpoint.host) ? undefined : credentials;
 }
 
 export async function pushCredentials(instance: ReadyInstance, credentials: SessionCredentials): Promise<void> {

@@ -23,6 +23,7 @@ import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../../logger.ts';
+import { inheritedEnvironment } from '../../process/auxiliary.ts';
 import { fileNameFor, outputDirOf } from '../instance-env.ts';
 import { instanceFilesOf } from '../instance-files.ts';
 import { limitsOf, type LimitDefaults } from '../limits.ts';
@@ -52,7 +53,6 @@ export interface ProcessRuntimeOptions {
   log: Logger;
 }
 
-const INHERITED_ENV = ['PATH', 'HOME', 'LANG', 'TZ', 'TMPDIR'];
 /** After the main process exits, how long its stdout/stderr may take to drain. */
 const DRAIN_MS = 1000;
 /** The endpoint ports of a task, which listens on nothing. */
@@ -164,9 +164,7 @@ export function createProcessRuntime(options: ProcessRuntimeOptions): Runtime {
 
   /** The small environment described above: the agent's few, the sandbox's, the catalog's, the instance's, the ports. */
   function environmentOf(spec: InstanceSpec, context: RuntimeContext, image: Image, ports: PortMap, own: Record<string, string>) {
-    const env: Record<string, string> = {};
-    for (const name of INHERITED_ENV) if (process.env[name] !== undefined) env[name] = process.env[name]!;
-    return Object.assign(env, own, image.entry.env, context.env, spec.workload === 'task' ? {} : portEnvironment(spec, ports));
+    return Object.assign(inheritedEnvironment(), own, image.entry.env, context.env, spec.workload === 'task' ? {} : portEnvironment(spec, ports));
   }
 
   /** Spawns argv in a process group of its own; an exec failure is Unstartable. */
