@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import './domain/zod-messages.ts';
 import { agentEnvSettings, agentSettingsSchema, portRangeSchema } from './compute/settings.ts';
 import { autoscalerEnvSettings, autoscalerSettingsSchema } from './autoscaler/settings.ts';
 import { gpuSchema } from './control/clusters/schema.ts';
