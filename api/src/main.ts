@@ -68,6 +68,7 @@ import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
+import { portInUse } from './process/ports.ts';
 import { openDatabase } from './database.ts';
 
 export interface Platform {
@@ -270,7 +271,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     await taskPlane.start();
     closers.push(() => gateway.close(), () => streaming.close(), () => agentHub.close(), () => autoscaler.stop());
     autoscaler.start();
-    const port = await gateway.listen(config.gateway.port, config.gateway.host);
+    const port = await gateway.listen(config.gateway.port, config.gateway.host).catch((error: NodeJS.ErrnoException) => {
+      throw error.code === 'EADDRINUSE' ? portInUse('the gateway', `${config.gateway.host}:${config.gateway.port}`, 'gateway.host, gateway.port: SVC_HOST, SVC_PORT') : error;
+    });
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
     // The local cluster's agent links to this gateway over loopback, exactly as a remote agent would.

@@ -2,6 +2,7 @@
 // request with the key; plus the one-line failures (old Node, bad configuration, bad flags).
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import dgram from 'node:dgram';
 import { once } from 'node:events';
 import { existsSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -213,8 +214,24 @@ describe('svc start-up checks', () => {
       const result = await svc(['serve'], { SVC_PORT: String(port), SVC_HOST: '127.0.0.1', SVC_DATA_DIR: tempDir(), SVC_TURN_SERVER: 'node-turn', SVC_TURN_PORT: String(await freePort()) });
       assert.equal(result.code, 1);
       assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
-      assert.match(result.stderr, /^svc serve: .*EADDRINUSE/);
+      assert.match(result.stderr, /^svc serve: the gateway cannot listen on 127\.0\.0\.1:\d+ \(gateway\.host, gateway\.port: SVC_HOST, SVC_PORT\): the port is in use$/m);
       assert.doesNotMatch(result.stdout, /"level":50/, 'no errors from loops running on after start-up failed');
+    } finally {
+      taken.close();
+    }
+  });
+
+  test('a TURN port already taken (UDP) stops `svc serve` with one line naming SVC_TURN_PORT', async () => {
+    const taken = dgram.createSocket('udp4').bind(0, '127.0.0.1');
+    await once(taken, 'listening');
+    try {
+      const result = await svc(['serve'], {
+        SVC_PORT: String(await freePort()), SVC_HOST: '127.0.0.1', SVC_DATA_DIR: tempDir(), SVC_TURN_SERVER: 'node-turn',
+        SVC_TURN_LISTEN_IP: '127.0.0.1', SVC_TURN_PORT: String(taken.address().port),
+      });
+      assert.equal(result.code, 1);
+      assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
+      assert.match(result.stderr, /^svc serve: the TURN server \(UDP\) cannot listen on 127\.0\.0\.1:\d+ \(.*SVC_TURN_PORT\): the port is in use$/m);
     } finally {
       taken.close();
     }
