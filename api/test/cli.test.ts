@@ -116,6 +116,26 @@ describe('svc CLI against a running `svc serve`', () => {
     assert.match(missing.stderr, /\(404\)/);
   });
 
+  test('function secrets: set from the environment or a file, listed by name, values never printed', async () => {
+    const file = path.join(dataDir, 'secret-fn.json');
+    writeFileSync(file, JSON.stringify({
+      name: 'cli-secrets', inferenceUrl: '/echo', containerImage: 'local/echo:1', secrets: [{ name: 'FIRST', value: 'first-value' }],
+    }));
+    const fn = JSON.parse((await svc(['function', 'create', '--file', file, '--json'], env)).stdout).function;
+    const tokenFile = path.join(dataDir, 'token.txt');
+    writeFileSync(tokenFile, 'file-value\n');
+    const set = await svc(['function', 'secrets', 'set', fn.id, fn.versionId, 'FROM_ENV', `FROM_FILE=@${tokenFile}`], { ...env, FROM_ENV: 'env-value' });
+    assert.equal(set.code, 0, set.stderr);
+    assert.equal(set.stdout.trim(), 'Set FROM_ENV, FROM_FILE');
+    const listed = await svc(['function', 'secrets', 'list', fn.id, fn.versionId, '--json'], env);
+    assert.deepEqual(JSON.parse(listed.stdout).secrets.sort(), ['FIRST', 'FROM_ENV', 'FROM_FILE']);
+    const shown = await svc(['function', 'get', fn.id, fn.versionId], env);
+    for (const value of ['first-value', 'env-value', 'file-value']) assert.ok(!`${set.stdout}${listed.stdout}${shown.stdout}`.includes(value), value);
+    const unset = await svc(['function', 'secrets', 'set', fn.id, fn.versionId, 'NOT_IN_ENV'], env);
+    assert.equal(unset.code, 1);
+    assert.match(unset.stderr, /^svc function secrets set: NOT_IN_ENV: no environment variable NOT_IN_ENV holds its value/);
+  });
+
   test('a task key gets the task scopes by default', async () => {
     const generated = await svc(['api-key', 'generate', '--task', '--json'], env);
     const key = JSON.parse(generated.stdout);

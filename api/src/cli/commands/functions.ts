@@ -8,6 +8,7 @@ import { whoamiSchema } from '../../control/keys/schema.ts';
 import { registryCredentialListResponse, registryCredentialResponse } from '../../control/registry/schema.ts';
 import { call, CliError, everyPage, nothing } from '../client.ts';
 import { fields, table } from '../format.ts';
+import { secretValues } from '../secret-values.ts';
 import type { Command, CommandContext } from '../command.ts';
 
 /** Spec 5.3 rule 2: reads prefer SVC_API_KEY, management prefers SVC_TOKEN, each falling back to the other. */
@@ -118,6 +119,34 @@ const functionDelete: Command = {
     const [functionId, versionId] = need(context, 2, 'svc function delete <functionId> <versionId>');
     await call(context.state, 'api', 'DELETE', `/v2/svc/functions/${functionId}/versions/${versionId}`, nothing, { bearer: bearer(context, 'manage') });
     context.print(`Deleted version ${decodeURIComponent(versionId)}`, { deleted: decodeURIComponent(versionId) });
+  },
+};
+
+const secretsSet: Command = {
+  summary: "Set a version's secrets; the others are kept (values never on the command line: NAME from the environment, NAME=@file)",
+  usage: '<functionId> <versionId> NAME|NAME=@file|NAME=value …',
+  async run(context) {
+    const usage = 'svc function secrets set <functionId> <versionId> NAME|NAME=@file|NAME=value …';
+    const [functionId, versionId] = need(context, 2, usage);
+    const secrets = secretValues(context.positionals.slice(2), context.env);
+    if (!secrets.length) throw new CliError(`usage: ${usage}`);
+    await call(context.state, 'api', 'PUT', `/v2/svc/secrets/functions/${functionId}/versions/${versionId}`, nothing, {
+      bearer: bearer(context, 'manage'), body: { secrets },
+    });
+    const names = secrets.map((secret) => secret.name);
+    context.print(`Set ${names.join(', ')}`, { set: names });
+  },
+};
+
+const secretsList: Command = {
+  summary: "A version's secrets, by name (their values are never shown)",
+  usage: '<functionId> <versionId>',
+  async run(context) {
+    const [functionId, versionId] = need(context, 2, 'svc function secrets list <functionId> <versionId>');
+    const { function: fn } = await call(context.state, 'api', 'GET', `/v2/svc/functions/${functionId}/versions/${versionId}`,
+      functionResponse, { bearer: bearer(context, 'read') });
+    const names = fn.secrets ?? [];
+    context.print(names.length ? names.join('\n') : '(no secrets)', { secrets: names });
   },
 };
 
@@ -336,6 +365,8 @@ export const functionCommands: Record<string, Command> = {
   'function get': functionGet,
   'function update': functionUpdate,
   'function delete': functionDelete,
+  'function secrets set': secretsSet,
+  'function secrets list': secretsList,
   'deployment create': deploymentCreate,
   'deployment get': deploymentGet,
   'deployment update': deploymentUpdate,
