@@ -24,7 +24,8 @@ const svcBin = path.resolve(import.meta.dirname, '../bin/svc.js');
 
 async function svc(args: string[], env: NodeJS.ProcessEnv) {
   try {
-    const { stdout, stderr } = await run(process.execPath, [svcBin, ...args], { env: { ...process.env, ...env } });
+    // No TURN server unless a test asks for one: the default port (3478) may be another process's.
+    const { stdout, stderr } = await run(process.execPath, [svcBin, ...args], { env: { ...process.env, SVC_TURN_SERVER: 'none', ...env } });
     return { code: 0, stdout, stderr };
   } catch (error) {
     const failed = error as { code: number; stdout: string; stderr: string };
@@ -41,7 +42,7 @@ describe('svc CLI against a running `svc serve`', () => {
 
   before(async () => {
     server = spawn(process.execPath, [svcBin, 'serve'], {
-      env: { ...process.env, SVC_PORT: '0', SVC_HOST: '127.0.0.1', SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn' },
+      env: { ...process.env, SVC_PORT: '0', SVC_HOST: '127.0.0.1', SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_TURN_SERVER: 'none' },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     let output = '';
