@@ -168,7 +168,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
     deployments.useHealthInfo(instances.activeInstances.healthInfo);
-    deployments.onChange(() => void instances.reconcile());
+    deployments.onChange((versionId, change) => {
+      if (change?.drain) instances.drain(versionId);
+      void instances.reconcile();
+    });
     const resolver = createVersionResolver(functionsRepo);
     const { natsUrl, maxQueueDepth } = config.invocation;
     // Every replica on this store has the key: what they tell each other over NATS is signed with it.

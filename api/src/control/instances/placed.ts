@@ -90,8 +90,11 @@ export class PlacedInstances {
     await this.#repo.update(row.instance_id, { desired: 0, updated_at: at });
   }
 
-  /** Instances gone for good leave; those whose specification left their deployment (or that lost it) stop. */
-  async dropFinished(deployed: Map<string, DeploymentRow>, at: string): Promise<void> {
+  /**
+   * Instances gone for good leave; those whose specification left their deployment (or that lost it) stop,
+   * but for those of a version `draining` (undeployed gracefully, requests still running on it).
+   */
+  async dropFinished(deployed: Map<string, DeploymentRow>, at: string, draining: (versionId: string) => boolean = () => false): Promise<void> {
     for (const row of [...this.#rows.values()]) {
       if (finished(row)) {
         this.#rows.delete(row.instance_id);
@@ -99,7 +102,7 @@ export class PlacedInstances {
         continue;
       }
       const specs = deployed.get(row.version_id)?.specs ?? [];
-      if (row.desired === 1 && !specs.some((spec) => spec.gpuSpecificationId === row.gpu_spec_id)) await this.stop(row, at);
+      if (row.desired === 1 && !specs.some((spec) => spec.gpuSpecificationId === row.gpu_spec_id) && !draining(row.version_id)) await this.stop(row, at);
     }
   }
 
