@@ -52,6 +52,7 @@ import { LargeResults } from './invocation/large-results.ts';
 import { createReplicaSigner } from './invocation/replica-signing.ts';
 import { assetStaging } from './invocation/stage-relay.ts';
 import { InvocationService } from './invocation/service.ts';
+import { createRateLimits } from './rate-limits/plane.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
 import { isSignIn } from './streaming/request.ts';
 import { signInHandler } from './streaming/sign-in.ts';
@@ -197,6 +198,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       maxResultBytes: config.invocation.maxResultBytes, resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
     });
     closers.push(() => invocation.close());
+    const rateLimits = await createRateLimits({
+      functionsRepo, log, now, shared: queue instanceof JetStreamQueue ? { nc: queue.connection, bucket: queue.names.bucket('rates') } : undefined,
+    });
+    closers.push(() => rateLimits.close());
     metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
@@ -222,7 +227,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
         defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
         maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
       },
-      log, observe: metrics.observeInvocation, checkAssets: assets.check, largeResults,
+      log, observe: metrics.observeInvocation, checkAssets: assets.check, largeResults, admit: rateLimits.admit,
     };
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
