@@ -1,7 +1,8 @@
 // Rate limits holding across API replicas: the windows live in a NATS KV bucket the replicas share
 // (rate-limits/nats-windows.ts). Two NatsWindows on two connections stand for two replicas (with a clock
 // the test moves), then two `svc serve` processes on one PostgreSQL and NATS JetStream answer a burst
-// of 5-S together: 5 pass in the window, every other request gets 429 with Retry-After.
+// of 5-S together: 5 pass in the window, every other request gets 429 with Retry-After. Their owners'
+// numbers (control/stats) add up what both replicas answered, asked of either.
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
@@ -61,7 +62,7 @@ describe('rate limit windows shared on NATS', { skip: !natsServerAvailable() }, 
 
 const ready = (await postgresAvailable()) && natsServerAvailable();
 
-describe('two API replicas enforce one rate limit', { skip: !ready }, () => {
+describe('two API replicas: one rate limit, one set of numbers', { skip: !ready }, () => {
   let database: TestDatabase;
   let nats: TestNats;
   let placement: ServedPlatform;
@@ -70,6 +71,8 @@ describe('two API replicas enforce one rate limit', { skip: !ready }, () => {
   let apiKey: string;
   let fn: { id: string; versionId: string };
   const pools = new Map<string, Pool>();
+  /** Answers either replica gave to an invocation that reached the version, by status (a 404 or 503 while it starts does not). */
+  const answered = new Map<number, number>();
 
   const invoke = async (url: string) => {
     let pool = pools.get(url);
@@ -79,6 +82,7 @@ describe('two API replicas enforce one rate limit', { skip: !ready }, () => {
       headers: { host: 'api.localhost', authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
     });
     const text = await response.body.text();
+    if (response.statusCode === 200 || response.statusCode === 429) answered.set(response.statusCode, (answered.get(response.statusCode) ?? 0) + 1);
     return { status: response.statusCode, retryAfter: response.headers['retry-after'], type: String(response.headers['content-type']), text };
   };
 
@@ -87,7 +91,7 @@ describe('two API replicas enforce one rate limit', { skip: !ready }, () => {
     nats = await startNats();
     const shared = {
       ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
-      SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn',
+      SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_STATS_INTERVAL_SECONDS: '1',
     };
     placement = await servePlatform(shared);
     replica = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
@@ -127,6 +131,21 @@ describe('two API replicas enforce one rate limit', { skip: !ready }, () => {
       assert.match(answer.type, /^application\/problem\+json/);
       assert.equal(answer.retryAfter, '1');
       assert.match(JSON.parse(answer.text).detail, /Rate limit 5-S/);
+    }
+  });
+
+  test('either replica\'s stats count what both answered', async () => {
+    const total = [...answered.values()].reduce((sum, count) => sum + count, 0);
+    for (const url of [replica.url, placement.url]) {
+      const stats = await until(`${url} to count ${total} requests`, async () => {
+        const response = await request(url, 'GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}/stats?since=PT15M`, { host: 'api.localhost', bearer: apiKey });
+        assert.equal(response.status, 200, response.text);
+        return response.body.stats.totals.requests === total && response.body.stats;
+      });
+      assert.equal(stats.totals.rateLimited, answered.get(429));
+      assert.equal(stats.totals.clientErrors, answered.get(429));
+      assert.equal(stats.totals.serverErrors, 0);
+      assert.ok(stats.totals.latencyMs.p99 > 0);
     }
   });
 });
