@@ -220,7 +220,13 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     instances.onReady((versionId, ready) => streaming.ready(versionId, ready));
     instances.keepSessions(streaming.inSession);
     metrics.watchLoad(() => streaming.load());
-    const stats = createStatsPlane({ db: store.db, functionsRepo, settings: config.stats, loads: () => metrics.snapshot().loads, log, now });
+    const stats = createStatsPlane({
+      db: store.db, functionsRepo, settings: config.stats, log, now,
+      *loads() {
+        yield* invocation.load();
+        yield* streaming.load();
+      },
+    });
     stats.recorder.start();
     closers.push(() => stats.recorder.stop());
     // STREAMING functions scale on sessions: spare instances follow each start and end at once.

@@ -32,7 +32,7 @@ const PRUNE_MS = 10 * 60_000;
 export interface StatsRecorderOptions {
   repo: Pick<StatsRepo, 'insert' | 'deleteBefore'>;
   settings: StatsSettings;
-  /** The planes' load now (http/metrics.ts snapshot: invocation and streaming). */
+  /** The planes' load now (invocation and streaming, as the load gauges of /metrics read it). */
   loads(): Iterable<FunctionLoad>;
   log: Logger;
   now: () => Date;
