@@ -5,6 +5,7 @@
 // numbers (control/stats) add up what both replicas answered, asked of either.
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
+import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { Pool } from 'undici';
 import { parseRates } from '../src/rate-limits/rates.ts';
@@ -57,6 +58,19 @@ describe('rate limit windows shared on NATS', { skip: !natsServerAvailable() }, 
     assert.equal(allowed(second), 2);
     const refused = second.find((verdict) => !verdict.allowed);
     assert.ok(refused && !refused.allowed && refused.retryAfterMs === 500, `the window ends 1 s after it opened: ${JSON.stringify(refused)}`);
+  });
+
+  test('with NATS unusable a replica lets requests through and says so once', async () => {
+    const lines: string[] = [];
+    const log = createLogger('warn', new Writable({ write(chunk, _encoding, done) { lines.push(String(chunk)); done(); } }) as never);
+    const nc = await nats.connect();
+    const windows = await NatsWindows.open(nc, 'svc_rates', log, () => clock);
+    await nc.close();
+    const key = `${randomUUID()}.a.account`;
+    const verdicts = await Promise.all(Array.from({ length: 8 }, () => windows.take(key, fivePerSecond, clock)));
+    assert.equal(allowed(verdicts), 8);
+    assert.equal(lines.filter((line) => line.includes('rate limit windows unreachable on NATS')).length, 1, lines.join(''));
+    windows.close();
   });
 });
 

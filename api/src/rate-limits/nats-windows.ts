@@ -13,6 +13,8 @@ import { isOpen, refusal, type Verdict, type WindowState, type Windows } from '.
 const windowSchema = z.object({ start: z.number(), count: z.number().int().nonnegative() });
 /** Lost races in a row before a batch gives up (and is let through: see #giveUp). */
 const ATTEMPTS = 20;
+/** While NATS is unusable, one warning at most this often (each batch would log one). */
+const WARN_EVERY_MS = 10_000;
 const lostRace = (error: unknown) => /wrong last sequence|key exists/i.test((error as Error).message);
 
 interface Known {
@@ -45,6 +47,8 @@ export class NatsWindows implements Windows {
   readonly #counters = new Map<string, Counter>();
   readonly #clock: () => number;
   readonly #sweeper: NodeJS.Timeout;
+  #warnedAt = Number.NEGATIVE_INFINITY;
+  #unlimited = 0;
 
   private constructor(kv: KV, log: Logger, clock: () => number) {
     this.#kv = kv;
@@ -118,7 +122,13 @@ export class NatsWindows implements Windows {
 
   /** Rate limits protect; they never stop a function: with NATS unusable the batch is let through (logged). */
   #giveUp(batch: Counter['waiting'], error: unknown) {
-    this.#log.warn({ err: error, requests: batch.length }, 'rate limit windows unreachable on NATS; requests let through unlimited');
+    this.#unlimited += batch.length;
+    const now = this.#clock();
+    if (now - this.#warnedAt >= WARN_EVERY_MS) {
+      this.#warnedAt = now;
+      this.#log.warn({ err: error, requests: this.#unlimited }, 'rate limit windows unreachable on NATS; requests let through unlimited');
+      this.#unlimited = 0;
+    }
     for (const request of batch) request.resolve({ allowed: true });
   }
 }
