@@ -4,6 +4,8 @@
 // clock is moved between windows, so no test waits for one to end.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { parseArgs } from 'node:util';
+import { functionCommands } from '../src/cli/commands/functions.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
@@ -107,6 +109,27 @@ describe('rate limits in one process', () => {
     const refused = await pexec(alice);
     assert.equal(refused.status, 429);
     assert.match(refused.body.detail, /for this user \(perUserRate\)/);
+  });
+
+  test('`svc function update F V --rate-limit 2-M` sets it; a bad rate is refused naming the field', async () => {
+    const update = async (args: string[]) => {
+      const command = functionCommands['function update'];
+      const parsed = parseArgs({ args, options: { ...command.options }, allowPositionals: true, strict: true });
+      const printed: string[] = [];
+      await command.run({
+        values: parsed.values, positionals: parsed.positionals, env: {}, state: { server: svc.url, gatewayAddress: 'localhost', token },
+        print: (human) => printed.push(human),
+      });
+      return printed.join('\n');
+    };
+    const printed = await update([fn.id, fn.versionId, '--rate-limit', '2-M']);
+    assert.match(printed, /rateLimit\s+\{"rateLimit":"2-M"\}/);
+    svc.advance(61_000);
+    await until('the CLI\'s limit to apply', async () => {
+      svc.advance(61_000);
+      return (await burst(4)).passed === 2;
+    });
+    await assert.rejects(update([fn.id, fn.versionId, '--rate-limit', 'fast']), /rateLimit\.rateLimit: must look like 10-S/);
   });
 
   test('without a rate limit nothing is refused', async () => {
