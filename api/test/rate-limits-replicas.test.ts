@@ -106,6 +106,8 @@ describe('two API replicas: one rate limit, one set of numbers', { skip: !ready 
     const shared = {
       ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
       SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_STATS_INTERVAL_SECONDS: '1',
+      // No STUN/TURN: its default port (3478) is not for tests, and none of this needs it.
+      SVC_TURN_SERVER: 'none',
     };
     placement = await servePlatform(shared);
     replica = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });

@@ -56,7 +56,7 @@ async function compare(label: string, unlimited: LoadTarget, limited: LoadTarget
 const LIMIT = '100000000-S';
 const stops: (() => Promise<void>)[] = [];
 try {
-  const platform = await servePlatform({ SVC_LOG_LEVEL: 'warn' });
+  const platform = await servePlatform({ SVC_LOG_LEVEL: 'warn', SVC_TURN_SERVER: 'none' });
   stops.push(() => platform.stop());
   const credentials = await platform.credentials(['invoke_function', 'list_functions']);
   const rows = await compare('1 process', await deployEcho(platform.url, credentials, 'open'), await deployEcho(platform.url, credentials, 'limited', LIMIT));
@@ -65,7 +65,7 @@ try {
     const database = await createDatabase('postgres');
     const nats = await startNats();
     stops.push(() => database.drop(), () => nats.stop());
-    const shared = { ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'), SVC_LOG_LEVEL: 'warn' };
+    const shared = { ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'), SVC_LOG_LEVEL: 'warn', SVC_TURN_SERVER: 'none' };
     const first: ServedPlatform = await servePlatform(shared);
     const second: ServedPlatform = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
     stops.unshift(() => second.stop(), () => first.stop());
