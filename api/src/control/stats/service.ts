@@ -113,7 +113,12 @@ export function createStatsService(options: StatsServiceOptions) {
       since: new Date(start).toISOString(), until: new Date(end).toISOString(),
       stepSeconds: stepMs / 1000, intervalSeconds: intervalMs / 1000,
       totals: total.numbers(end - start, Math.ceil((end - start) / intervalMs)),
-      points: steps.map((sum, index) => ({ at: new Date(start + index * stepMs).toISOString(), ...sum.numbers(stepMs, stepMs / intervalMs) })),
+      points: steps.map((sum, index) => {
+        const at = start + index * stepMs;
+        // The last step ends now: its rate is over the part that has passed.
+        const ms = Math.min(stepMs, end - at);
+        return { at: new Date(at).toISOString(), ...sum.numbers(ms, Math.ceil(ms / intervalMs)) };
+      }),
     };
   }
 
