@@ -27,6 +27,7 @@ import { createAssetsService } from './control/assets/service.ts';
 import { createRegistryRepo } from './control/registry/repo.ts';
 import { registryRoutes } from './control/registry/routes.ts';
 import { createRegistryService } from './control/registry/service.ts';
+import { createStatsPlane } from './control/stats/plane.ts';
 import { createTasksPlane } from './control/tasks/plane.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
@@ -47,11 +48,12 @@ import { createInvocationsRepo } from './invocation/repo.ts';
 import { createVersionResolver } from './invocation/resolver.ts';
 import { DurableResults } from './invocation/results.ts';
 import { invocationHostHandler } from './invocation/host-routing.ts';
-import { hostRoutedRoute, invocationRoutes } from './invocation/routes.ts';
+import { hostRoutedRoute, invocationRoutes, type InvocationObserver } from './invocation/routes.ts';
 import { LargeResults } from './invocation/large-results.ts';
 import { createReplicaSigner } from './invocation/replica-signing.ts';
 import { assetStaging } from './invocation/stage-relay.ts';
 import { InvocationService } from './invocation/service.ts';
+import { createRateLimits } from './rate-limits/plane.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
 import { isSignIn } from './streaming/request.ts';
 import { signInHandler } from './streaming/sign-in.ts';
@@ -200,6 +202,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       maxResultBytes: config.invocation.maxResultBytes, resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
     });
     closers.push(() => invocation.close());
+    const rateLimits = await createRateLimits({
+      functionsRepo, log, now, shared: queue instanceof JetStreamQueue ? { nc: queue.connection, bucket: queue.names.bucket('rates') } : undefined,
+    });
+    closers.push(() => rateLimits.close());
     metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
@@ -217,15 +223,28 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     instances.onReady((versionId, ready) => streaming.ready(versionId, ready));
     instances.keepSessions(streaming.inSession);
     metrics.watchLoad(() => streaming.load());
+    const stats = createStatsPlane({
+      db: store.db, functionsRepo, settings: config.stats, log, now,
+      *loads() {
+        yield* invocation.load();
+        yield* streaming.load();
+      },
+    });
+    stats.recorder.start();
+    closers.push(() => stats.recorder.stop());
     // STREAMING functions scale on sessions: spare instances follow each start and end at once.
     streaming.onChange(() => autoscaler.nudge());
 
+    const observeInvocation: InvocationObserver = (ref, status, seconds) => {
+      metrics.observeInvocation(ref, status, seconds);
+      stats.recorder.observe(ref, status, seconds);
+    };
     const invocationOptions = {
       limits: {
         defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
         maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
       },
-      log, observe: metrics.observeInvocation, checkAssets: assets.check, largeResults,
+      log, observe: observeInvocation, checkAssets: assets.check, largeResults, admit: rateLimits.admit,
     };
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
@@ -239,6 +258,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...registryRoutes(registry),
       ...assetRoutes(assets),
       ...clusterRoutes(clusters),
+      ...stats.routes,
       ...taskPlane.routes,
       ...autoscaler.routes,
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });

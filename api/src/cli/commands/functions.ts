@@ -12,7 +12,7 @@ import { secretValues } from '../secret-values.ts';
 import type { Command, CommandContext } from '../command.ts';
 
 /** Spec 5.3 rule 2: reads prefer SVC_API_KEY, management prefers SVC_TOKEN, each falling back to the other. */
-function bearer({ state }: CommandContext, use: 'read' | 'manage'): string {
+export function bearer({ state }: CommandContext, use: 'read' | 'manage'): string {
   const chosen = use === 'read' ? state.apiKey ?? state.token : state.token ?? state.apiKey;
   if (!chosen) throw new CliError('no credential: run `svc init` (and `svc api-key generate`), or set SVC_TOKEN / SVC_API_KEY');
   return chosen;
@@ -99,16 +99,17 @@ const functionGet: Command = {
 };
 
 const functionUpdate: Command = {
-  summary: "Change a version's tags or description",
-  usage: '<functionId> <versionId> [--tags a,b] [--description text]',
-  options: { tags: { type: 'string' }, description: { type: 'string' } },
+  summary: "Change a version's tags, description or rate limit (N-S|M|H|D per calling account)",
+  usage: '<functionId> <versionId> [--tags a,b] [--description text] [--rate-limit 10-S]',
+  options: { tags: { type: 'string' }, description: { type: 'string' }, 'rate-limit': { type: 'string' } },
   async run(context) {
-    const [functionId, versionId] = need(context, 2, 'svc function update <functionId> <versionId> [--tags a,b] [--description text]');
-    const body = { tags: list(context.values.tags), description: context.values.description };
+    const [functionId, versionId] = need(context, 2, 'svc function update <functionId> <versionId> [--tags a,b] [--description text] [--rate-limit 10-S]');
+    const rateLimit = context.values['rate-limit'];
+    const body = { tags: list(context.values.tags), description: context.values.description, rateLimit: typeof rateLimit === 'string' ? { rateLimit } : undefined };
     const { function: fn } = await call(context.state, 'api', 'PUT', `/v2/svc/functions/${functionId}/versions/${versionId}`, functionResponse, {
       bearer: bearer(context, 'manage'), body,
     });
-    context.print(fields(pick(fn, [...functionColumns, 'tags', 'description'])), { function: fn });
+    context.print(fields(pick(fn, [...functionColumns, 'tags', 'description', 'rateLimit'])), { function: fn });
   },
 };
 

@@ -240,3 +240,4 @@ export type FunctionStatus = (typeof functionStatuses)[number];
 export type Instance = z.infer<typeof instanceSchema>;
 export type HealthInfo = z.infer<typeof healthInfoSchema>;
 export type Secret = z.infer<typeof secretSchema>;
+export type RateLimit = z.infer<typeof rateLimitSchema>;
