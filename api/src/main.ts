@@ -37,6 +37,8 @@ import { createCredentialVerifier } from './control/keys/verifier.ts';
 import { AGENT_LINK_PATH } from './compute/protocol.ts';
 import { startWorker, type Isolation } from './compute/worker.ts';
 import { createAgentHub } from './control/agents/hub.ts';
+import { logRoutes } from './control/logs/routes.ts';
+import { createLogsService } from './control/logs/service.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
 import { InstancesService } from './control/instances/service.ts';
 import { createGateway, hostsOf } from './gateway/gateway.ts';
@@ -205,6 +207,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     });
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
+    // Agents link to the replica that runs placement: only it can ask them for logs.
+    const logs = createLogsService({
+      functions, tasks: taskPlane.service, clusters, now, ...(config.compute.placement ? { relay: agentHub.logs } : {}),
+    });
     const turn = await startTurn({
       ...config.turn, secret: config.turn.secret ?? await ensureSealedSecret(settings, box, 'turn.secret', startedAt), runDir: path.join(config.store.dataDir, 'run'),
     }, log);
@@ -236,6 +242,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...assetRoutes(assets),
       ...clusterRoutes(clusters),
       ...taskPlane.routes,
+      ...logRoutes(logs),
       ...autoscaler.routes,
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),
