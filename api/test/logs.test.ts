@@ -8,6 +8,7 @@ import { spawn } from 'node:child_process';
 import http from 'node:http';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
 import { tempDir } from './helpers/databases.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { deploy, type Deployed } from './helpers/functions.ts';
@@ -110,6 +111,29 @@ describe('logs and reasons', () => {
     const other = await run(['function', 'logs', fn.id, fn.versionId], { ...env, SVC_TOKEN: await otherAccount('logs-cli-other') });
     assert.equal(other.code, 1);
     assert.match(other.stderr, /failed \(404\)/);
+  });
+
+  test("a task's output: through the API with a task key, redacted, another account 404; and svc task logs", async () => {
+    const key = await svc.apiKey(token, TASK_KEY_SCOPES, { task: true });
+    const launched = await svc.api('POST', '/v1/svct/tasks', {
+      bearer: key, body: taskBody({ name: 'talks', secrets: [{ name: 'API_TOKEN', value: SECRET }] }, { TASK_EXIT_CODE: '3', TASK_ECHO_ENV: 'API_TOKEN' }),
+    });
+    assert.equal(launched.status, 200, launched.text);
+    const id = launched.body.task.id;
+    await waitForTask(svc.api, key, id, hasStatus('COMPLETED', 'ERRORED'));
+    const kept = await svc.api('GET', `/v1/svct/tasks/${id}/logs`, { bearer: key });
+    assert.equal(kept.status, 200);
+    const texts = kept.body.logs.map((line: { text: string }) => line.text);
+    assert.ok(texts.some((text: string) => /failing on purpose with exit code 3/.test(text)), JSON.stringify(texts));
+    assert.ok(texts.some((text: string) => text.includes('API_TOKEN=[redacted]')), JSON.stringify(texts));
+    assert.ok(!kept.text.includes(SECRET));
+    const otherKey = await svc.apiKey(await otherAccount('logs-task-other'), TASK_KEY_SCOPES, { task: true });
+    assert.equal((await svc.api('GET', `/v1/svct/tasks/${id}/logs`, { bearer: otherKey })).status, 404);
+
+    const { SVC_API_KEY: _unused, ...inherited } = process.env;
+    const printed = await run(['task', 'logs', id, '--tail', '2'], { ...inherited, SVC_SERVER: svc.url, SVC_TASK_API_KEY: key, SVC_STATE_FILE: path.join(tempDir(), 'state.json') });
+    assert.equal(printed.code, 0, printed.stderr);
+    assert.equal(printed.stdout.trim().split('\n').length, 2);
   });
 
   test('while deploying, the reason is the last health check against the grace the deployment sets', async () => {
