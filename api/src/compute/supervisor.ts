@@ -151,20 +151,19 @@ export class InstanceSupervisor {
       if (outcome.kind === 'exited') {
         exitCode = outcome.status.code;
         if (exitCode === 0) {
-          this.#set({ state: 'EXITED', exitCode, message: withLastOutput('exited on its own with code 0', instance.logTail()) });
+          this.#set({ state: 'EXITED', exitCode, message: this.#withLastOutput('exited on its own with code 0', instance.logTail()) });
           return;
         }
         reason = describeExit(outcome.status);
       } else {
-        const grace = `${seconds(spec.startupGracePeriodMs)} start-up grace`;
         if (outcome.kind === 'unhealthy') this.#set({ state: 'UNHEALTHY', message: outcome.detail, logTail: instance.logTail() });
         reason = outcome.kind === 'unhealthy'
           ? `unhealthy: ${outcome.detail}`
-          : `not healthy within its ${grace} (last check: ${outcome.detail})`;
+          : `not healthy within its ${seconds(spec.startupGracePeriodMs)} start-up grace (last check: ${outcome.detail})`;
         await instance.stop(settings.stopGraceMs);
       }
       const logTail = instance.logTail();
-      reason = withLastOutput(reason, logTail);
+      reason = this.#withLastOutput(reason, logTail);
       this.#lastFailure = reason;
       instance = undefined;
       if (this.#runningSince !== undefined && Date.now() - this.#runningSince >= settings.backoff.resetAfterMs) failuresInRow = 0;
@@ -207,6 +206,11 @@ export class InstanceSupervisor {
       watch.abort();
       stopping.removeEventListener('abort', onStop);
     }
+  }
+
+  /** The reason with the last lines (already redacted by the agent's kept logs; again here, for a runtime used bare). */
+  #withLastOutput(reason: string, logTail: string[]): string {
+    return withLastOutput(reason, withoutSecrets(logTail, this.spec.secrets));
   }
 
   /** The start-up checks; each failure said in the STARTING report (at once when it is news, else every few seconds). */
