@@ -11,7 +11,7 @@ import { fields, table } from '../format.ts';
 import type { Command, CommandContext } from '../command.ts';
 
 /** Spec 5.3 rule 2: reads prefer SVC_API_KEY, management prefers SVC_TOKEN, each falling back to the other. */
-function bearer({ state }: CommandContext, use: 'read' | 'manage'): string {
+export function bearer({ state }: CommandContext, use: 'read' | 'manage'): string {
   const chosen = use === 'read' ? state.apiKey ?? state.token : state.token ?? state.apiKey;
   if (!chosen) throw new CliError('no credential: run `svc init` (and `svc api-key generate`), or set SVC_TOKEN / SVC_API_KEY');
   return chosen;

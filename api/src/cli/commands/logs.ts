@@ -4,6 +4,7 @@ import { functionListResponse } from '../../control/functions/schema.ts';
 import { logLine, logsResponse } from '../../control/logs/schema.ts';
 import { call, CliError, followEvents } from '../client.ts';
 import type { Command, CommandContext } from '../command.ts';
+import { bearer } from './functions.ts';
 
 type Line = { instanceId: string; timestamp: string; stream: string; text: string };
 
@@ -29,29 +30,23 @@ function queryOf({ values }: CommandContext): URLSearchParams {
   return query;
 }
 
-async function show(context: CommandContext, path: string, bearer: string): Promise<void> {
+async function show(context: CommandContext, path: string, credential: string): Promise<void> {
   const query = queryOf(context);
   if (context.values.follow !== true) {
-    const { logs } = await call(context.state, 'api', 'GET', `${path}?${query}`, logsResponse, { bearer });
+    const { logs } = await call(context.state, 'api', 'GET', `${path}?${query}`, logsResponse, { bearer: credential });
     context.print(logs.length ? logs.map(render).join('\n') : '(no output kept)', { logs });
     return;
   }
-  await followEvents(context.state, `${path}?${query}`, logLine, bearer, (event, line) => {
+  await followEvents(context.state, `${path}?${query}`, logLine, credential, (event, line) => {
     if (event === 'log' && line) context.print(render(line), line);
   });
 }
 
-function readBearer({ state }: CommandContext): string {
-  const chosen = state.apiKey ?? state.token;
-  if (!chosen) throw new CliError('no credential: run `svc init` (and `svc api-key generate`), or set SVC_TOKEN / SVC_API_KEY');
-  return chosen;
-}
-
 /** The version named, else the function's newest version that is deployed (else its newest). */
-async function versionOf(context: CommandContext, functionId: string, bearer: string): Promise<string> {
+async function versionOf(context: CommandContext, functionId: string, credential: string): Promise<string> {
   const named = context.positionals[1];
   if (named) return encodeURIComponent(named);
-  const { functions } = await call(context.state, 'api', 'GET', `/v2/svc/functions/${functionId}/versions`, functionListResponse, { bearer });
+  const { functions } = await call(context.state, 'api', 'GET', `/v2/svc/functions/${functionId}/versions`, functionListResponse, { bearer: credential });
   const chosen = functions.find((fn) => fn.status !== 'INACTIVE') ?? functions[0];
   if (!chosen) throw new CliError(`function ${decodeURIComponent(functionId)} has no versions`);
   return encodeURIComponent(chosen.versionId);
@@ -65,9 +60,9 @@ const functionLogs: Command = {
     const [id] = context.positionals;
     if (!id) throw new CliError(`usage: svc function logs <functionId> [versionId] ${flags}`);
     const functionId = encodeURIComponent(id);
-    const bearer = readBearer(context);
-    const versionId = await versionOf(context, functionId, bearer);
-    await show(context, `/v2/svc/functions/${functionId}/versions/${versionId}/logs`, bearer);
+    const credential = bearer(context, 'read');
+    const versionId = await versionOf(context, functionId, credential);
+    await show(context, `/v2/svc/functions/${functionId}/versions/${versionId}/logs`, credential);
   },
 };
 
