@@ -52,6 +52,11 @@ describe('logs and reasons', () => {
     const record = await version(fn);
     assert.ok(record.healthInfo?.some((info: { error: string }) => info.error.includes('fatal: model weights not found')), JSON.stringify(record.healthInfo));
 
+    const { SVC_API_KEY: _unused, ...inherited } = process.env;
+    const shown = await run(['function', 'get', fn.id, fn.versionId], { ...inherited, SVC_SERVER: svc.url, SVC_TOKEN: token, SVC_STATE_FILE: path.join(tempDir(), 'state.json') });
+    assert.equal(shown.code, 0, shown.stderr);
+    assert.match(shown.stdout, /^reason +.*exited with code 3; last output: .*fatal: model weights not found in \/models/m);
+
     const kept = await svc.api('GET', logsPath(fn), { bearer: token });
     assert.equal(kept.status, 200);
     const lines: { instanceId: string; stream: string; text: string; timestamp: string }[] = kept.body.logs;
