@@ -47,7 +47,7 @@ const selects = (selector: LogSelector, log: InstanceOutput) =>
 export class InstanceOutput {
   readonly instanceId: string;
   readonly functionVersionId: string;
-  readonly #secrets: string[];
+  #secrets: string[];
   readonly #maxBytes: number;
   readonly #now: () => number;
   readonly #publish: (line: LogLine) => void;
@@ -78,6 +78,11 @@ export class InstanceOutput {
       this.#keep(stream, state.partial);
       state.partial = '';
     }
+  }
+
+  /** Values to redact from now on too (a task's secrets updated while it runs). */
+  redactAlso(secrets: { value: unknown }[]): void {
+    this.#secrets = secretValues([...this.#secrets.map((value) => ({ value })), ...secrets]);
   }
 
   started(): void {
@@ -141,6 +146,11 @@ export class OutputLogs {
     }
     log.started();
     return log;
+  }
+
+  /** A running instance's secrets changed (tasks): their new values are redacted from its next lines on. */
+  redactAlso(instanceId: string, secrets: { value: unknown }[]): void {
+    this.#logs.get(instanceId)?.redactAlso(secrets);
   }
 
   exited(log: InstanceOutput): void {

@@ -88,7 +88,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   });
   // After startAgent: its runtime.cleanup() has ended whatever an earlier run left, tasks included.
   const tasks = await startTaskRunner({
-    runtime, stateDir, log, progressIntervalMs: options.settings.taskProgressIntervalMs,
+    runtime, stateDir, log, outputs, progressIntervalMs: options.settings.taskProgressIntervalMs,
     uploader: options.link && httpResultUploader(options.link),
   });
   const server = options.link;

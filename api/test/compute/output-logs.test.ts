@@ -43,6 +43,11 @@ test('lines are kept as written, per stream, with their time; secrets redacted e
   assert.equal(lines[2].timestamp, '2026-11-27T10:00:01.000Z');
   assert.ok(lines.every((line) => line.instanceId === 'i-1'));
   assert.deepEqual(log.lastTexts(2), ['price: 3 €', 'no newline at the end']);
+
+  const task = logs.open(spec('task-1'));
+  logs.redactAlso('task-1', [{ value: 'tok-updated-later' }]);
+  task.write('stdout', Buffer.from('old tok-0123456789 and new tok-updated-later\n'));
+  assert.equal(logs.read({ functionVersionId: 'version-a', instanceId: 'task-1' })[0].text, 'old [redacted] and new [redacted]', 'updated secrets too');
 });
 
 test('an instance keeps at most its bound, oldest lines first out; and is forgotten a while after it exits', () => {
