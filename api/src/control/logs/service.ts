@@ -15,7 +15,7 @@ export interface LogsOptions {
   functions: Pick<FunctionsService, 'get'>;
   tasks: Pick<TasksService, 'get'>;
   clusters: Pick<ClustersService, 'all'>;
-  /** The agents' links; only the replica that runs placement holds them. */
+  /** The agents' links (the replica that runs placement), or a relay to them over NATS (the others). */
   relay?: Pick<LogRelay, 'read' | 'follow'>;
   now?: () => Date;
 }
@@ -34,7 +34,7 @@ export function createLogsService(options: LogsOptions) {
   }
 
   function relay() {
-    if (!options.relay) throw new Problem('service-unavailable', 'This API replica does not run placement, which holds the agents\' links; ask the one that does for logs');
+    if (!options.relay) throw new Problem('service-unavailable', 'This API replica neither runs placement, which holds the agents\' links, nor reaches it over NATS; ask the one that does for logs');
     return options.relay;
   }
 
