@@ -6,7 +6,8 @@
 // dropped (hello carries the current state). Reconnects back off from 250 ms to 5 s, forever, until
 // close(). A ping every pingIntervalMs; no pong by the next one means a dead link, which is dropped.
 // Tasks ride the same link: hello carries the task runner's reports, `tasks` messages its desired set,
-// and each task report goes up as a `task` message.
+// and each task report goes up as a `task` message. `logs` requests are answered from the instances' kept
+// output (output-logs.ts), followed until `logs-stop` or the link's end.
 import { WebSocket, type ClientOptions, type RawData } from 'ws';
 import type { Logger } from '../logger.ts';
 import type { Agent } from './agent.ts';

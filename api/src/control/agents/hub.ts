@@ -1,7 +1,8 @@
 // The control plane's end of the agent link (compute/protocol.ts): authenticates a cluster's agent by
 // its credential, hands it the desired set, and feeds its reports to placement. One link per cluster;
 // a newer link replaces an older one. Tasks ride the same link: hello's task reports, `tasks` desired
-// sets and `task` reports go to the task scheduler when one is given.
+// sets and `task` reports go to the task scheduler when one is given. Logs are asked of agents through
+// `logs` (logs.ts: LogRelay).
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
