@@ -11,6 +11,7 @@ import { tasksEnvSettings, tasksSettingsSchema } from './control/tasks/settings.
 import { streamingEnvSettings, streamingSettingsSchema } from './streaming/settings.ts';
 import { checkNatsSettings, natsEnvSettings, natsSettingsSchema } from './invocation/settings.ts';
 import { metricsEnvSettings, metricsSettingsSchema } from './http/metrics.ts';
+import { telemetryEnvSettings, telemetrySettingsSchema } from './telemetry/settings.ts';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const limit = (max: number) => z.coerce.number().int().min(0).max(max);
@@ -123,6 +124,8 @@ export const configSchema = z.object({
   autoscaler: autoscalerSettingsSchema.prefault({}),
   /** GET /metrics (Prometheus text format). */
   metrics: metricsSettingsSchema.prefault({}),
+  /** Export to the telemetries functions and tasks name (api/src/telemetry). */
+  telemetry: telemetrySettingsSchema.prefault({}),
   compute: z.object({
     /** Runs placement and takes agent links; with several API replicas exactly one does (the others: false). */
     placement: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
@@ -203,6 +206,7 @@ export const envSettings: Record<string, string> = {
   ...Object.fromEntries(Object.entries(tasksEnvSettings).map(([name, setting]) => [name, `tasks.${setting}`])),
   ...Object.fromEntries(Object.entries(autoscalerEnvSettings).map(([name, setting]) => [name, `autoscaler.${setting}`])),
   ...Object.fromEntries(Object.entries(metricsEnvSettings).map(([name, setting]) => [name, `metrics.${setting}`])),
+  ...Object.fromEntries(Object.entries(telemetryEnvSettings).map(([name, setting]) => [name, `telemetry.${setting}`])),
   SVC_LOG_LEVEL: 'log.level',
   SVC_MAX_HEAP_MB: 'guard.maxHeapMb',
   SVC_MAX_RSS_MB: 'guard.maxRssMb',

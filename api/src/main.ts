@@ -17,7 +17,7 @@ import { createClustersService } from './control/clusters/service.ts';
 import { createDeploymentsRepo } from './control/deployments/repo.ts';
 import { deploymentRoutes } from './control/deployments/routes.ts';
 import { createDeploymentsService } from './control/deployments/service.ts';
-import { createFunctionsRepo } from './control/functions/repo.ts';
+import { createFunctionsRepo, documentOf } from './control/functions/repo.ts';
 import { functionRoutes } from './control/functions/routes.ts';
 import { createFunctionsService } from './control/functions/service.ts';
 import type { AssetsDatabase } from './control/assets/migration.ts';
@@ -28,6 +28,11 @@ import { createRegistryRepo } from './control/registry/repo.ts';
 import { registryRoutes } from './control/registry/routes.ts';
 import { createRegistryService } from './control/registry/service.ts';
 import { createTasksPlane } from './control/tasks/plane.ts';
+import type { TelemetriesDatabase } from './control/telemetries/migration.ts';
+import { createTelemetriesRepo } from './control/telemetries/repo.ts';
+import { telemetryRoutes } from './control/telemetries/routes.ts';
+import { createTelemetriesService } from './control/telemetries/service.ts';
+import { TelemetryExport } from './telemetry/export.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
 import { keyRoutes, whoamiRoute } from './control/keys/routes.ts';
@@ -69,6 +74,7 @@ import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
 import { openDatabase } from './database.ts';
+import type { FunctionRef } from './domain/load.ts';
 
 export interface Platform {
   /** http(s)://localhost:<port> */
@@ -139,7 +145,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       : undefined;
     const functionsRepo = createFunctionsRepo(store.db);
     const deploymentsRepo = createDeploymentsRepo(store.db, log);
-    const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now });
+    const telemetries = createTelemetriesService({
+      repo: createTelemetriesRepo(store.db.withTables<TelemetriesDatabase>()), accounts, box, now,
+      allowInternalEndpoints: config.telemetry.allowInternalEndpoints, onDelete: (telemetryId) => telemetryExport?.forget(telemetryId),
+    });
+    const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now, checkTelemetries: telemetries.checkReferences });
     const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, accounts, now);
     const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
     const blobs = createLocalBlobStore(path.resolve(config.assets.dir ?? path.join(config.store.dataDir, 'blobs')));
@@ -150,6 +160,21 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     assets.start(60_000, (error) => log.warn({ err: error }, 'could not sweep expired asset uploads'));
     closers.push(() => assets.stop());
     const metrics = createMetrics();
+    const telemetryExport = config.telemetry.enabled ? new TelemetryExport({
+      settings: config.telemetry, log, registry: metrics.registry,
+      sources: {
+        async version(versionId) {
+          const row = await functionsRepo.findVersionById(versionId);
+          if (!row) return undefined;
+          return {
+            ref: { ncaId: row.nca_id, functionId: row.function_id, versionId }, telemetries: documentOf(row).telemetries ?? {},
+            secrets: await functions.secretsOf(versionId),
+          };
+        },
+        targets: telemetries.targetsOf,
+      },
+    }) : undefined;
+    if (telemetryExport) closers.push(() => telemetryExport.close());
     // Off loopback, /metrics (every account's ids) always wants a bearer: the configured one or one made here.
     const generatedMetricsToken = config.metrics.token || isLoopbackHost(config.gateway.host)
       ? undefined : await ensureSealedSecret(settings, box, 'metrics.token', startedAt);
@@ -199,9 +224,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
+    // Log lines reach the export from the agents' reports (a failed instance's last lines) until a log store streams them.
+    instances.onOutput((report) => telemetryExport?.exportLogLines(report.functionVersionId, (report.logTail ?? []).map((text) => ({ text, instanceId: report.instanceId }))));
     const taskPlane = createTasksPlane({
       db: store.db, box, accounts, clusters, log, now, dataDir: config.store.dataDir, registry, settings: config.tasks,
-      capacityInUse: { of: instances.instancesOn },
+      capacityInUse: { of: instances.instancesOn }, checkTelemetries: telemetries.checkReferences,
     });
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
@@ -221,7 +248,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
         defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
         maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
       },
-      log, observe: metrics.observeInvocation, checkAssets: assets.check, largeResults,
+      log, checkAssets: assets.check, largeResults,
+      observe: telemetryExport ? (ref: FunctionRef, status: number, seconds: number, requestId: string) => {
+        metrics.observeInvocation(ref, status, seconds);
+        telemetryExport.recordInvocation(ref, requestId, status, seconds);
+      } : metrics.observeInvocation,
     };
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
@@ -233,6 +264,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...functionRoutes(functions),
       ...deploymentRoutes(deployments),
       ...registryRoutes(registry),
+      ...telemetryRoutes(telemetries),
       ...assetRoutes(assets),
       ...clusterRoutes(clusters),
       ...taskPlane.routes,

@@ -14,6 +14,7 @@ import { taskRoutes } from './routes.ts';
 import { createTaskScheduler, type CapacityInUse, type RegistrySecrets } from './scheduler.ts';
 import { createTasksService } from './service.ts';
 import type { TasksSettings } from './settings.ts';
+import type { TelemetryReferenceCheck } from '../telemetries/service.ts';
 
 export interface TasksPlaneOptions {
   db: Kysely<Database>;
@@ -28,6 +29,7 @@ export interface TasksPlaneOptions {
   capacityInUse?: CapacityInUse;
   registry?: RegistrySecrets;
   results?: BlobStore;
+  checkTelemetries?: TelemetryReferenceCheck;
 }
 
 export function createTasksPlane(options: TasksPlaneOptions) {
@@ -41,7 +43,7 @@ export function createTasksPlane(options: TasksPlaneOptions) {
   });
   const service = createTasksService({
     repo, scheduler, accounts: options.accounts, clusters: options.clusters, box: options.box, results,
-    maxResultBytes: settings.maxResultBytes, now: options.now,
+    maxResultBytes: settings.maxResultBytes, now: options.now, checkTelemetries: options.checkTelemetries,
   });
   return {
     routes: taskRoutes(service),

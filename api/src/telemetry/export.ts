@@ -1,0 +1,231 @@
+// The telemetry export: a function's invocations (one span each, with its request id, and its
+// per-version metrics) and its log lines go to the telemetries its version names. The request path only
+// appends a record to a bounded queue (or, once its version's telemetries are known to be down or none,
+// counts a drop or does nothing); a timer hands the queue to each telemetry's exporter in batches. Nothing
+// here is awaited by a request.
+//
+// Log lines: exportLogLines takes them from wherever they arrive. Today that is the agent's instance
+// reports (their logTail, sent when an instance fails: main.ts wires InstancesService.onOutput here);
+// a continuous source, such as an agent-side log store streaming each instance's lines, calls the same
+// method with each new batch.
+import { Counter, type Registry } from 'prom-client';
+import type { ExportTarget } from '../control/telemetries/service.ts';
+import type { TelemetryReferences } from '../control/telemetries/schema.ts';
+import type { FunctionRef } from '../domain/load.ts';
+import { withoutSecrets, type Logger } from '../logger.ts';
+import { createOtlpSink } from './otlp.ts';
+import { createRemoteWriteSink } from './remote-write.ts';
+import type { TelemetrySettings } from './settings.ts';
+import type { InvocationRecord, LogLine, Signal, TelemetrySink } from './sink.ts';
+
+/** What the export reads about a version: its ids, the telemetries it names, and the secrets to blank out of its lines. */
+export interface VersionTelemetries {
+  ref: FunctionRef;
+  telemetries: TelemetryReferences;
+  secrets: { value: unknown }[];
+}
+
+export interface TelemetrySources {
+  /** Undefined when the version does not exist (any more). */
+  version(versionId: string): Promise<VersionTelemetries | undefined>;
+  targets(ncaId: string, telemetryIds: string[]): Promise<ExportTarget[]>;
+}
+
+interface Route {
+  ref?: FunctionRef;
+  logs?: TelemetrySink;
+  metrics?: TelemetrySink;
+  traces?: TelemetrySink;
+  secrets: { value: unknown }[];
+  /** Ms since epoch after which the version's telemetries are read again. */
+  until: number;
+}
+
+type Pending = { kind: 'invocation'; record: InvocationRecord } | { kind: 'logs'; versionId: string; lines: LogLine[] };
+
+export interface TelemetryExportOptions {
+  sources: TelemetrySources;
+  settings: TelemetrySettings;
+  log: Logger;
+  registry?: Registry;
+}
+
+const versionIdOf = (item: Pending) => item.kind === 'invocation' ? item.record.ref.versionId : item.versionId;
+
+export class TelemetryExport {
+  readonly #sources: TelemetrySources;
+  readonly #settings: TelemetrySettings;
+  readonly #log: Logger;
+  readonly #routes = new Map<string, Route>();
+  readonly #sinks = new Map<string, { sink: TelemetrySink; fingerprint: string }>();
+  #pending: Pending[] = [];
+  #queueDropped = 0;
+  #flushing: Promise<void> | undefined;
+  readonly #timer: NodeJS.Timeout;
+
+  constructor(options: TelemetryExportOptions) {
+    this.#sources = options.sources;
+    this.#settings = options.settings;
+    this.#log = options.log.child({ component: 'telemetry' });
+    this.#timer = setInterval(() => void this.flush(), this.#settings.flushMs);
+    this.#timer.unref();
+    if (options.registry) this.#registerMetrics(options.registry);
+  }
+
+  /** One answered invocation (the invocation plane's observer): queued, or dropped and counted, never awaited. */
+  recordInvocation(ref: FunctionRef, requestId: string, status: number, seconds: number): void {
+    const route = this.#routes.get(ref.versionId);
+    if (route && !this.#wanted(route, ['metrics', 'traces'], 1)) return;
+    this.#enqueue({ kind: 'invocation', record: { ref, requestId, status, seconds, endedAt: Date.now() } }, 1);
+  }
+
+  /**
+   * Lines a version's instance (or task) wrote, for its LOGS telemetry. The plug-in point for any source of
+   * log lines; secrets' values are blanked before they leave.
+   */
+  exportLogLines(versionId: string, lines: LogLine[]): void {
+    if (lines.length === 0) return;
+    const route = this.#routes.get(versionId);
+    if (route && !this.#wanted(route, ['logs'], lines.length)) return;
+    this.#enqueue({ kind: 'logs', versionId, lines }, lines.length);
+  }
+
+  /** Stops exporting to a deleted telemetry at once (other replicas stop at their next refresh). */
+  forget(telemetryId: string): void {
+    const entry = this.#sinks.get(telemetryId);
+    if (!entry) return;
+    this.#sinks.delete(telemetryId);
+    for (const [versionId, route] of this.#routes) {
+      if ([route.logs, route.metrics, route.traces].includes(entry.sink)) this.#routes.delete(versionId);
+    }
+    void entry.sink.close();
+  }
+
+  /** Hands what is queued to the exporters (the timer calls it every flushMs). */
+  flush(): Promise<void> {
+    this.#flushing ??= this.#dispatch().catch((error: unknown) => {
+      this.#log.warn({ err: error }, 'telemetry export round failed');
+    }).finally(() => { this.#flushing = undefined; });
+    return this.#flushing;
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.flush();
+    const sinks = [...this.#sinks.values()];
+    this.#sinks.clear();
+    this.#routes.clear();
+    await Promise.allSettled(sinks.map((entry) => entry.sink.close()));
+  }
+
+  /** Whether any of the route's telemetries for these signals takes data now; if none does, the items are counted dropped. */
+  #wanted(route: Route, signals: Signal[], items: number): boolean {
+    const sinks = signals.map((signal) => [signal, route[signal]] as const).filter((entry): entry is [Signal, TelemetrySink] => entry[1] !== undefined);
+    if (sinks.length === 0) return false;
+    const now = Date.now();
+    if (sinks.some(([, sink]) => sink.health.accepting(now))) return true;
+    for (const [signal, sink] of sinks) sink.health.drop(signal, items);
+    return false;
+  }
+
+  #enqueue(item: Pending, items: number) {
+    if (this.#pending.length >= this.#settings.maxQueue) {
+      this.#queueDropped += items;
+      return;
+    }
+    this.#pending.push(item);
+  }
+
+  async #dispatch() {
+    const batch = this.#pending;
+    this.#pending = [];
+    const now = Date.now();
+    for (const versionId of new Set(batch.map(versionIdOf))) {
+      const route = this.#routes.get(versionId);
+      if (!route || route.until <= now) await this.#resolve(versionId);
+    }
+    const spans = new Map<TelemetrySink, InvocationRecord[]>();
+    const counts = new Map<TelemetrySink, InvocationRecord[]>();
+    const add = (into: Map<TelemetrySink, InvocationRecord[]>, sink: TelemetrySink | undefined, signal: Signal, record: InvocationRecord) => {
+      if (!sink) return;
+      if (!sink.health.accepting(now)) return sink.health.drop(signal, 1);
+      into.set(sink, [...into.get(sink) ?? [], record]);
+    };
+    for (const item of batch) {
+      const route = this.#routes.get(versionIdOf(item));
+      if (!route?.ref) continue;
+      if (item.kind === 'invocation') {
+        add(spans, route.traces, 'traces', item.record);
+        add(counts, route.metrics, 'metrics', item.record);
+      } else if (route.logs) {
+        if (!route.logs.health.accepting(now)) route.logs.health.drop('logs', item.lines.length);
+        else route.logs.logs(route.ref, this.#redacted(item.lines, route.secrets));
+      }
+    }
+    for (const [sink, records] of spans) sink.spans(records);
+    for (const [sink, records] of counts) sink.count(records);
+  }
+
+  #redacted(lines: LogLine[], secrets: { value: unknown }[]): LogLine[] {
+    if (secrets.length === 0) return lines;
+    const texts = withoutSecrets(lines.map((line) => line.text), secrets);
+    return lines.map((line, index) => ({ ...line, text: texts[index] }));
+  }
+
+  async #resolve(versionId: string) {
+    const until = Date.now() + this.#settings.refreshMs;
+    try {
+      const version = await this.#sources.version(versionId);
+      const named = version ? [...new Set(Object.values(version.telemetries).filter((id) => id !== undefined))] : [];
+      if (!version || named.length === 0) {
+        this.#routes.set(versionId, { ref: version?.ref, secrets: [], until });
+        return;
+      }
+      const sinks = new Map((await this.#sources.targets(version.ref.ncaId, named)).map((target) => [target.telemetryId, this.#sinkFor(target)]));
+      const { logsTelemetryId, metricsTelemetryId, tracesTelemetryId } = version.telemetries;
+      this.#routes.set(versionId, {
+        ref: version.ref, secrets: version.secrets, until,
+        logs: logsTelemetryId ? sinks.get(logsTelemetryId) : undefined,
+        metrics: metricsTelemetryId ? sinks.get(metricsTelemetryId) : undefined,
+        traces: tracesTelemetryId ? sinks.get(tracesTelemetryId) : undefined,
+      });
+    } catch (error) {
+      // Nothing goes out for the version until it can be read again.
+      this.#log.warn({ err: error, versionId }, 'could not read the telemetries of a function version');
+      this.#routes.set(versionId, { secrets: [], until: Date.now() + this.#settings.retryAfterMs });
+    }
+  }
+
+  #sinkFor(target: ExportTarget): TelemetrySink {
+    const fingerprint = JSON.stringify([target.endpoint, target.provider, target.types, target.secret]);
+    const known = this.#sinks.get(target.telemetryId);
+    if (known?.fingerprint === fingerprint) return known.sink;
+    if (known) void known.sink.close();
+    const sink = target.provider === 'PROMETHEUS' ? createRemoteWriteSink(target, this.#settings) : createOtlpSink(target, this.#settings);
+    this.#sinks.set(target.telemetryId, { sink, fingerprint });
+    return sink;
+  }
+
+  #registerMetrics(registry: Registry) {
+    const sinks = this.#sinks;
+    const perSink = (name: string, help: string, read: (sink: TelemetrySink) => Record<Signal, number>) => new Counter({
+      name, help, labelNames: ['telemetry_id', 'signal'], registers: [registry],
+      collect() {
+        this.reset();
+        for (const [telemetryId, { sink }] of sinks) {
+          for (const [signal, value] of Object.entries(read(sink))) if (value > 0) this.inc({ telemetry_id: telemetryId, signal }, value);
+        }
+      },
+    });
+    perSink('svc_telemetry_exported_total', 'Spans, metric points and log records a telemetry endpoint accepted', (sink) => sink.health.exported);
+    perSink('svc_telemetry_dropped_total', 'Spans, metric points and log records not exported: the endpoint failed or was down', (sink) => sink.health.dropped);
+    const queue = () => this.#queueDropped;
+    new Counter({
+      name: 'svc_telemetry_queue_dropped_total', help: 'Records dropped because the export queue was full', registers: [registry],
+      collect() {
+        this.reset();
+        if (queue() > 0) this.inc(queue());
+      },
+    });
+  }
+}

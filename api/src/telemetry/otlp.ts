@@ -1,0 +1,129 @@
+// A telemetry exported over OTLP/HTTP (protobuf) with the OpenTelemetry JS SDK: one span per invocation
+// carrying its request id, the version's request counter and duration histogram, and its log lines.
+// The SDK batches (its span and log processors, the periodic metric reader); every exporter is wrapped
+// so that a failed export marks the endpoint down (SinkHealth) and counts what it carried as dropped.
+import { SpanKind, SpanStatusCode, type Attributes } from '@opentelemetry/api';
+import { ExportResultCode, type ExportResult } from '@opentelemetry/core';
+import { OTLPLogExporter } from '@opentelemetry/exporter-logs-otlp-proto';
+import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-proto';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BatchLogRecordProcessor, LoggerProvider, type LogRecordExporter, type ReadableLogRecord } from '@opentelemetry/sdk-logs';
+import { MeterProvider, PeriodicExportingMetricReader, type PushMetricExporter, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
+import { BatchSpanProcessor, TracerProvider, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace';
+import type { ExportTarget } from '../control/telemetries/service.ts';
+import type { FunctionRef } from '../domain/load.ts';
+import type { TelemetrySettings } from './settings.ts';
+import { authHeaders, SinkHealth, versionAttributes, type InvocationRecord, type LogLine, type Signal, type TelemetrySink } from './sink.ts';
+
+const SCOPE = 'svc';
+
+type Callback = (result: ExportResult) => void;
+
+const attributesOf = (record: InvocationRecord): Attributes => ({ ...versionAttributes(record.ref), 'http.response.status_code': record.status });
+
+function observed(health: SinkHealth, signal: Signal, items: number, done: Callback): Callback {
+  return (result) => {
+    if (result.code === ExportResultCode.SUCCESS) health.succeeded(signal, items);
+    else health.failed(signal, items);
+    done(result);
+  };
+}
+
+function watchedSpans(inner: SpanExporter, health: SinkHealth): SpanExporter {
+  return {
+    export: (spans: ReadableSpan[], done) => inner.export(spans, observed(health, 'traces', spans.length, done)),
+    shutdown: () => inner.shutdown(),
+    forceFlush: () => inner.forceFlush?.() ?? Promise.resolve(),
+  };
+}
+
+function watchedLogs(inner: LogRecordExporter, health: SinkHealth): LogRecordExporter {
+  return {
+    export: (records: ReadableLogRecord[], done) => inner.export(records, observed(health, 'logs', records.length, done)),
+    shutdown: () => inner.shutdown(),
+    forceFlush: () => inner.forceFlush?.() ?? Promise.resolve(),
+  };
+}
+
+function watchedMetrics(inner: OTLPMetricExporter, health: SinkHealth): PushMetricExporter {
+  const points = (metrics: ResourceMetrics) => metrics.scopeMetrics.reduce((sum, scope) =>
+    sum + scope.metrics.reduce((count, metric) => count + metric.dataPoints.length, 0), 0);
+  return {
+    export: (metrics, done) => inner.export(metrics, observed(health, 'metrics', points(metrics), done)),
+    shutdown: () => inner.shutdown(),
+    forceFlush: () => inner.forceFlush(),
+    selectAggregationTemporality: (type) => inner.selectAggregationTemporality(type),
+  };
+}
+
+export function createOtlpSink(target: ExportTarget, settings: TelemetrySettings): TelemetrySink {
+  const health = new SinkHealth(settings.retryAfterMs);
+  const base = target.endpoint.replace(/\/+$/, '');
+  const exporterOptions = (signal: Signal) => ({ url: `${base}/v1/${signal}`, headers: authHeaders(target.secret), timeoutMillis: settings.timeoutMs });
+  const resource = resourceFromAttributes({ 'service.name': 'svc', 'svc.telemetry.id': target.telemetryId });
+  const batching = { maxQueueSize: settings.maxQueue, scheduledDelayMillis: settings.flushMs, exportTimeoutMillis: settings.timeoutMs };
+  const types = new Set(target.types);
+
+  const tracing = types.has('TRACES') ? new TracerProvider({
+    resource, spanProcessors: [new BatchSpanProcessor({ exporter: watchedSpans(new OTLPTraceExporter(exporterOptions('traces')), health), ...batching })],
+  }) : undefined;
+  const tracer = tracing?.getTracer(SCOPE);
+
+  const metering = types.has('METRICS') ? new MeterProvider({
+    resource,
+    readers: [new PeriodicExportingMetricReader({
+      exporter: watchedMetrics(new OTLPMetricExporter(exporterOptions('metrics')), health),
+      exportIntervalMillis: settings.metricsIntervalMs, exportTimeoutMillis: Math.min(settings.timeoutMs, settings.metricsIntervalMs),
+    })],
+  }) : undefined;
+  const meter = metering?.getMeter(SCOPE);
+  const requests = meter?.createCounter('svc.function.requests', { description: 'Invocations answered, by version and status' });
+  const durations = meter?.createHistogram('svc.function.request.duration', { description: 'Invocation duration until answered', unit: 's' });
+
+  const logging = types.has('LOGS') ? new LoggerProvider({
+    resource, processors: [new BatchLogRecordProcessor({ exporter: watchedLogs(new OTLPLogExporter(exporterOptions('logs')), health), ...batching })],
+  }) : undefined;
+  const logger = logging?.getLogger(SCOPE);
+
+  return {
+    health,
+
+    spans(records: InvocationRecord[]) {
+      if (!tracer) return;
+      for (const record of records) {
+        const span = tracer.startSpan('invoke', {
+          kind: SpanKind.SERVER, startTime: record.endedAt - record.seconds * 1000,
+          attributes: { ...attributesOf(record), 'svc.request_id': record.requestId },
+        });
+        if (record.status >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+        span.end(record.endedAt);
+      }
+    },
+
+    count(records: InvocationRecord[]) {
+      for (const record of records) {
+        const attributes = attributesOf(record);
+        requests?.add(1, attributes);
+        durations?.record(record.seconds, attributes);
+      }
+    },
+
+    logs(ref: FunctionRef, lines: LogLine[]) {
+      if (!logger) return;
+      for (const line of lines) {
+        logger.emit({
+          timestamp: line.at ?? Date.now(), body: line.text,
+          attributes: {
+            ...versionAttributes(ref),
+            ...(line.stream ? { 'log.iostream': line.stream } : {}), ...(line.instanceId ? { 'svc.instance.id': line.instanceId } : {}),
+          },
+        });
+      }
+    },
+
+    async close() {
+      await Promise.allSettled([tracing?.shutdown(), metering?.shutdown(), logging?.shutdown()]);
+    },
+  };
+}
