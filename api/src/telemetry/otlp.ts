@@ -2,7 +2,7 @@
 // carrying its request id, the version's request counter and duration histogram, and its log lines.
 // The SDK batches (its span and log processors, the periodic metric reader); every exporter is wrapped
 // so that a failed export marks the endpoint down (SinkHealth) and counts what it carried as dropped.
-import { SpanKind, SpanStatusCode, type Attributes } from '@opentelemetry/api';
+import { SpanKind, SpanStatusCode, ValueType, type Attributes } from '@opentelemetry/api';
 import { ExportResultCode, type ExportResult } from '@opentelemetry/core';
 import { OTLPLogExporter } from '@opentelemetry/exporter-logs-otlp-proto';
 import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-proto';
@@ -78,7 +78,7 @@ export function createOtlpSink(target: ExportTarget, settings: TelemetrySettings
     })],
   }) : undefined;
   const meter = metering?.getMeter(SCOPE);
-  const requests = meter?.createCounter('svc.function.requests', { description: 'Invocations answered, by version and status' });
+  const requests = meter?.createCounter('svc.function.requests', { description: 'Invocations answered, by version and status', valueType: ValueType.INT });
   const durations = meter?.createHistogram('svc.function.request.duration', { description: 'Invocation duration until answered', unit: 's' });
 
   const logging = types.has('LOGS') ? new LoggerProvider({
