@@ -90,6 +90,12 @@ describe('telemetry export', () => {
     assert.equal(attributesOf(records[0].attributes)['svc.function.id'], crash.id);
     assert.ok(attributesOf(records[0].attributes)['svc.instance.id']);
     assert.equal(spansOf(receiver).filter((span) => attributesOf(span.attributes)['svc.function.version.id'] === crash.versionId).length, 0);
+
+    // Deleted, the telemetry's exporter is closed at once: its counters leave /metrics.
+    const exportedLine = async () => (await svc.api('GET', '/metrics')).text.includes(`svc_telemetry_exported_total{telemetry_id="${otlp}"`);
+    assert.ok(await exportedLine());
+    assert.equal((await svc.api('DELETE', `/v2/svc/telemetries/${otlp}`, { bearer: token })).status, 204);
+    assert.equal(await exportedLine(), false);
   });
 
   test('PROMETHEUS: a real Prometheus receives the version\'s series by remote-write and answers a query', { skip: !prometheusPresent('the remote-write case') }, async () => {

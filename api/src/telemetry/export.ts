@@ -140,10 +140,7 @@ export class TelemetryExport {
     const batch = this.#pending;
     this.#pending = [];
     const now = Date.now();
-    for (const versionId of new Set(batch.map(versionIdOf))) {
-      const route = this.#routes.get(versionId);
-      if (!route || route.until <= now) await this.#resolve(versionId);
-    }
+    await this.#refresh(new Set(batch.map(versionIdOf)), now);
     const spans = new Map<TelemetrySink, InvocationRecord[]>();
     const counts = new Map<TelemetrySink, InvocationRecord[]>();
     const add = (into: Map<TelemetrySink, InvocationRecord[]>, sink: TelemetrySink | undefined, signal: Signal, record: InvocationRecord) => {
@@ -164,6 +161,29 @@ export class TelemetryExport {
     }
     for (const [sink, records] of spans) sink.spans(records);
     for (const [sink, records] of counts) sink.count(records);
+  }
+
+  /**
+   * Reads the telemetries of the versions with queued records that are not known yet, and of every known
+   * version whose reading is stale (a telemetry deleted on another replica then stops here too); a stale
+   * version that names none is forgotten. Exporters no version names any more are closed.
+   */
+  async #refresh(queued: Set<string>, now: number) {
+    const stale = [...this.#routes].filter(([, route]) => route.until <= now).map(([versionId]) => versionId);
+    const reading = [...queued].filter((versionId) => !this.#routes.has(versionId));
+    for (const versionId of stale) {
+      const route = this.#routes.get(versionId);
+      if (!queued.has(versionId) && route && !route.logs && !route.metrics && !route.traces) this.#routes.delete(versionId);
+      else reading.push(versionId);
+    }
+    if (reading.length === 0) return;
+    for (const versionId of reading) await this.#resolve(versionId);
+    const named = new Set([...this.#routes.values()].flatMap((route) => [route.logs, route.metrics, route.traces]));
+    for (const [telemetryId, entry] of this.#sinks) {
+      if (named.has(entry.sink)) continue;
+      this.#sinks.delete(telemetryId);
+      void entry.sink.close();
+    }
   }
 
   #redacted(lines: LogLine[], secrets: { value: unknown }[]): LogLine[] {
