@@ -109,7 +109,10 @@ describe('telemetry export', () => {
         const result = await prometheus.query(`svc_function_requests_total{function_version_id="${fn.versionId}"}`);
         return result.length > 0 && result[0].value[1] === '4' && result;
       }, 30_000);
-      assert.deepEqual({ ...series.metric }, { __name__: 'svc_function_requests_total', nca_id: 'svc-default', function_id: fn.id, function_version_id: fn.versionId, status: '2xx' });
+      assert.deepEqual({ ...series.metric, instance: undefined }, {
+        __name__: 'svc_function_requests_total', nca_id: 'svc-default', function_id: fn.id, function_version_id: fn.versionId, status: '2xx', instance: undefined,
+      });
+      assert.match(series.metric.instance, /^.+\/\d+$/, 'the exporting process (host/pid)');
       const count = await prometheus.query(`svc_function_request_duration_seconds_count{function_version_id="${fn.versionId}"}`);
       assert.equal(count[0]?.value[1], '4');
     } finally {

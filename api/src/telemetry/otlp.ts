@@ -14,7 +14,7 @@ import { BatchSpanProcessor, TracerProvider, type ReadableSpan, type SpanExporte
 import type { ExportTarget } from '../control/telemetries/service.ts';
 import type { FunctionRef } from '../domain/load.ts';
 import type { TelemetrySettings } from './settings.ts';
-import { authHeaders, SinkHealth, versionAttributes, type InvocationRecord, type LogLine, type Signal, type TelemetrySink } from './sink.ts';
+import { authHeaders, EXPORTER_INSTANCE, SinkHealth, versionAttributes, type InvocationRecord, type LogLine, type Signal, type TelemetrySink } from './sink.ts';
 
 const SCOPE = 'svc';
 
@@ -61,7 +61,7 @@ export function createOtlpSink(target: ExportTarget, settings: TelemetrySettings
   const health = new SinkHealth(settings.retryAfterMs);
   const base = target.endpoint.replace(/\/+$/, '');
   const exporterOptions = (signal: Signal) => ({ url: `${base}/v1/${signal}`, headers: authHeaders(target.secret), timeoutMillis: settings.timeoutMs });
-  const resource = resourceFromAttributes({ 'service.name': 'svc', 'svc.telemetry.id': target.telemetryId });
+  const resource = resourceFromAttributes({ 'service.name': 'svc', 'service.instance.id': EXPORTER_INSTANCE, 'svc.telemetry.id': target.telemetryId });
   const batching = { maxQueueSize: settings.maxQueue, scheduledDelayMillis: settings.flushMs, exportTimeoutMillis: settings.timeoutMs };
   const types = new Set(target.types);
 

@@ -1,6 +1,7 @@
 // A PROMETHEUS telemetry: the version's series pushed by Prometheus remote-write (protobuf WriteRequest,
 // snappy-compressed) every metricsIntervalMs. The series are cumulative, as a scrape of /metrics would
-// give them: requests by status class, and the duration histogram.
+// give them: requests by status class, and the duration histogram; `instance` names the exporting process
+// (host/pid), so several API replicas write series of their own (sum them by version).
 //
 // Encoding is the `prometheus-remote-write` package's (its WriteRequest protobuf and snappyjs, both plain
 // JavaScript, no native build): OpenTelemetry JS has no remote-write exporter, and the platform's own
@@ -9,7 +10,7 @@ import { pushTimeseries } from 'prometheus-remote-write';
 import type { ExportTarget } from '../control/telemetries/service.ts';
 import type { FunctionRef } from '../domain/load.ts';
 import type { TelemetrySettings } from './settings.ts';
-import { authHeaders, SinkHealth, type InvocationRecord, type TelemetrySink } from './sink.ts';
+import { authHeaders, EXPORTER_INSTANCE, SinkHealth, type InvocationRecord, type TelemetrySink } from './sink.ts';
 
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
@@ -47,7 +48,7 @@ export function createRemoteWriteSink(target: ExportTarget, settings: TelemetryS
     let version = versions.get(ref.versionId);
     if (!version) {
       version = {
-        labels: { nca_id: ref.ncaId, function_id: ref.functionId, function_version_id: ref.versionId },
+        labels: { nca_id: ref.ncaId, function_id: ref.functionId, function_version_id: ref.versionId, instance: EXPORTER_INSTANCE },
         requests: new Map(), buckets: BUCKETS.map(() => 0), count: 0, sum: 0,
       };
       versions.set(ref.versionId, version);

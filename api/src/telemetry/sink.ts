@@ -1,6 +1,7 @@
 // What every telemetry's exporter shares: the records it takes, its health (an endpoint that failed is
 // left alone for a while, and what would have gone there is dropped and counted), and the headers its
 // secret turns into.
+import { hostname } from 'node:os';
 import type { FunctionRef } from '../domain/load.ts';
 import type { TelemetrySecretValue, TelemetryType } from '../control/telemetries/schema.ts';
 
@@ -76,6 +77,12 @@ export function authHeaders(secret: TelemetrySecretValue): Record<string, string
   const [user, password] = 'username' in secret ? [secret.username, secret.password] : [String(secret.instanceId), secret.apiKey];
   return { Authorization: `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}` };
 }
+
+/**
+ * Which process exported a series or span: several API replicas each export their own invocations, and
+ * their cumulative counters must not be written as one series.
+ */
+export const EXPORTER_INSTANCE = `${hostname()}/${process.pid}`;
 
 /** The attributes every exported record of a version carries. */
 export function versionAttributes(ref: FunctionRef) {

@@ -130,7 +130,7 @@ export function createTelemetriesService(options: TelemetriesServiceOptions) {
       if (errors.length) throw invalid(errors);
     },
 
-    /** For the exporter: the account's telemetries with these ids, secrets opened (a row that does not open is left out). */
+    /** For the exporter: the account's telemetries with these ids, secrets opened (one that does not open fails the read). */
     async targetsOf(ncaId: string, telemetryIds: string[]): Promise<ExportTarget[]> {
       return (await repo.findMany(ncaId, telemetryIds)).map((row) => ({
         telemetryId: row.telemetry_id, endpoint: row.endpoint, provider: row.provider as Telemetry['provider'], types: row.types,
