@@ -17,7 +17,7 @@ const echo = (telemetries: Record<string, string>) => echoBody({
   name: undefined, health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT2S', expectedStatusCode: 200 }, telemetries,
 });
 
-const exportSettings = { allowInternalEndpoints: true, flushMs: 50, metricsIntervalMs: 300, retryAfterMs: 60_000, timeoutMs: 2000 };
+const exportSettings = { allowInternalEndpoints: true, flushMs: 50, metricsIntervalMs: 300, retryAfterMs: 300, timeoutMs: 2000 };
 
 /** Every span, log record or metric of the receiver's requests for one signal, flattened. */
 const spansOf = (receiver: OtlpReceiver) => receiver.received.traces.flatMap((request) =>
@@ -117,6 +117,28 @@ describe('telemetry export', () => {
       assert.equal(count[0]?.value[1], '4');
     } finally {
       await prometheus.close();
+    }
+  });
+
+  test('an endpoint that fails is left alone, probed, and gets the spans again once it answers', async () => {
+    const flaky = await startOtlpReceiver();
+    try {
+      const telemetryId = await telemetry({ name: 'flaky', endpoint: flaky.url, provider: 'SPLUNK', types: ['TRACES'] });
+      const fn = await deploy(svc, token, echo({ tracesTelemetryId: telemetryId }));
+      await waitFor(svc, token, fn, running);
+      flaky.failing = true;
+      await invoke(fn, 2);
+      await until('the failed spans to be counted', async () => (await svc.api('GET', '/metrics')).text
+        .includes(`svc_telemetry_dropped_total{telemetry_id="${telemetryId}",signal="traces"}`));
+      flaky.failing = false;
+      const after: string[] = [];
+      const later = await until('a span of a request made after it came back', async () => {
+        after.push(...await invoke(fn, 1));
+        return spansOf(flaky).find((span) => after.includes(String(attributesOf(span.attributes)['svc.request_id'])));
+      }, 30_000);
+      assert.equal(attributesOf(later.attributes)['svc.function.version.id'], fn.versionId);
+    } finally {
+      await flaky.close();
     }
   });
 

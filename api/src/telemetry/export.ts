@@ -75,7 +75,16 @@ export class TelemetryExport {
   /** One answered invocation (the invocation plane's observer): queued, or dropped and counted, never awaited. */
   recordInvocation(ref: FunctionRef, requestId: string, status: number, seconds: number): void {
     const route = this.#routes.get(ref.versionId);
-    if (route && !this.#wanted(route, ['metrics', 'traces'], 1)) return;
+    if (route) {
+      const { metrics, traces } = route;
+      if (!metrics && !traces) return;
+      const now = Date.now();
+      if (!metrics?.health.accepting(now) && !traces?.health.accepting(now)) {
+        metrics?.health.drop('metrics', 1);
+        traces?.health.drop('traces', 1);
+        return;
+      }
+    }
     this.#enqueue({ kind: 'invocation', record: { ref, requestId, status, seconds, endedAt: Date.now() } }, 1);
   }
 
@@ -86,7 +95,8 @@ export class TelemetryExport {
   exportLogLines(versionId: string, lines: LogLine[]): void {
     if (lines.length === 0) return;
     const route = this.#routes.get(versionId);
-    if (route && !this.#wanted(route, ['logs'], lines.length)) return;
+    if (route && !route.logs) return;
+    if (route?.logs && !route.logs.health.accepting()) return route.logs.health.drop('logs', lines.length);
     this.#enqueue({ kind: 'logs', versionId, lines }, lines.length);
   }
 
@@ -116,16 +126,6 @@ export class TelemetryExport {
     this.#sinks.clear();
     this.#routes.clear();
     await Promise.allSettled(sinks.map((entry) => entry.sink.close()));
-  }
-
-  /** Whether any of the route's telemetries for these signals takes data now; if none does, the items are counted dropped. */
-  #wanted(route: Route, signals: Signal[], items: number): boolean {
-    const sinks = signals.map((signal) => [signal, route[signal]] as const).filter((entry): entry is [Signal, TelemetrySink] => entry[1] !== undefined);
-    if (sinks.length === 0) return false;
-    const now = Date.now();
-    if (sinks.some(([, sink]) => sink.health.accepting(now))) return true;
-    for (const [signal, sink] of sinks) sink.health.drop(signal, items);
-    return false;
   }
 
   #enqueue(item: Pending, items: number) {

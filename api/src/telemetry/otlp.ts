@@ -14,7 +14,9 @@ import { BatchSpanProcessor, TracerProvider, type ReadableSpan, type SpanExporte
 import type { ExportTarget } from '../control/telemetries/service.ts';
 import type { FunctionRef } from '../domain/load.ts';
 import type { TelemetrySettings } from './settings.ts';
-import { authHeaders, EXPORTER_INSTANCE, SinkHealth, versionAttributes, type InvocationRecord, type LogLine, type Signal, type TelemetrySink } from './sink.ts';
+import {
+  authHeaders, EXPORTER_INSTANCE, SinkHealth, signalOf, versionAttributes, type InvocationRecord, type LogLine, type Signal, type TelemetrySink,
+} from './sink.ts';
 
 const SCOPE = 'svc';
 
@@ -58,9 +60,14 @@ function watchedMetrics(inner: OTLPMetricExporter, health: SinkHealth): PushMetr
 }
 
 export function createOtlpSink(target: ExportTarget, settings: TelemetrySettings): TelemetrySink {
-  const health = new SinkHealth(settings.retryAfterMs);
   const base = target.endpoint.replace(/\/+$/, '');
-  const exporterOptions = (signal: Signal) => ({ url: `${base}/v1/${signal}`, headers: authHeaders(target.secret), timeoutMillis: settings.timeoutMs });
+  const headers = authHeaders(target.secret);
+  const exporterOptions = (signal: Signal) => ({ url: `${base}/v1/${signal}`, headers, timeoutMillis: settings.timeoutMs });
+  // An empty export request (a message with no resource) is valid OTLP: a collector answers it 200.
+  const probeSignal = signalOf[target.types[0]];
+  const health = new SinkHealth(settings.retryAfterMs, async () => (await fetch(`${base}/v1/${probeSignal}`, {
+    method: 'POST', headers: { ...headers, 'Content-Type': 'application/x-protobuf' }, body: new Uint8Array(0), signal: AbortSignal.timeout(settings.timeoutMs),
+  })).ok);
   const resource = resourceFromAttributes({ 'service.name': 'svc', 'service.instance.id': EXPORTER_INSTANCE, 'svc.telemetry.id': target.telemetryId });
   const batching = { maxQueueSize: settings.maxQueue, scheduledDelayMillis: settings.flushMs, exportTimeoutMillis: settings.timeoutMs };
   const types = new Set(target.types);

@@ -12,6 +12,9 @@ import type { FunctionRef } from '../domain/load.ts';
 import type { TelemetrySettings } from './settings.ts';
 import { authHeaders, EXPORTER_INSTANCE, SinkHealth, type InvocationRecord, type TelemetrySink } from './sink.ts';
 
+/** An empty WriteRequest, snappy-compressed: the block format's length varint 0 and nothing after it. */
+const EMPTY_WRITE_REQUEST = new Uint8Array([0]);
+
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 interface VersionSeries {
@@ -37,9 +40,11 @@ function seriesOf(version: VersionSeries, at: number): Timeseries[] {
 }
 
 export function createRemoteWriteSink(target: ExportTarget, settings: TelemetrySettings): TelemetrySink {
-  const health = new SinkHealth(settings.retryAfterMs);
   const versions = new Map<string, VersionSeries>();
   const headers = { ...authHeaders(target.secret), 'Content-Encoding': 'snappy', 'X-Prometheus-Remote-Write-Version': '0.1.0', 'User-Agent': 'svc' };
+  const health = new SinkHealth(settings.retryAfterMs, async () => (await fetch(target.endpoint, {
+    method: 'POST', headers: { ...headers, 'Content-Type': 'application/x-protobuf' }, body: EMPTY_WRITE_REQUEST, signal: AbortSignal.timeout(settings.timeoutMs),
+  })).ok);
   const fetchWithTimeout = (url: string, init?: { method: string; headers: Record<string, string>; body: ArrayBufferLike }) =>
     fetch(url, { method: init?.method, headers: init?.headers, body: init?.body ? new Uint8Array(init.body) : undefined, signal: AbortSignal.timeout(settings.timeoutMs) });
   let pushing: Promise<void> | undefined;

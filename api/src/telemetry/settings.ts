@@ -14,7 +14,7 @@ export const telemetrySettingsSchema = z.object({
   metricsIntervalMs: z.coerce.number().int().min(100).max(600_000).default(15_000),
   /** Records waiting for a flush, and spans or log lines waiting per telemetry; beyond them, dropped and counted. */
   maxQueue: z.coerce.number().int().min(16).max(1_000_000).default(8192),
-  /** An endpoint whose export failed is not sent to for this long: what would go there is dropped and counted. */
+  /** An endpoint whose export failed is probed this often (an empty export request); until a 2xx, what would go there is dropped and counted. */
   retryAfterMs: z.coerce.number().int().min(100).max(3_600_000).default(10_000),
   /** One export request's timeout. */
   timeoutMs: z.coerce.number().int().min(100).max(120_000).default(5000),

@@ -39,30 +39,53 @@ export interface TelemetrySink {
   close(): Promise<void>;
 }
 
-/** Up or down, and what went out and what was dropped, per signal. */
+/** Asks the endpoint whether it takes exports again: an empty export request, true on a 2xx. */
+export type Probe = () => Promise<boolean>;
+
+/**
+ * Up or down, and what went out and what was dropped, per signal. Once an export failed the endpoint is
+ * down: nothing is sent to it, and every retryAfterMs one empty export request (the probe) asks whether
+ * it is back, so a down endpoint costs one small request per period and no spans are built for it.
+ */
 export class SinkHealth {
   readonly exported: Record<Signal, number> = { logs: 0, metrics: 0, traces: 0 };
   readonly dropped: Record<Signal, number> = { logs: 0, metrics: 0, traces: 0 };
-  #downUntil = 0;
+  #down = false;
+  #probeAt = 0;
+  #probing = false;
   readonly #retryAfterMs: number;
+  readonly #probe: Probe;
 
-  constructor(retryAfterMs: number) {
+  constructor(retryAfterMs: number, probe: Probe) {
     this.#retryAfterMs = retryAfterMs;
+    this.#probe = probe;
   }
 
-  /** False while the endpoint is known down. */
+  /** False while the endpoint is known down; starts the probe when one is due. */
   accepting(now = Date.now()): boolean {
-    return now >= this.#downUntil;
+    if (!this.#down) return true;
+    if (now >= this.#probeAt && !this.#probing) this.#startProbe();
+    return false;
   }
 
   succeeded(signal: Signal, items: number) {
     this.exported[signal] += items;
-    this.#downUntil = 0;
+    this.#down = false;
   }
 
   failed(signal: Signal, items: number) {
     this.dropped[signal] += items;
-    this.#downUntil = Date.now() + this.#retryAfterMs;
+    this.#down = true;
+    this.#probeAt = Date.now() + this.#retryAfterMs;
+  }
+
+  #startProbe() {
+    this.#probing = true;
+    this.#probe().catch(() => false).then((up) => {
+      this.#probing = false;
+      if (up) this.#down = false;
+      else this.#probeAt = Date.now() + this.#retryAfterMs;
+    });
   }
 
   drop(signal: Signal, items: number) {
