@@ -89,7 +89,7 @@ export class TelemetryExport {
   }
 
   /**
-   * Lines a version's instance (or task) wrote, for its LOGS telemetry. The plug-in point for any source of
+   * Lines an instance of the version wrote, for its LOGS telemetry. The plug-in point for any source of
    * log lines; secrets' values are blanked before they leave.
    */
   exportLogLines(versionId: string, lines: LogLine[]): void {
