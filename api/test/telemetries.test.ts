@@ -60,7 +60,7 @@ describe('telemetries API', () => {
       ['endpoint', otlpTelemetry('http://[::1]:4318')],
       ['endpoint', otlpTelemetry('http://localhost:4318')],
       ['endpoint', otlpTelemetry('http://10.1.2.3:4318')],
-      ['protocol', otlpTelemetry('https://otlp.example.com', { protocol: 'GRPC' })],
+      ['protocol', otlpTelemetry('https://prom.example.com/api/v1/write', { protocol: 'GRPC', provider: 'PROMETHEUS', types: ['METRICS'] })],
       ['protocol', otlpTelemetry('https://otlp.example.com', { protocol: 'UDP' })],
       ['provider', otlpTelemetry('https://otlp.example.com', { provider: 'NOPE' })],
       ['types', otlpTelemetry('https://otlp.example.com', { types: [] })],

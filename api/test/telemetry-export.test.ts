@@ -1,13 +1,13 @@
 // Telemetry export for real: a function's invocations (one span each, with its request id), its
-// per-version metrics and its instances' log lines reach the telemetries it names, over OTLP/HTTP to a
-// receiver that decodes them with the protocol's own protobuf definitions, and by remote-write to a real
+// per-version metrics and its instances' log lines reach the telemetries it names, over OTLP/HTTP and
+// OTLP/gRPC to receivers that decode them with the protocol's own protobuf definitions, and by remote-write to a real
 // Prometheus (Debian `prometheus`, skipped with one line outside CI), which answers a query for them. An
 // endpoint that is down costs the requests nothing: what would go there is dropped and counted.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { echoBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
-import { attributesOf, startOtlpReceiver, type OtlpReceiver } from './helpers/otlp-receiver.ts';
+import { attributesOf, startOtlpGrpcReceiver, startOtlpReceiver, type OtlpReceiver } from './helpers/otlp-receiver.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 import { prometheusPresent, startPrometheus } from './helpers/prometheus.ts';
 import { freePort, until } from './helpers/wait.ts';
@@ -96,6 +96,23 @@ describe('telemetry export', () => {
     assert.ok(await exportedLine());
     assert.equal((await svc.api('DELETE', `/v2/svc/telemetries/${otlp}`, { bearer: token })).status, 204);
     assert.equal(await exportedLine(), false);
+  });
+
+  test('OTLP/gRPC: spans with their request ids and the version\'s counter reach a gRPC collector, the secret as metadata', async () => {
+    const grpc = await startOtlpGrpcReceiver();
+    try {
+      const telemetryId = await telemetry({ name: 'grpc', endpoint: grpc.url, protocol: 'GRPC', provider: 'DATADOG', types: ['TRACES', 'METRICS'], secret: { name: 'dd', value: { headers: { 'DD-API-KEY': 'dd-key-0123' } } } });
+      const fn = await deploy(svc, token, echo({ tracesTelemetryId: telemetryId, metricsTelemetryId: telemetryId }));
+      await waitFor(svc, token, fn, running);
+      const requestIds = await invoke(fn, 2);
+      await until('a span for each request over gRPC', async () =>
+        spansOf(grpc).filter((span) => requestIds.includes(String(attributesOf(span.attributes)['svc.request_id']))).length === 2);
+      await until('the version\'s counter over gRPC', async () => metricsOf(grpc).some((metric) => metric.name === 'svc.function.requests'
+        && metric.sum.dataPoints.some((point: any) => attributesOf(point.attributes)['svc.function.version.id'] === fn.versionId)));
+      assert.equal(grpc.received.traces.find((request) => request.resourceSpans?.length)?.headers['dd-api-key'], 'dd-key-0123');
+    } finally {
+      await grpc.close();
+    }
   });
 
   test('PROMETHEUS: a real Prometheus receives the version\'s series by remote-write and answers a query', { skip: !prometheusPresent('the remote-write case') }, async () => {

@@ -217,7 +217,7 @@ export class TelemetryExport {
   }
 
   #sinkFor(target: ExportTarget): TelemetrySink {
-    const fingerprint = JSON.stringify([target.endpoint, target.provider, target.types, target.secret]);
+    const fingerprint = JSON.stringify([target.endpoint, target.protocol, target.provider, target.types, target.secret]);
     const known = this.#sinks.get(target.telemetryId);
     if (known?.fingerprint === fingerprint) return known.sink;
     if (known) void known.sink.close();

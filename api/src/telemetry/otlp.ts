@@ -1,11 +1,15 @@
-// A telemetry exported over OTLP/HTTP (protobuf) with the OpenTelemetry JS SDK: one span per invocation
+// A telemetry exported over OTLP (HTTP with protobuf, or gRPC) with the OpenTelemetry JS SDK: one span per invocation
 // carrying its request id, the version's request counter and duration histogram, and its log lines.
 // The SDK batches (its span and log processors, the periodic metric reader); every exporter is wrapped
 // so that a failed export marks the endpoint down (SinkHealth) and counts what it carried as dropped.
 import { SpanKind, SpanStatusCode, ValueType, type Attributes } from '@opentelemetry/api';
 import { ExportResultCode, type ExportResult } from '@opentelemetry/core';
+import { Metadata } from '@grpc/grpc-js';
+import { OTLPLogExporter as GrpcLogExporter } from '@opentelemetry/exporter-logs-otlp-grpc';
 import { OTLPLogExporter } from '@opentelemetry/exporter-logs-otlp-proto';
+import { OTLPMetricExporter as GrpcMetricExporter } from '@opentelemetry/exporter-metrics-otlp-grpc';
 import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-proto';
+import { OTLPTraceExporter as GrpcTraceExporter } from '@opentelemetry/exporter-trace-otlp-grpc';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchLogRecordProcessor, LoggerProvider, type LogRecordExporter, type ReadableLogRecord } from '@opentelemetry/sdk-logs';
@@ -48,7 +52,7 @@ function watchedLogs(inner: LogRecordExporter, health: SinkHealth): LogRecordExp
   };
 }
 
-function watchedMetrics(inner: OTLPMetricExporter, health: SinkHealth): PushMetricExporter {
+function watchedMetrics(inner: OTLPMetricExporter | GrpcMetricExporter, health: SinkHealth): PushMetricExporter {
   const points = (metrics: ResourceMetrics) => metrics.scopeMetrics.reduce((sum, scope) =>
     sum + scope.metrics.reduce((count, metric) => count + metric.dataPoints.length, 0), 0);
   return {
@@ -59,28 +63,45 @@ function watchedMetrics(inner: OTLPMetricExporter, health: SinkHealth): PushMetr
   };
 }
 
-export function createOtlpSink(target: ExportTarget, settings: TelemetrySettings): TelemetrySink {
-  const base = target.endpoint.replace(/\/+$/, '');
+/** The three OTLP exporters of one telemetry, over HTTP (protobuf) or gRPC as it says. */
+function exportersFor(target: ExportTarget, timeoutMillis: number) {
   const headers = authHeaders(target.secret);
-  const exporterOptions = (signal: Signal) => ({ url: `${base}/v1/${signal}`, headers, timeoutMillis: settings.timeoutMs });
-  // An empty export request (a message with no resource) is valid OTLP: a collector answers it 200.
-  const probeSignal = signalOf[target.types[0]];
-  const health = new SinkHealth(settings.retryAfterMs, async () => (await fetch(`${base}/v1/${probeSignal}`, {
-    method: 'POST', headers: { ...headers, 'Content-Type': 'application/x-protobuf' }, body: new Uint8Array(0), signal: AbortSignal.timeout(settings.timeoutMs),
-  })).ok);
+  if (target.protocol === 'GRPC') {
+    // The endpoint is the collector's address (http://host:4317; https for TLS); headers travel as metadata.
+    const metadata = new Metadata();
+    for (const [name, value] of Object.entries(headers)) metadata.set(name.toLowerCase(), value);
+    const options = { url: target.endpoint, metadata, timeoutMillis };
+    return { traces: new GrpcTraceExporter(options), metrics: new GrpcMetricExporter(options), logs: new GrpcLogExporter(options) };
+  }
+  // OTLP/HTTP: the endpoint is the base the signal paths are added to, as OTEL_EXPORTER_OTLP_ENDPOINT.
+  const base = target.endpoint.replace(/\/+$/, '');
+  const options = (signal: Signal) => ({ url: `${base}/v1/${signal}`, headers, timeoutMillis });
+  return { traces: new OTLPTraceExporter(options('traces')), metrics: new OTLPMetricExporter(options('metrics')), logs: new OTLPLogExporter(options('logs')) };
+}
+
+export function createOtlpSink(target: ExportTarget, settings: TelemetrySettings): TelemetrySink {
+  const exporters = exportersFor(target, settings.timeoutMs);
   const resource = resourceFromAttributes({ 'service.name': 'svc', 'service.instance.id': EXPORTER_INSTANCE, 'svc.telemetry.id': target.telemetryId });
+  // The probe: an empty export request (no resource) is valid OTLP, which a collector accepts.
+  const probeWith: Record<Signal, (done: Callback) => void> = {
+    traces: (done) => exporters.traces.export([], done),
+    logs: (done) => exporters.logs.export([], done),
+    metrics: (done) => exporters.metrics.export({ resource, scopeMetrics: [] }, done),
+  };
+  const probe = probeWith[signalOf[target.types[0]]];
+  const health = new SinkHealth(settings.retryAfterMs, () => new Promise((resolve) => probe((result) => resolve(result.code === ExportResultCode.SUCCESS))));
   const batching = { maxQueueSize: settings.maxQueue, scheduledDelayMillis: settings.flushMs, exportTimeoutMillis: settings.timeoutMs };
   const types = new Set(target.types);
 
   const tracing = types.has('TRACES') ? new TracerProvider({
-    resource, spanProcessors: [new BatchSpanProcessor({ exporter: watchedSpans(new OTLPTraceExporter(exporterOptions('traces')), health), ...batching })],
+    resource, spanProcessors: [new BatchSpanProcessor({ exporter: watchedSpans(exporters.traces, health), ...batching })],
   }) : undefined;
   const tracer = tracing?.getTracer(SCOPE);
 
   const metering = types.has('METRICS') ? new MeterProvider({
     resource,
     readers: [new PeriodicExportingMetricReader({
-      exporter: watchedMetrics(new OTLPMetricExporter(exporterOptions('metrics')), health),
+      exporter: watchedMetrics(exporters.metrics, health),
       exportIntervalMillis: settings.metricsIntervalMs, exportTimeoutMillis: Math.min(settings.timeoutMs, settings.metricsIntervalMs),
     })],
   }) : undefined;
@@ -89,7 +110,7 @@ export function createOtlpSink(target: ExportTarget, settings: TelemetrySettings
   const durations = meter?.createHistogram('svc.function.request.duration', { description: 'Invocation duration until answered', unit: 's' });
 
   const logging = types.has('LOGS') ? new LoggerProvider({
-    resource, processors: [new BatchLogRecordProcessor({ exporter: watchedLogs(new OTLPLogExporter(exporterOptions('logs')), health), ...batching })],
+    resource, processors: [new BatchLogRecordProcessor({ exporter: watchedLogs(exporters.logs, health), ...batching })],
   }) : undefined;
   const logger = logging?.getLogger(SCOPE);
 

@@ -1,10 +1,12 @@
-// An OTLP/HTTP receiver for tests: a real HTTP server on port 0 that decodes what it is sent (protobuf)
-// with the OpenTelemetry protocol's own definitions (fixtures/otlp-proto) and keeps it. It can be told to
-// fail (503) to stand for an endpoint that is down.
+// OTLP receivers for tests: a real HTTP server (OTLP/HTTP) or gRPC server (OTLP/gRPC) on port 0 that
+// decodes what it is sent (protobuf) with the OpenTelemetry protocol's own definitions (fixtures/otlp-proto)
+// and keeps it. Either can be told to fail (503, UNAVAILABLE) to stand for an endpoint that is down.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
+import { loadPackageDefinition, Server, ServerCredentials, status, type sendUnaryData, type ServerUnaryCall } from '@grpc/grpc-js';
+import { loadSync } from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
 
 const PROTO_DIR = path.resolve(import.meta.dirname, '../fixtures/otlp-proto');
@@ -64,4 +66,34 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
 /** Every attribute list's key/value pairs as a plain object (OTLP's KeyValue with an AnyValue). */
 export function attributesOf(list: { key: string; value: Record<string, unknown> }[] = []): Record<string, unknown> {
   return Object.fromEntries(list.map(({ key, value }) => [key, Object.values(value)[0]]));
+}
+
+/** The same receiver over OTLP/gRPC: the collector services of the same definitions, on a port of its own. */
+export async function startOtlpGrpcReceiver(): Promise<OtlpReceiver> {
+  const definitions = loadSync(Object.values(services).map(([file]) => `opentelemetry/proto/${file}`), {
+    includeDirs: [PROTO_DIR], keepCase: false, longs: String, enums: String, bytes: String, defaults: false, oneofs: false,
+  });
+  const loaded = loadPackageDefinition(definitions) as any;
+  const collector = loaded.opentelemetry.proto.collector;
+  const received: Record<Signal, Decoded[]> = { traces: [], metrics: [], logs: [] };
+  const receiver: OtlpReceiver = { url: '', received, failing: false, close: async () => {} };
+  const handler = (signal: Signal) => ({
+    Export(call: ServerUnaryCall<Decoded, unknown>, done: sendUnaryData<unknown>) {
+      if (receiver.failing) return done({ code: status.UNAVAILABLE, details: 'failing on purpose' });
+      received[signal].push({ ...call.request, headers: call.metadata.getMap() });
+      done(null, {});
+    },
+  });
+  const server = new Server();
+  server.addService(collector.trace.v1.TraceService.service, handler('traces'));
+  server.addService(collector.metrics.v1.MetricsService.service, handler('metrics'));
+  server.addService(collector.logs.v1.LogsService.service, handler('logs'));
+  const port = await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(),
+    (error, bound) => (error ? reject(error) : resolve(bound))));
+  receiver.url = `http://127.0.0.1:${port}`;
+  receiver.close = () => new Promise((resolve) => {
+    server.tryShutdown(() => resolve());
+    setTimeout(() => { server.forceShutdown(); resolve(); }, 1000).unref();
+  });
+  return receiver;
 }

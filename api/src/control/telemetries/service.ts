@@ -18,6 +18,7 @@ import {
 export interface ExportTarget {
   telemetryId: string;
   endpoint: string;
+  protocol: Telemetry['protocol'];
   provider: Telemetry['provider'];
   types: TelemetryType[];
   secret: TelemetrySecretValue;
@@ -46,7 +47,7 @@ function namesInternalHost(endpoint: string): boolean {
 
 function rulesOf(input: CreateTelemetry, allowInternalEndpoints: boolean): InvalidField[] {
   const errors: InvalidField[] = [];
-  if (input.protocol === 'GRPC') errors.push({ field: 'protocol', message: 'GRPC export is not supported yet; use HTTP (OTLP/HTTP)' });
+  if (input.provider === 'PROMETHEUS' && input.protocol === 'GRPC') errors.push({ field: 'protocol', message: 'PROMETHEUS (remote-write) is HTTP' });
   if (input.provider === 'PROMETHEUS' && input.types.some((type) => type !== 'METRICS')) {
     errors.push({ field: 'types', message: 'PROMETHEUS (remote-write) carries METRICS only' });
   }
@@ -133,7 +134,7 @@ export function createTelemetriesService(options: TelemetriesServiceOptions) {
     /** For the exporter: the account's telemetries with these ids, secrets opened (one that does not open fails the read). */
     async targetsOf(ncaId: string, telemetryIds: string[]): Promise<ExportTarget[]> {
       return (await repo.findMany(ncaId, telemetryIds)).map((row) => ({
-        telemetryId: row.telemetry_id, endpoint: row.endpoint, provider: row.provider as Telemetry['provider'], types: row.types,
+        telemetryId: row.telemetry_id, endpoint: row.endpoint, protocol: row.protocol as Telemetry['protocol'], provider: row.provider as Telemetry['provider'], types: row.types,
         secret: telemetrySecretValueSchema.parse(JSON.parse(box.decrypt(row.secret))),
       }));
     },
