@@ -17,7 +17,7 @@ import { createClustersService } from './control/clusters/service.ts';
 import { createDeploymentsRepo } from './control/deployments/repo.ts';
 import { deploymentRoutes } from './control/deployments/routes.ts';
 import { createDeploymentsService } from './control/deployments/service.ts';
-import { createFunctionsRepo, documentOf } from './control/functions/repo.ts';
+import { createFunctionsRepo } from './control/functions/repo.ts';
 import { functionRoutes } from './control/functions/routes.ts';
 import { createFunctionsService } from './control/functions/service.ts';
 import type { AssetsDatabase } from './control/assets/migration.ts';
@@ -33,6 +33,7 @@ import { createTelemetriesRepo } from './control/telemetries/repo.ts';
 import { telemetryRoutes } from './control/telemetries/routes.ts';
 import { createTelemetriesService } from './control/telemetries/service.ts';
 import { TelemetryExport } from './telemetry/export.ts';
+import { telemetrySources } from './telemetry/sources.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
 import { keyRoutes, whoamiRoute } from './control/keys/routes.ts';
@@ -162,17 +163,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const metrics = createMetrics();
     const telemetryExport = config.telemetry.enabled ? new TelemetryExport({
       settings: config.telemetry, log, registry: metrics.registry,
-      sources: {
-        async version(versionId) {
-          const row = await functionsRepo.findVersionById(versionId);
-          if (!row) return undefined;
-          return {
-            ref: { ncaId: row.nca_id, functionId: row.function_id, versionId }, telemetries: documentOf(row).telemetries ?? {},
-            secrets: await functions.secretsOf(versionId),
-          };
-        },
-        targets: telemetries.targetsOf,
-      },
+      sources: telemetrySources({
+        functionsRepo, functionSecrets: functions.secretsOf, targets: telemetries.targetsOf,
+        task: (taskId) => taskPlane.service.telemetriesOf(taskId),
+      }),
     }) : undefined;
     if (telemetryExport) closers.push(() => telemetryExport.close());
     // Off loopback, /metrics (every account's ids) always wants a bearer: the configured one or one made here.
@@ -229,6 +223,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const taskPlane = createTasksPlane({
       db: store.db, box, accounts, clusters, log, now, dataDir: config.store.dataDir, registry, settings: config.tasks,
       capacityInUse: { of: instances.instancesOn }, checkTelemetries: telemetries.checkReferences,
+      onOutput: (taskId, instanceId, lines) => telemetryExport?.exportLogLines(taskId, lines.map((text) => ({ text, instanceId }))),
     });
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);

@@ -5,6 +5,7 @@
 // endpoint that is down costs the requests nothing: what would go there is dropped and counted.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { TASK_KEY_SCOPES, taskBody } from './compute/tasks-fixtures.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { attributesOf, startOtlpGrpcReceiver, startOtlpReceiver, type OtlpReceiver } from './helpers/otlp-receiver.ts';
@@ -96,6 +97,22 @@ describe('telemetry export', () => {
     assert.ok(await exportedLine());
     assert.equal((await svc.api('DELETE', `/v2/svc/telemetries/${otlp}`, { bearer: token })).status, 204);
     assert.equal(await exportedLine(), false);
+  });
+
+  test("a failed task's last lines reach its LOGS telemetry, named by the task's id", async () => {
+    const logs = await telemetry({ name: 'task-logs', endpoint: receiver.url, provider: 'SPLUNK', types: ['LOGS'] });
+    const taskKey = await svc.apiKey(token, TASK_KEY_SCOPES, { task: true });
+    const launched = await svc.api('POST', '/v1/svct/tasks', {
+      bearer: taskKey, body: taskBody({ name: 'failing-task', resultHandlingStrategy: 'NONE', telemetries: { logsTelemetryId: logs } }, { TASK_EXIT_CODE: '3' }),
+    });
+    assert.equal(launched.status, 200, launched.text);
+    const taskId = launched.body.task.id;
+    const records = await until('the task\'s lines', async () => {
+      const mine = logRecordsOf(receiver).filter((record) => attributesOf(record.attributes)['svc.task.id'] === taskId);
+      return mine.length > 0 && mine;
+    }, 30_000);
+    assert.equal(attributesOf(records[0].attributes)['svc.nca_id'], 'svc-default');
+    assert.ok(records.every((record) => typeof record.body.stringValue === 'string'));
   });
 
   test('OTLP/gRPC: spans with their request ids and the version\'s counter reach a gRPC collector, the secret as metadata', async () => {

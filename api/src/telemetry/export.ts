@@ -18,21 +18,26 @@ import { createRemoteWriteSink } from './remote-write.ts';
 import type { TelemetrySettings } from './settings.ts';
 import type { InvocationRecord, LogLine, Signal, TelemetrySink } from './sink.ts';
 
-/** What the export reads about a version: its ids, the telemetries it names, and the secrets to blank out of its lines. */
-export interface VersionTelemetries {
-  ref: FunctionRef;
+/**
+ * What the export reads about a function version or a task: its account, the attributes its log records
+ * carry, the telemetries it names, and the secrets to blank out of its lines.
+ */
+export interface TelemetryOwner {
+  ncaId: string;
+  attributes: Record<string, string>;
   telemetries: TelemetryReferences;
   secrets: { value: unknown }[];
 }
 
 export interface TelemetrySources {
-  /** Undefined when the version does not exist (any more). */
-  version(versionId: string): Promise<VersionTelemetries | undefined>;
+  /** A function version's or a task's; undefined when neither exists (any more). */
+  owner(id: string): Promise<TelemetryOwner | undefined>;
   targets(ncaId: string, telemetryIds: string[]): Promise<ExportTarget[]>;
 }
 
 interface Route {
-  ref?: FunctionRef;
+  /** Undefined when the id names nothing (records for it are left). */
+  attributes?: Record<string, string>;
   logs?: TelemetrySink;
   metrics?: TelemetrySink;
   traces?: TelemetrySink;
@@ -41,7 +46,7 @@ interface Route {
   until: number;
 }
 
-type Pending = { kind: 'invocation'; record: InvocationRecord } | { kind: 'logs'; versionId: string; lines: LogLine[] };
+type Pending = { kind: 'invocation'; record: InvocationRecord } | { kind: 'logs'; ownerId: string; lines: LogLine[] };
 
 export interface TelemetryExportOptions {
   sources: TelemetrySources;
@@ -50,7 +55,7 @@ export interface TelemetryExportOptions {
   registry?: Registry;
 }
 
-const versionIdOf = (item: Pending) => item.kind === 'invocation' ? item.record.ref.versionId : item.versionId;
+const ownerIdOf = (item: Pending) => item.kind === 'invocation' ? item.record.ref.versionId : item.ownerId;
 
 export class TelemetryExport {
   readonly #sources: TelemetrySources;
@@ -89,15 +94,16 @@ export class TelemetryExport {
   }
 
   /**
-   * Lines an instance of the version wrote, for its LOGS telemetry. The plug-in point for any source of
-   * log lines; secrets' values are blanked before they leave.
+   * Lines an instance of a function version (`ownerId` its version id) or a task (its task id) wrote, for
+   * its LOGS telemetry. The plug-in point for any source of log lines; secrets' values are blanked before
+   * they leave.
    */
-  exportLogLines(versionId: string, lines: LogLine[]): void {
+  exportLogLines(ownerId: string, lines: LogLine[]): void {
     if (lines.length === 0) return;
-    const route = this.#routes.get(versionId);
+    const route = this.#routes.get(ownerId);
     if (route && !route.logs) return;
     if (route?.logs && !route.logs.health.accepting()) return route.logs.health.drop('logs', lines.length);
-    this.#enqueue({ kind: 'logs', versionId, lines }, lines.length);
+    this.#enqueue({ kind: 'logs', ownerId, lines }, lines.length);
   }
 
   /** Stops exporting to a deleted telemetry at once (other replicas stop at their next refresh). */
@@ -105,8 +111,8 @@ export class TelemetryExport {
     const entry = this.#sinks.get(telemetryId);
     if (!entry) return;
     this.#sinks.delete(telemetryId);
-    for (const [versionId, route] of this.#routes) {
-      if ([route.logs, route.metrics, route.traces].includes(entry.sink)) this.#routes.delete(versionId);
+    for (const [ownerId, route] of this.#routes) {
+      if ([route.logs, route.metrics, route.traces].includes(entry.sink)) this.#routes.delete(ownerId);
     }
     void entry.sink.close();
   }
@@ -140,7 +146,7 @@ export class TelemetryExport {
     const batch = this.#pending;
     this.#pending = [];
     const now = Date.now();
-    await this.#refresh(new Set(batch.map(versionIdOf)), now);
+    await this.#refresh(new Set(batch.map(ownerIdOf)), now);
     const spans = new Map<TelemetrySink, InvocationRecord[]>();
     const counts = new Map<TelemetrySink, InvocationRecord[]>();
     const add = (into: Map<TelemetrySink, InvocationRecord[]>, sink: TelemetrySink | undefined, signal: Signal, record: InvocationRecord) => {
@@ -149,14 +155,14 @@ export class TelemetryExport {
       into.set(sink, [...into.get(sink) ?? [], record]);
     };
     for (const item of batch) {
-      const route = this.#routes.get(versionIdOf(item));
-      if (!route?.ref) continue;
+      const route = this.#routes.get(ownerIdOf(item));
+      if (!route?.attributes) continue;
       if (item.kind === 'invocation') {
         add(spans, route.traces, 'traces', item.record);
         add(counts, route.metrics, 'metrics', item.record);
       } else if (route.logs) {
         if (!route.logs.health.accepting(now)) route.logs.health.drop('logs', item.lines.length);
-        else route.logs.logs(route.ref, this.#redacted(item.lines, route.secrets));
+        else route.logs.logs(route.attributes, this.#redacted(item.lines, route.secrets));
       }
     }
     for (const [sink, records] of spans) sink.spans(records);
@@ -164,9 +170,9 @@ export class TelemetryExport {
   }
 
   /**
-   * Reads the telemetries of the versions with queued records that are not known yet, and of every known
-   * version whose reading is stale (a telemetry deleted on another replica then stops here too); a stale
-   * version that names none is forgotten. Exporters no version names any more are closed.
+   * Reads the telemetries of the versions and tasks with queued records that are not known yet, and of every
+   * known one whose reading is stale (a telemetry deleted on another replica then stops here too); a stale
+   * one that names none is forgotten. Exporters nothing names any more are closed.
    */
   async #refresh(queued: Set<string>, now: number) {
     const stale = [...this.#routes].filter(([, route]) => route.until <= now).map(([versionId]) => versionId);
@@ -192,27 +198,27 @@ export class TelemetryExport {
     return lines.map((line, index) => ({ ...line, text: texts[index] }));
   }
 
-  async #resolve(versionId: string) {
+  async #resolve(ownerId: string) {
     const until = Date.now() + this.#settings.refreshMs;
     try {
-      const version = await this.#sources.version(versionId);
-      const named = version ? [...new Set(Object.values(version.telemetries).filter((id) => id !== undefined))] : [];
-      if (!version || named.length === 0) {
-        this.#routes.set(versionId, { ref: version?.ref, secrets: [], until });
+      const owner = await this.#sources.owner(ownerId);
+      const named = owner ? [...new Set(Object.values(owner.telemetries).filter((id) => id !== undefined))] : [];
+      if (!owner || named.length === 0) {
+        this.#routes.set(ownerId, { attributes: owner?.attributes, secrets: [], until });
         return;
       }
-      const sinks = new Map((await this.#sources.targets(version.ref.ncaId, named)).map((target) => [target.telemetryId, this.#sinkFor(target)]));
-      const { logsTelemetryId, metricsTelemetryId, tracesTelemetryId } = version.telemetries;
-      this.#routes.set(versionId, {
-        ref: version.ref, secrets: version.secrets, until,
+      const sinks = new Map((await this.#sources.targets(owner.ncaId, named)).map((target) => [target.telemetryId, this.#sinkFor(target)]));
+      const { logsTelemetryId, metricsTelemetryId, tracesTelemetryId } = owner.telemetries;
+      this.#routes.set(ownerId, {
+        attributes: owner.attributes, secrets: owner.secrets, until,
         logs: logsTelemetryId ? sinks.get(logsTelemetryId) : undefined,
         metrics: metricsTelemetryId ? sinks.get(metricsTelemetryId) : undefined,
         traces: tracesTelemetryId ? sinks.get(tracesTelemetryId) : undefined,
       });
     } catch (error) {
       // Nothing goes out for the version until it can be read again.
-      this.#log.warn({ err: error, versionId }, 'could not read the telemetries of a function version');
-      this.#routes.set(versionId, { secrets: [], until: Date.now() + this.#settings.retryAfterMs });
+      this.#log.warn({ err: error, ownerId }, 'could not read the telemetries of a function version or task');
+      this.#routes.set(ownerId, { secrets: [], until: Date.now() + this.#settings.retryAfterMs });
     }
   }
 

@@ -16,7 +16,6 @@ import { BatchLogRecordProcessor, LoggerProvider, type LogRecordExporter, type R
 import { MeterProvider, PeriodicExportingMetricReader, type PushMetricExporter, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
 import { BatchSpanProcessor, TracerProvider, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace';
 import type { ExportTarget } from '../control/telemetries/service.ts';
-import type { FunctionRef } from '../domain/load.ts';
 import type { TelemetrySettings } from './settings.ts';
 import {
   authHeaders, EXPORTER_INSTANCE, SinkHealth, signalOf, versionAttributes, type InvocationRecord, type LogLine, type Signal, type TelemetrySink,
@@ -137,13 +136,13 @@ export function createOtlpSink(target: ExportTarget, settings: TelemetrySettings
       }
     },
 
-    logs(ref: FunctionRef, lines: LogLine[]) {
+    logs(owner: Record<string, string>, lines: LogLine[]) {
       if (!logger) return;
       for (const line of lines) {
         logger.emit({
           timestamp: line.at ?? Date.now(), body: line.text,
           attributes: {
-            ...versionAttributes(ref),
+            ...owner,
             ...(line.stream ? { 'log.iostream': line.stream } : {}), ...(line.instanceId ? { 'svc.instance.id': line.instanceId } : {}),
           },
         });

@@ -34,8 +34,8 @@ export interface TelemetrySink {
   spans(records: InvocationRecord[]): void;
   /** The version's request counter and duration histogram (METRICS). */
   count(records: InvocationRecord[]): void;
-  /** Log lines (LOGS). */
-  logs(ref: FunctionRef, lines: LogLine[]): void;
+  /** Log lines (LOGS) of a function version or a task, with the attributes that name it. */
+  logs(attributes: Record<string, string>, lines: LogLine[]): void;
   close(): Promise<void>;
 }
 
@@ -108,6 +108,6 @@ export function authHeaders(secret: TelemetrySecretValue): Record<string, string
 export const EXPORTER_INSTANCE = `${hostname()}/${process.pid}`;
 
 /** The attributes every exported record of a version carries. */
-export function versionAttributes(ref: FunctionRef) {
+export function versionAttributes(ref: FunctionRef): Record<string, string> {
   return { 'svc.nca_id': ref.ncaId, 'svc.function.id': ref.functionId, 'svc.function.version.id': ref.versionId };
 }

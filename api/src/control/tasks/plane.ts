@@ -30,6 +30,8 @@ export interface TasksPlaneOptions {
   registry?: RegistrySecrets;
   results?: BlobStore;
   checkTelemetries?: TelemetryReferenceCheck;
+  /** Told of a task's last lines when it fails (the telemetry export). */
+  onOutput?: (taskId: string, instanceId: string, lines: string[]) => void;
 }
 
 export function createTasksPlane(options: TasksPlaneOptions) {
@@ -40,6 +42,7 @@ export function createTasksPlane(options: TasksPlaneOptions) {
   const scheduler = createTaskScheduler({
     repo, clusters: options.clusters, box: options.box, log, now: options.now, capacityInUse: options.capacityInUse,
     registry: options.registry, intervalMs: settings.schedulerIntervalMs, agentLostAfterMs: settings.agentLostAfterSeconds * 1000,
+    onOutput: options.onOutput,
   });
   const service = createTasksService({
     repo, scheduler, accounts: options.accounts, clusters: options.clusters, box: options.box, results,

@@ -148,6 +148,13 @@ export function createTasksService(options: TasksServiceOptions) {
       return `{"tasks":[${tasks}]${more}}`;
     },
 
+    /** For the telemetry export: a task's account, the telemetries it names and its secrets (to blank out of its lines). */
+    async telemetriesOf(taskId: string) {
+      const row = await repo.findById(taskId);
+      if (!row) return undefined;
+      return { ncaId: row.nca_id, telemetries: documentOf(row).telemetries ?? {}, secrets: secretsOf(box, row) };
+    },
+
     async bulk(principal: Principal, taskIds: string[]) {
       const rows = await repo.basics(principal.ncaId, [...new Set(taskIds)]);
       return { ncaId: principal.ncaId, tasks: rows.map((row) => ({ id: row.id, name: row.name, status: row.status as TaskStatus })) };
