@@ -3,11 +3,16 @@
 // and metrics whose endpoint is down (a closed port: every export fails, what would go there is dropped and
 // counted). With BENCH_TELEMETRY_UP=1 a third, whose endpoint answers 200 to every export (a collector
 // that takes everything), shows the cost when export works. Rows are measured in rounds, each in turn,
-// medians reported, with the platform's CPU per request.
+// medians reported, with the platform's CPU per request. Last, in this process, what the request path's
+// call (TelemetryExport.recordInvocation) costs for a version that names no telemetry and for one whose
+// endpoint is known down: on a shared machine the rows drift more than the whole of that.
 // Target: export on to a down endpoint ≥ 0.95× export off, at every concurrency.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { createLogger } from '../../api/src/logger.ts';
+import { TelemetryExport } from '../../api/src/telemetry/export.ts';
+import { telemetrySettingsSchema } from '../../api/src/telemetry/settings.ts';
 import { request } from '../../api/test/helpers/http.ts';
 import { servePlatform } from '../../api/test/helpers/served.ts';
 import { freePort } from '../../api/test/helpers/wait.ts';
@@ -33,6 +38,38 @@ async function startAcceptingEndpoint(): Promise<{ url: string; process: ChildPr
   const child = spawn(process.execPath, ['-e', source], { stdio: 'inherit' });
   await sleep(300);
   return { url: `http://127.0.0.1:${port}`, process: child };
+}
+
+/** ns per recordInvocation call: a version naming no telemetry, and one whose only telemetry is known down. */
+async function requestPathCost(): Promise<{ off: number; down: number }> {
+  const closedPort = await freePort();
+  const exporter = new TelemetryExport({
+    log: createLogger('silent'), settings: telemetrySettingsSchema.parse({ timeoutMs: 500 }),
+    sources: {
+      owner: async (id) => ({ ncaId: 'bench', attributes: {}, secrets: [], telemetries: id === 'down' ? { tracesTelemetryId: 't', metricsTelemetryId: 't' } : {} }),
+      targets: async () => [{ telemetryId: 't', endpoint: `http://127.0.0.1:${closedPort}`, protocol: 'HTTP', provider: 'SPLUNK', types: ['TRACES', 'METRICS'], secret: 'x' }],
+    },
+  });
+  const refs = { off: { ncaId: 'bench', functionId: 'f', versionId: 'off' }, down: { ncaId: 'bench', functionId: 'f', versionId: 'down' } };
+  exporter.recordInvocation(refs.down, 'first', 200, 0.001);
+  exporter.recordInvocation(refs.off, 'first', 200, 0.001);
+  await exporter.flush();
+  // The first batch's export fails (connection refused, then the exporter's retries within timeoutMs): known down.
+  await sleep(2000);
+  const perCall = (ref: typeof refs.off) => {
+    const calls = 2_000_000;
+    const started = process.hrtime.bigint();
+    for (let call = 0; call < calls; call++) exporter.recordInvocation(ref, 'r', 200, 0.001);
+    return Number(process.hrtime.bigint() - started) / calls;
+  };
+  const off: number[] = [];
+  const down: number[] = [];
+  for (let round = 0; round < 5; round++) {
+    off.push(perCall(refs.off));
+    down.push(perCall(refs.down));
+  }
+  await exporter.close();
+  return { off: median(off), down: median(down) };
 }
 
 const platform = await servePlatform({ SVC_LOG_LEVEL: 'warn', SVC_TELEMETRY_ALLOW_INTERNAL_ENDPOINTS: 'true' });
@@ -101,6 +138,8 @@ try {
   console.log(summary.join('\n'));
   const dropped = (await request(platform.url, 'GET', '/metrics', { host: 'api.localhost' })).text.split('\n').filter((line) => line.startsWith('svc_telemetry_'));
   console.log(dropped.join('\n'));
+  const cost = await requestPathCost();
+  console.log(`request path (recordInvocation, in process): ${cost.off.toFixed(0)} ns per call, no telemetry; ${cost.down.toFixed(0)} ns, endpoint down`);
   console.log('target: export on to a down endpoint ≥ 0.95× export off');
 } finally {
   accepting?.process.kill('SIGTERM');

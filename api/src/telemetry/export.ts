@@ -83,8 +83,7 @@ export class TelemetryExport {
     if (route) {
       const { metrics, traces } = route;
       if (!metrics && !traces) return;
-      const now = Date.now();
-      if (!metrics?.health.accepting(now) && !traces?.health.accepting(now)) {
+      if (!metrics?.health.accepting() && !traces?.health.accepting()) {
         metrics?.health.drop('metrics', 1);
         traces?.health.drop('traces', 1);
         return;
@@ -151,8 +150,10 @@ export class TelemetryExport {
     const counts = new Map<TelemetrySink, InvocationRecord[]>();
     const add = (into: Map<TelemetrySink, InvocationRecord[]>, sink: TelemetrySink | undefined, signal: Signal, record: InvocationRecord) => {
       if (!sink) return;
-      if (!sink.health.accepting(now)) return sink.health.drop(signal, 1);
-      into.set(sink, [...into.get(sink) ?? [], record]);
+      if (!sink.health.accepting()) return sink.health.drop(signal, 1);
+      const records = into.get(sink);
+      if (records) records.push(record);
+      else into.set(sink, [record]);
     };
     for (const item of batch) {
       const route = this.#routes.get(ownerIdOf(item));
@@ -161,7 +162,7 @@ export class TelemetryExport {
         add(spans, route.traces, 'traces', item.record);
         add(counts, route.metrics, 'metrics', item.record);
       } else if (route.logs) {
-        if (!route.logs.health.accepting(now)) route.logs.health.drop('logs', item.lines.length);
+        if (!route.logs.health.accepting()) route.logs.health.drop('logs', item.lines.length);
         else route.logs.logs(route.attributes, this.#redacted(item.lines, route.secrets));
       }
     }

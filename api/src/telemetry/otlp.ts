@@ -150,6 +150,7 @@ export function createOtlpSink(target: ExportTarget, settings: TelemetrySettings
     },
 
     async close() {
+      health.stop();
       await Promise.allSettled([tracing?.shutdown(), metering?.shutdown(), logging?.shutdown()]);
     },
   };

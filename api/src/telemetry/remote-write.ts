@@ -105,6 +105,7 @@ export function createRemoteWriteSink(target: ExportTarget, settings: TelemetryS
 
     async close() {
       clearInterval(timer);
+      health.stop();
       await pushing;
     },
   };

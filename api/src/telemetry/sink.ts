@@ -44,15 +44,16 @@ export type Probe = () => Promise<boolean>;
 
 /**
  * Up or down, and what went out and what was dropped, per signal. Once an export failed the endpoint is
- * down: nothing is sent to it, and every retryAfterMs one empty export request (the probe) asks whether
- * it is back, so a down endpoint costs one small request per period and no spans are built for it.
+ * down: nothing is sent to it, and every retryAfterMs a timer sends one empty export request (the probe)
+ * to ask whether it is back. So a down endpoint costs a request one field read and a count, and one small
+ * request per period; no span is built for it.
  */
 export class SinkHealth {
   readonly exported: Record<Signal, number> = { logs: 0, metrics: 0, traces: 0 };
   readonly dropped: Record<Signal, number> = { logs: 0, metrics: 0, traces: 0 };
   #down = false;
-  #probeAt = 0;
-  #probing = false;
+  #probeTimer: NodeJS.Timeout | undefined;
+  #stopped = false;
   readonly #retryAfterMs: number;
   readonly #probe: Probe;
 
@@ -61,11 +62,9 @@ export class SinkHealth {
     this.#probe = probe;
   }
 
-  /** False while the endpoint is known down; starts the probe when one is due. */
-  accepting(now = Date.now()): boolean {
-    if (!this.#down) return true;
-    if (now >= this.#probeAt && !this.#probing) this.#startProbe();
-    return false;
+  /** False while the endpoint is known down. */
+  accepting(): boolean {
+    return !this.#down;
   }
 
   succeeded(signal: Signal, items: number) {
@@ -76,20 +75,28 @@ export class SinkHealth {
   failed(signal: Signal, items: number) {
     this.dropped[signal] += items;
     this.#down = true;
-    this.#probeAt = Date.now() + this.#retryAfterMs;
-  }
-
-  #startProbe() {
-    this.#probing = true;
-    this.#probe().catch(() => false).then((up) => {
-      this.#probing = false;
-      if (up) this.#down = false;
-      else this.#probeAt = Date.now() + this.#retryAfterMs;
-    });
+    this.#scheduleProbe();
   }
 
   drop(signal: Signal, items: number) {
     this.dropped[signal] += items;
+  }
+
+  stop() {
+    this.#stopped = true;
+    clearTimeout(this.#probeTimer);
+  }
+
+  #scheduleProbe() {
+    if (this.#probeTimer || this.#stopped) return;
+    this.#probeTimer = setTimeout(() => {
+      void this.#probe().catch(() => false).then((up) => {
+        this.#probeTimer = undefined;
+        if (up) this.#down = false;
+        else if (this.#down) this.#scheduleProbe();
+      });
+    }, this.#retryAfterMs);
+    this.#probeTimer.unref();
   }
 }
 
