@@ -13,6 +13,7 @@ import { streamingEnvSettings, streamingSettingsSchema } from './streaming/setti
 import { checkNatsSettings, natsEnvSettings, natsSettingsSchema } from './invocation/settings.ts';
 import { metricsEnvSettings, metricsSettingsSchema } from './http/metrics.ts';
 import { statsEnvSettings, statsSettingsSchema } from './control/stats/settings.ts';
+import { telemetryEnvSettings, telemetrySettingsSchema } from './telemetry/settings.ts';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const limit = (max: number) => z.coerce.number().int().min(0).max(max);
@@ -127,6 +128,8 @@ export const configSchema = z.object({
   metrics: metricsSettingsSchema.prefault({}),
   /** The owners' numbers (GET …/stats): rows per interval, kept for the retention. */
   stats: statsSettingsSchema.prefault({}),
+  /** Export to the telemetries functions and tasks name (api/src/telemetry). */
+  telemetry: telemetrySettingsSchema.prefault({}),
   compute: z.object({
     /** Runs placement and takes agent links; with several API replicas exactly one does (the others: false). */
     placement: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
@@ -208,6 +211,7 @@ export const envSettings: Record<string, string> = {
   ...Object.fromEntries(Object.entries(autoscalerEnvSettings).map(([name, setting]) => [name, `autoscaler.${setting}`])),
   ...Object.fromEntries(Object.entries(metricsEnvSettings).map(([name, setting]) => [name, `metrics.${setting}`])),
   ...Object.fromEntries(Object.entries(statsEnvSettings).map(([name, setting]) => [name, `stats.${setting}`])),
+  ...Object.fromEntries(Object.entries(telemetryEnvSettings).map(([name, setting]) => [name, `telemetry.${setting}`])),
   SVC_LOG_LEVEL: 'log.level',
   SVC_MAX_HEAP_MB: 'guard.maxHeapMb',
   SVC_MAX_RSS_MB: 'guard.maxRssMb',

@@ -29,6 +29,12 @@ import { registryRoutes } from './control/registry/routes.ts';
 import { createRegistryService } from './control/registry/service.ts';
 import { createStatsPlane } from './control/stats/plane.ts';
 import { createTasksPlane } from './control/tasks/plane.ts';
+import type { TelemetriesDatabase } from './control/telemetries/migration.ts';
+import { createTelemetriesRepo } from './control/telemetries/repo.ts';
+import { telemetryRoutes } from './control/telemetries/routes.ts';
+import { createTelemetriesService } from './control/telemetries/service.ts';
+import { TelemetryExport } from './telemetry/export.ts';
+import { telemetrySources } from './telemetry/sources.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
 import { keyRoutes, whoamiRoute } from './control/keys/routes.ts';
@@ -75,6 +81,7 @@ import { createLogger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
 import { portInUse } from './process/ports.ts';
 import { openDatabase } from './database.ts';
+import type { FunctionRef } from './domain/load.ts';
 
 export interface Platform {
   /** http(s)://localhost:<port> */
@@ -145,7 +152,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       : undefined;
     const functionsRepo = createFunctionsRepo(store.db);
     const deploymentsRepo = createDeploymentsRepo(store.db, log);
-    const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now });
+    const telemetries = createTelemetriesService({
+      repo: createTelemetriesRepo(store.db.withTables<TelemetriesDatabase>()), accounts, box, now,
+      allowInternalEndpoints: config.telemetry.allowInternalEndpoints, onDelete: (telemetryId) => telemetryExport?.forget(telemetryId),
+    });
+    const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now, checkTelemetries: telemetries.checkReferences });
     const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, accounts, now);
     const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
     const blobs = createLocalBlobStore(path.resolve(config.assets.dir ?? path.join(config.store.dataDir, 'blobs')));
@@ -156,6 +167,14 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     assets.start(60_000, (error) => log.warn({ err: error }, 'could not sweep expired asset uploads'));
     closers.push(() => assets.stop());
     const metrics = createMetrics();
+    const telemetryExport = config.telemetry.enabled ? new TelemetryExport({
+      settings: config.telemetry, log, registry: metrics.registry,
+      sources: telemetrySources({
+        functionsRepo, functionSecrets: functions.secretsOf, targets: telemetries.targetsOf,
+        task: (taskId) => taskPlane.service.telemetriesOf(taskId),
+      }),
+    }) : undefined;
+    if (telemetryExport) closers.push(() => telemetryExport.close());
     // Off loopback, /metrics (every account's ids) always wants a bearer: the configured one or one made here.
     const generatedMetricsToken = config.metrics.token || isLoopbackHost(config.gateway.host)
       ? undefined : await ensureSealedSecret(settings, box, 'metrics.token', startedAt);
@@ -212,9 +231,12 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
+    // Log lines reach the export from the agents' reports (a failed instance's last lines) until a log store streams them.
+    instances.onOutput((report) => telemetryExport?.exportLogLines(report.functionVersionId, (report.logTail ?? []).map((text) => ({ text, instanceId: report.instanceId }))));
     const taskPlane = createTasksPlane({
       db: store.db, box, accounts, clusters, log, now, dataDir: config.store.dataDir, registry, settings: config.tasks,
-      capacityInUse: { of: instances.instancesOn },
+      capacityInUse: { of: instances.instancesOn }, checkTelemetries: telemetries.checkReferences,
+      onOutput: (taskId, instanceId, lines) => telemetryExport?.exportLogLines(taskId, lines.map((text) => ({ text, instanceId }))),
     });
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
@@ -243,9 +265,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     // STREAMING functions scale on sessions: spare instances follow each start and end at once.
     streaming.onChange(() => autoscaler.nudge());
 
-    const observeInvocation: InvocationObserver = (ref, status, seconds) => {
+    const observeInvocation: InvocationObserver = (ref, status, seconds, requestId) => {
       metrics.observeInvocation(ref, status, seconds);
       stats.recorder.observe(ref, status, seconds);
+      telemetryExport?.recordInvocation(ref, requestId, status, seconds);
     };
     const invocationOptions = {
       limits: {
@@ -264,6 +287,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...functionRoutes(functions),
       ...deploymentRoutes(deployments),
       ...registryRoutes(registry),
+      ...telemetryRoutes(telemetries),
       ...assetRoutes(assets),
       ...clusterRoutes(clusters),
       ...stats.routes,

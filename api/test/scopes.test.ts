@@ -10,7 +10,7 @@ type Expect = Partial<Record<Credential, number>> & { default: number };
 
 interface Row {
   method: string;
-  /** {fid} {vid} {deploymentId} {specId} {rcId} {clusterId} {key} {keyValue} {fresh} are filled per call (path and body). */
+  /** {fid} {vid} {deploymentId} {specId} {rcId} {telemetryId} {clusterId} {key} {keyValue} {fresh} are filled per call (path and body). */
   path: string;
   host: 'api' | 'keys';
   body?: unknown;
@@ -69,6 +69,10 @@ const rows: Row[] = [
     { method: 'PATCH', path: '/v2/svc/registry-credentials/{rcId}', host: 'api', body: { description: 'd' }, expect: managing() },
     { method: 'DELETE', path: '/v2/svc/registry-credentials/{rcId}', host: 'api', expect: managing(204) },
     { method: 'GET', path: '/v2/svc/recognized-registries', host: 'api', expect: managing() },
+    { method: 'GET', path: '/v2/svc/telemetries', host: 'api', expect: managing() },
+    { method: 'POST', path: '/v2/svc/telemetries', host: 'api', body: { name: '{fresh}', endpoint: 'https://otlp.example.com', provider: 'GRAFANA_CLOUD', types: ['TRACES'], secret: { name: 's', value: 'v' } }, expect: managing() },
+    { method: 'GET', path: '/v2/svc/telemetries/{telemetryId}', host: 'api', expect: managing() },
+    { method: 'DELETE', path: '/v2/svc/telemetries/{telemetryId}', host: 'api', expect: managing(204) },
     { method: 'GET', path: '/v1/accounts/svc-default/clusters', host: 'api', expect: managing() },
     { method: 'POST', path: '/v1/accounts/svc-default/clusters', host: 'api', body: { clusterName: '{fresh}', clusterGroupName: 'g' }, expect: managing() },
     { method: 'GET', path: '/v1/accounts/svc-default/clusters/{clusterId}', host: 'api', expect: managing() },
@@ -93,7 +97,7 @@ describe('scope matrix', () => {
   let token: string;
 
   before(async () => {
-    svc = await startTestPlatform({ config: { api: { accountBootstrap: { limits: { maxFunctions: 10_000, maxRegistryCredentials: 50 } } } } });
+    svc = await startTestPlatform({ config: { api: { accountBootstrap: { limits: { maxFunctions: 10_000, maxRegistryCredentials: 50, maxTelemetries: 50 } } } } });
     token = await svc.token();
     Object.assign(bearers, {
       none: undefined,
@@ -148,6 +152,11 @@ describe('scope matrix', () => {
       ids.rcId = (await svc.api('POST', '/v2/svc/registry-credentials', {
         bearer: token, body: { registryHostname: 'nvcr.io', secret: { name: fresh, value: 'eDp5' } },
       })).body.registryCredential.registryCredentialId;
+    }
+    if (path.includes('{telemetryId}')) {
+      ids.telemetryId = (await svc.api('POST', '/v2/svc/telemetries', {
+        bearer: token, body: { name: fresh, endpoint: 'https://otlp.example.com', provider: 'GRAFANA_CLOUD', types: ['TRACES'], secret: { name: 's', value: 'v' } },
+      })).body.telemetry.telemetryId;
     }
     if (path.includes('{clusterId}')) {
       ids.clusterId = (await svc.api('POST', '/v1/accounts/svc-default/clusters', { bearer: token, body: { clusterName: fresh, clusterGroupName: 'g' } })).body.clusterId;

@@ -20,8 +20,8 @@ import { ClientReply, sendPending, sendResult } from './reply.ts';
 import type { VersionResolver } from './resolver.ts';
 import type { InvocationService } from './service.ts';
 
-/** Told of every answered invocation of a resolved version (http/metrics.ts observeInvocation). */
-export type InvocationObserver = (ref: FunctionRef, status: number, seconds: number) => void;
+/** Told of every answered invocation of a resolved version (http/metrics.ts observeInvocation, the telemetry export). */
+export type InvocationObserver = (ref: FunctionRef, status: number, seconds: number, requestId: string) => void;
 
 const tag = 'Invocation';
 const invokeAccess = access.functions('invoke_function');
@@ -118,7 +118,7 @@ function invoker(service: InvocationService, options: InvocationRouteOptions) {
     const sse = given.accept !== undefined && given.accept.includes('text/event-stream');
     // Metrics only for versions that resolved: labels never carry an id a caller made up.
     const target = await service.resolve(principal, ids.functionId, ids.functionVersionId);
-    const seen = (status: number) => observe?.(target, status, (performance.now() - started) / 1000);
+    const seen = (status: number) => observe?.(target, status, (performance.now() - started) / 1000, requestId);
     try {
       const admission = options.admit?.(principal, target);
       if (admission) await admission;

@@ -141,6 +141,13 @@ function cases(target: FuzzTarget, n: number): Case[] {
       body: { registryHostname: 'registry.example.com', secret: { name: `r${n}`, value: 'dXNlcjpwYXNz' }, tags: ['t'], description: 'd' },
     },
     {
+      method: 'POST', path: '/v2/svc/telemetries', host: 'api', bearer: token,
+      body: {
+        name: `t${n}`, endpoint: 'https://otlp.example.com/otlp', protocol: 'HTTP', provider: 'GRAFANA_CLOUD', types: ['LOGS', 'TRACES'],
+        secret: { name: 'token', value: { username: 'u', password: 'p' } },
+      },
+    },
+    {
       method: 'POST', path: '/v1/accounts/svc-default/clusters', host: 'api', bearer: token,
       body: {
         clusterName: `fz-${n}`, clusterGroupName: 'fz', clusterDescription: 'd', region: 'eu', capabilities: ['c'], attributes: ['a'],

@@ -3,6 +3,7 @@
 import { z } from 'zod';
 import { isReservedEnvironmentName, RESERVED_ENVIRONMENT_MESSAGE } from '../../domain/environment.ts';
 import { parseDuration } from '../../duration.ts';
+import { telemetryReferencesSchema } from '../telemetries/schema.ts';
 
 const upper = (value: unknown) => (typeof value === 'string' ? value.toUpperCase() : value);
 
@@ -81,11 +82,7 @@ export const rateLimitSchema = z.object({
   perUserRate: rateSchema.optional(),
 });
 
-const telemetriesSchema = z.object({
-  logsTelemetryId: z.guid().optional(),
-  metricsTelemetryId: z.guid().optional(),
-  tracesTelemetryId: z.guid().optional(),
-}).refine((value) => value.logsTelemetryId || value.metricsTelemetryId || value.tracesTelemetryId,
+const telemetriesSchema = telemetryReferencesSchema.refine((value) => value.logsTelemetryId || value.metricsTelemetryId || value.tracesTelemetryId,
   'must name at least one telemetry id');
 
 /** Where the reference streaming container listens unless its environment says otherwise (spec 4.6). */

@@ -8,6 +8,7 @@ import { conflict, invalid, notFound } from '../../domain/problem.ts';
 import type { SecretBox } from '../../store/encryption.ts';
 import { isUniqueViolation } from '../../store/store.ts';
 import type { AccountsService } from '../accounts/service.ts';
+import type { TelemetryReferenceCheck } from '../telemetries/service.ts';
 import { documentOf, pagePositionSchema, secretsOf, type FunctionsRepo, type VersionRow } from './repo.ts';
 import type { CreateFunction, FunctionDocument, FunctionRecord, FunctionStatus, Instance, HealthInfo, Secret, UpdateFunction } from './schema.ts';
 
@@ -51,6 +52,8 @@ export interface FunctionsServiceOptions {
   accounts: AccountsService;
   box: SecretBox;
   instances?: ActiveInstances;
+  /** A version's `telemetries` must name telemetries of its account (control/telemetries). */
+  checkTelemetries?: TelemetryReferenceCheck;
   now?: () => Date;
 }
 
@@ -100,6 +103,7 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
 
     async create(principal: Principal, body: CreateFunction): Promise<FunctionRecord> {
       await accounts.checkQuota(principal.ncaId, 'functions', await repo.countFunctions(principal.ncaId));
+      await options.checkTelemetries?.(principal.ncaId, body.telemetries);
       const functionId = randomUUID();
       const version = newVersion(functionId, principal.ncaId, body);
       try {
@@ -121,6 +125,7 @@ export function createFunctionsService(options: FunctionsServiceOptions) {
       if (latest && latest.function_type !== body.functionType) {
         throw invalid([{ field: 'functionType', message: `all versions must share the functionType ${latest.function_type}` }]);
       }
+      await options.checkTelemetries?.(principal.ncaId, body.telemetries);
       const version = newVersion(functionId, principal.ncaId, body);
       await repo.insertVersion(version);
       return toFunction(version);

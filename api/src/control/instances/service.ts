@@ -83,6 +83,7 @@ export class InstancesService {
   readonly #desiredSet: ReturnType<typeof createSpecBuilder>;
   readonly #readyListeners: Listener<[string, ReadyInstance[]]>[] = [];
   readonly #progressListeners: Listener<[ProgressReport]>[] = [];
+  readonly #outputListeners: Listener<[InstanceReport]>[] = [];
   readonly #rounds: Counter;
   /** clusterId → its cluster group (the reference's backend), as of the last round. */
   #backends = new Map<string, string>();
@@ -158,6 +159,11 @@ export class InstancesService {
 
   onProgress(listener: Listener<[ProgressReport]>): void {
     this.#progressListeners.push(listener);
+  }
+
+  /** Told of each changed report that carries an instance's last lines (its logTail: the agent sends them when it fails). */
+  onOutput(listener: Listener<[InstanceReport]>): void {
+    this.#outputListeners.push(listener);
   }
 
   /**
@@ -262,6 +268,7 @@ export class InstancesService {
     if (changed && (report.state === 'FAILED' || report.state === 'UNHEALTHY')) {
       this.#log.warn({ instanceId: report.instanceId, state: report.state, message: report.message }, 'instance not healthy');
     }
+    if (changed && report.logTail?.length) for (const listener of this.#outputListeners) listener(report);
     return changed;
   }
 }

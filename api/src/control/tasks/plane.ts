@@ -14,6 +14,7 @@ import { taskRoutes } from './routes.ts';
 import { createTaskScheduler, type CapacityInUse, type RegistrySecrets } from './scheduler.ts';
 import { createTasksService } from './service.ts';
 import type { TasksSettings } from './settings.ts';
+import type { TelemetryReferenceCheck } from '../telemetries/service.ts';
 
 export interface TasksPlaneOptions {
   db: Kysely<Database>;
@@ -28,6 +29,9 @@ export interface TasksPlaneOptions {
   capacityInUse?: CapacityInUse;
   registry?: RegistrySecrets;
   results?: BlobStore;
+  checkTelemetries?: TelemetryReferenceCheck;
+  /** Told of a task's last lines when it fails (the telemetry export). */
+  onOutput?: (taskId: string, instanceId: string, lines: string[]) => void;
 }
 
 export function createTasksPlane(options: TasksPlaneOptions) {
@@ -38,10 +42,11 @@ export function createTasksPlane(options: TasksPlaneOptions) {
   const scheduler = createTaskScheduler({
     repo, clusters: options.clusters, box: options.box, log, now: options.now, capacityInUse: options.capacityInUse,
     registry: options.registry, intervalMs: settings.schedulerIntervalMs, agentLostAfterMs: settings.agentLostAfterSeconds * 1000,
+    onOutput: options.onOutput,
   });
   const service = createTasksService({
     repo, scheduler, accounts: options.accounts, clusters: options.clusters, box: options.box, results,
-    maxResultBytes: settings.maxResultBytes, now: options.now,
+    maxResultBytes: settings.maxResultBytes, now: options.now, checkTelemetries: options.checkTelemetries,
   });
   return {
     routes: taskRoutes(service),

@@ -54,6 +54,8 @@ export interface TaskSchedulerOptions {
   agentLostAfterMs?: number;
   /** Queued tasks looked at per pass. */
   batch?: number;
+  /** Told of a task's last lines when it ends otherwise than COMPLETED (the telemetry export). */
+  onOutput?: (taskId: string, instanceId: string, lines: string[]) => void;
 }
 
 interface Flight {
@@ -183,6 +185,7 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
     const at = now().toISOString();
     const changed = await repo.transition(flight.taskId, from, { status, updated_at: at, error: error ?? null, ...extra }, events);
     if (changed) log.info({ taskId: flight.taskId, from: row.status, to: status, reason: error }, 'task status');
+    if (changed && logTail?.length) options.onOutput?.(flight.taskId, flight.instanceId, logTail);
   }
 
   async function passOnce(): Promise<void> {

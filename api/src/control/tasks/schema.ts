@@ -2,6 +2,7 @@
 // answers, and the shapes of events, results and the listing pages.
 import { z } from 'zod';
 import { parseDuration } from '../../duration.ts';
+import { telemetryReferencesSchema } from '../telemetries/schema.ts';
 import { checkSecretNames, functionNameSchema, refuseReservedNames, secretSchema } from '../functions/schema.ts';
 
 const upper = (value: unknown) => (typeof value === 'string' ? value.toUpperCase() : value);
@@ -54,11 +55,7 @@ export const taskGpuSpecificationSchema = z.object({
 const resultsLocationSchema = z.string().max(256).regex(/^[a-zA-Z0-9][a-zA-Z0-9._-]*(\/[a-zA-Z0-9][a-zA-Z0-9._-]*){1,2}$/,
   "must look like '<org>/<name>' or '<org>/<team>/<name>'");
 
-const telemetriesSchema = z.object({
-  logsTelemetryId: z.guid().optional(),
-  metricsTelemetryId: z.guid().optional(),
-  tracesTelemetryId: z.guid().optional(),
-}).refine((value) => value.logsTelemetryId || value.metricsTelemetryId || value.tracesTelemetryId,
+const telemetriesSchema = telemetryReferencesSchema.refine((value) => value.logsTelemetryId || value.metricsTelemetryId || value.tracesTelemetryId,
   'must name at least one telemetry id');
 
 export const createTaskSchema = z.object({

@@ -12,6 +12,7 @@ import type { AccountsService } from '../accounts/service.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import { documentOf, gpuSpecificationOf, secretsOf, type TaskResultRow, type TaskRow, type TasksRepo } from './repo.ts';
 import { isSafeKey, type BlobStore } from '../../store/blobs.ts';
+import type { TelemetryReferenceCheck } from '../telemetries/service.ts';
 import { statusEvent, type TaskScheduler } from './scheduler.ts';
 import {
   inFlightStatuses, terminalStatuses, type CreateTask, type Task, type TaskDocument, type TaskEvent, type TaskInstance, type TaskResult,
@@ -27,6 +28,8 @@ export interface TasksServiceOptions {
   results: BlobStore;
   /** Largest result file an agent may upload. */
   maxResultBytes: number;
+  /** A task's `telemetries` must name telemetries of its account (control/telemetries). */
+  checkTelemetries?: TelemetryReferenceCheck;
   now?: () => Date;
 }
 
@@ -118,6 +121,7 @@ export function createTasksService(options: TasksServiceOptions) {
       // The quota counts tasks in flight (queued, launched, running), as the reference's limit does.
       await accounts.checkQuota(principal.ncaId, 'tasks', await repo.countInFlight(principal.ncaId));
       await assertOffered(principal.ncaId, body.gpuSpecification);
+      await options.checkTelemetries?.(principal.ncaId, body.telemetries);
       const createdAt = now().toISOString();
       const id = randomUUID();
       const document = render(body, { id, ncaId: principal.ncaId, createdAt });
@@ -142,6 +146,13 @@ export function createTasksService(options: TasksServiceOptions) {
       const last = page[page.length - 1];
       const more = rows.length > query.limit ? `,"limit":${query.limit},"cursor":"${encodeCursor({ createdAt: last.created_at, id: last.id })}"` : '';
       return `{"tasks":[${tasks}]${more}}`;
+    },
+
+    /** For the telemetry export: a task's account, the telemetries it names and its secrets (to blank out of its lines). */
+    async telemetriesOf(taskId: string) {
+      const row = await repo.findById(taskId);
+      if (!row) return undefined;
+      return { ncaId: row.nca_id, telemetries: documentOf(row).telemetries ?? {}, secrets: secretsOf(box, row) };
     },
 
     async bulk(principal: Principal, taskIds: string[]) {
