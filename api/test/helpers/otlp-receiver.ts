@@ -1,28 +1,18 @@
 // OTLP receivers for tests: a real HTTP server (OTLP/HTTP) or gRPC server (OTLP/gRPC) on port 0 that
-// decodes what it is sent (protobuf) with the OpenTelemetry protocol's own definitions (fixtures/otlp-proto)
-// and keeps it. Either can be told to fail (503, UNAVAILABLE) to stand for an endpoint that is down.
+// decodes what it is sent (protobuf) with the protocol's field numbers (otlp-schema.ts) and keeps it.
+// Either can be told to fail (503, UNAVAILABLE) to stand for an endpoint that is down.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
-import { loadPackageDefinition, Server, ServerCredentials, status, type sendUnaryData, type ServerUnaryCall } from '@grpc/grpc-js';
-import { loadSync } from '@grpc/proto-loader';
-import protobuf from 'protobufjs';
+import { Server, ServerCredentials, status, type sendUnaryData, type ServerUnaryCall, type ServiceDefinition } from '@grpc/grpc-js';
+import { OTLP_SIGNALS } from './otlp-schema.ts';
 
-const PROTO_DIR = path.resolve(import.meta.dirname, '../fixtures/otlp-proto');
-const services = {
-  traces: ['collector/trace/v1/trace_service.proto', 'opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest'],
-  metrics: ['collector/metrics/v1/metrics_service.proto', 'opentelemetry.proto.collector.metrics.v1.ExportMetricsServiceRequest'],
-  logs: ['collector/logs/v1/logs_service.proto', 'opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest'],
-} as const;
+type Signal = keyof typeof OTLP_SIGNALS;
 
-type Signal = keyof typeof services;
-
-function loadTypes(): Record<Signal, protobuf.Type> {
-  const root = new protobuf.Root();
-  root.resolvePath = (_origin, target) => path.join(PROTO_DIR, target);
-  root.loadSync(Object.values(services).map(([file]) => `opentelemetry/proto/${file}`), { keepCase: false });
-  return Object.fromEntries(Object.entries(services).map(([signal, [, type]]) => [signal, root.lookupType(type)])) as Record<Signal, protobuf.Type>;
+/** A decoded request as plain JSON: 64-bit numbers as strings, bytes as base64. */
+function decode(signal: Signal, body: Buffer): Decoded {
+  const type = OTLP_SIGNALS[signal].request;
+  return type.toObject(type.decode(body), { longs: String, enums: String, bytes: String, defaults: false });
 }
 
 /** A decoded export request: the message as plain JSON (ids as hex, 64-bit numbers as strings). */
@@ -37,7 +27,6 @@ export interface OtlpReceiver {
 }
 
 export async function startOtlpReceiver(): Promise<OtlpReceiver> {
-  const types = loadTypes();
   const received: Record<Signal, Decoded[]> = { traces: [], metrics: [], logs: [] };
   const receiver: OtlpReceiver = { url: '', received, failing: false, close: async () => {} };
   const server = http.createServer((req, res) => {
@@ -49,8 +38,7 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
       if (receiver.failing) return void res.writeHead(503).end();
       let body = Buffer.concat(chunks);
       if (req.headers['content-encoding'] === 'gzip') body = gunzipSync(body);
-      const message = types[signal].decode(body);
-      received[signal].push({ ...types[signal].toObject(message, { longs: String, enums: String, bytes: String, defaults: false }), headers: req.headers });
+      received[signal].push({ ...decode(signal, body), headers: req.headers });
       res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
     });
   });
@@ -68,26 +56,28 @@ export function attributesOf(list: { key: string; value: Record<string, unknown>
   return Object.fromEntries(list.map(({ key, value }) => [key, Object.values(value)[0]]));
 }
 
-/** The same receiver over OTLP/gRPC: the collector services of the same definitions, on a port of its own. */
+/** The same receiver over OTLP/gRPC: each signal's collector service (one unary Export), on a port of its own. */
 export async function startOtlpGrpcReceiver(): Promise<OtlpReceiver> {
-  const definitions = loadSync(Object.values(services).map(([file]) => `opentelemetry/proto/${file}`), {
-    includeDirs: [PROTO_DIR], keepCase: false, longs: String, enums: String, bytes: String, defaults: false, oneofs: false,
-  });
-  const loaded = loadPackageDefinition(definitions) as any;
-  const collector = loaded.opentelemetry.proto.collector;
   const received: Record<Signal, Decoded[]> = { traces: [], metrics: [], logs: [] };
   const receiver: OtlpReceiver = { url: '', received, failing: false, close: async () => {} };
-  const handler = (signal: Signal) => ({
-    Export(call: ServerUnaryCall<Decoded, unknown>, done: sendUnaryData<unknown>) {
-      if (receiver.failing) return done({ code: status.UNAVAILABLE, details: 'failing on purpose' });
-      received[signal].push({ ...call.request, headers: call.metadata.getMap() });
-      done(null, {});
-    },
-  });
   const server = new Server();
-  server.addService(collector.trace.v1.TraceService.service, handler('traces'));
-  server.addService(collector.metrics.v1.MetricsService.service, handler('metrics'));
-  server.addService(collector.logs.v1.LogsService.service, handler('logs'));
+  for (const signal of Object.keys(OTLP_SIGNALS) as Signal[]) {
+    const definition: ServiceDefinition = {
+      Export: {
+        path: `/${OTLP_SIGNALS[signal].service}/Export`, requestStream: false, responseStream: false,
+        requestDeserialize: (bytes: Buffer) => decode(signal, bytes), requestSerialize: () => Buffer.alloc(0),
+        // Every Export*ServiceResponse with nothing partial in it is the empty message.
+        responseSerialize: () => Buffer.alloc(0), responseDeserialize: () => ({}),
+      },
+    };
+    server.addService(definition, {
+      Export(call: ServerUnaryCall<Decoded, unknown>, done: sendUnaryData<unknown>) {
+        if (receiver.failing) return done({ code: status.UNAVAILABLE, details: 'failing on purpose' });
+        received[signal].push({ ...call.request, headers: call.metadata.getMap() });
+        done(null, {});
+      },
+    });
+  }
   const port = await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(),
     (error, bound) => (error ? reject(error) : resolve(bound))));
   receiver.url = `http://127.0.0.1:${port}`;
