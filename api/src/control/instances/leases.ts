@@ -41,10 +41,13 @@ export class NodeLeases {
   readonly #options: LeaseOptions;
   readonly #leases = new Map<string, Lease>();
   #timer: NodeJS.Timeout | undefined;
+  readonly #sweepMs: number;
+  #sweptAt = 0;
 
   constructor(options: LeaseOptions) {
     this.#options = options;
     this.leaseMs = options.leaseMs;
+    this.#sweepMs = Math.min(1000, Math.max(50, options.leaseMs / 4));
   }
 
   /** Every known node gets one lease period from now to link again; links are this process's, so none is open yet. */
@@ -55,7 +58,8 @@ export class NodeLeases {
       this.#leases.set(node.id, { node, expiresAt: at + this.leaseMs, lapsed: false, linked: false, writtenAt: 0 });
       if (node.linked) await this.#options.repo.update(node.id, { linked: 0 });
     }
-    this.#timer = setInterval(() => void this.sweep(), Math.min(1000, Math.max(50, this.leaseMs / 4)));
+    this.#sweptAt = at;
+    this.#timer = setInterval(() => void this.sweep(), this.#sweepMs);
     this.#timer.unref();
   }
 
@@ -106,9 +110,15 @@ export class NodeLeases {
     await this.#options.repo.update(nodeId, { linked: 0 });
   }
 
-  /** Lapses every lease that ran out. */
+  /**
+   * Lapses every lease that ran out. A stall of this process (a blocked event loop) is not held against
+   * the agents: their answers wait unread behind it, so their leases are extended by the stall.
+   */
   async sweep(): Promise<void> {
     const at = this.#nowMs();
+    const stalled = at - this.#sweptAt - this.#sweepMs;
+    this.#sweptAt = at;
+    if (stalled > this.#sweepMs) for (const lease of this.#leases.values()) lease.expiresAt += stalled;
     for (const lease of this.#leases.values()) {
       if (lease.lapsed || lease.expiresAt > at) continue;
       lease.lapsed = true;

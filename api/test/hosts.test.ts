@@ -1,0 +1,200 @@
+// Hosts come and go (issue 27, "Hosts"): real `svc agent` processes sharing one cluster credential are
+// each a node of the cluster; capacity is their sum and placement spreads over them; a kill -9 of an agent
+// and its instances lets its lease lapse, and its instances are replaced on the other node; an agent that
+// was away (SIGSTOP) longer than its lease comes back to a newer generation and stops its old instances;
+// cluster status follows the live links. The lease is short here (compute.agentLeaseMs).
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { chmodSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { tempDir } from './helpers/databases.ts';
+import { echoBody } from './helpers/fixtures.ts';
+import { deploy, waitFor, type Deployed } from './helpers/functions.ts';
+import { startTestPlatform, TEST_CATALOG, type TestPlatform } from './helpers/platform.ts';
+import { isAlive } from './helpers/processes.ts';
+import { boundMs, until } from './helpers/wait.ts';
+
+const LEASE_MS = 3000;
+const svcBin = path.resolve(import.meta.dirname, '../bin/svc.js');
+const health = { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT2S', expectedStatusCode: 200 };
+const echo = () => echoBody({ name: undefined, containerImage: 'local/echo:1', health });
+const GPU = { gpu: 'L40S', instanceType: 'LOCAL.GPU.L40S_1x', clusters: ['hosts'] };
+
+/** A directory with an nvidia-smi that lists two L40S: each agent is a host with two GPUs. */
+function twoGpuHost(): string {
+  const dir = tempDir('svc-gpus-');
+  writeFileSync(path.join(dir, 'nvidia-smi'), '#!/bin/sh\nprintf "NVIDIA L40S, 46068 MiB\\nNVIDIA L40S, 46068 MiB\\n"\n');
+  chmodSync(path.join(dir, 'nvidia-smi'), 0o755);
+  return dir;
+}
+
+interface AgentProcess {
+  name: string;
+  child: ChildProcess;
+  stateDir: string;
+  output: string[];
+}
+
+/** Instance id → pid of every instance process an agent runs (its runtime's pid files). */
+function instancesOf(agent: AgentProcess): Map<string, number> {
+  const dir = path.join(agent.stateDir, 'pids');
+  const held = new Map<string, number>();
+  if (!existsSync(dir)) return held;
+  for (const file of readdirSync(dir)) {
+    try {
+      const { pid, instanceId } = JSON.parse(readFileSync(path.join(dir, file), 'utf8')) as { pid: number; instanceId: string };
+      if (isAlive(pid)) held.set(instanceId, pid);
+    } catch {
+      // written or removed meanwhile
+    }
+  }
+  return held;
+}
+
+describe('hosts: nodes of a cluster, leases, fencing', () => {
+  let svc: TestPlatform;
+  let token: string;
+  let key: string;
+  let clusterId: string;
+  let credential: string;
+  const gpuPath = twoGpuHost();
+  const agents = new Map<string, AgentProcess>();
+
+  function startAgent(name: string, udpRange: string, stateDir = tempDir(`svc-agent-${name}-`)): AgentProcess {
+    const output: string[] = [];
+    const child = spawn(process.execPath, [svcBin, 'agent'], {
+      env: {
+        ...process.env, PATH: `${gpuPath}:${process.env.PATH}`, SVC_AGENT_SERVER: svc.url, SVC_AGENT_CREDENTIAL: credential,
+        SVC_AGENT_NODE_NAME: name, SVC_AGENT_STATE_DIR: stateDir, SVC_DATA_DIR: stateDir, SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG,
+        SVC_AGENT_UDP_PORT_RANGE: udpRange, SVC_LOG_LEVEL: 'info', SVC_AGENT_SANDBOX: 'off',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout!.on('data', (chunk: Buffer) => output.push(chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => output.push(chunk.toString()));
+    const agent = { name, child, stateDir, output };
+    agents.set(name, agent);
+    return agent;
+  }
+
+  async function stopAgent(agent: AgentProcess): Promise<void> {
+    if (agent.child.exitCode !== null || agent.child.signalCode !== null) return;
+    const exited = new Promise((resolve) => agent.child.once('exit', resolve));
+    agent.child.kill('SIGCONT');
+    agent.child.kill('SIGTERM');
+    await exited;
+  }
+
+  const cluster = async () => (await svc.api('GET', `/v1/accounts/svc-default/clusters/${clusterId}`, { bearer: token })).body;
+  const nodeStatus = (record: any, name: string) => record.nodes?.find((node: any) => node.name === name);
+  const runningCount = (fn: Deployed, count: number) => (record: any) =>
+    record.activeInstances.filter((instance: any) => instance.instanceStatus === 'RUNNING').length === count;
+
+  before(async () => {
+    svc = await startTestPlatform({ config: { compute: { agentLeaseMs: LEASE_MS } } });
+    token = await svc.token();
+    key = await svc.apiKey(token, ['invoke_function', 'list_functions']);
+    const registered = await svc.api('POST', '/v1/accounts/svc-default/clusters', {
+      bearer: token,
+      body: { clusterName: 'hosts', clusterGroupName: 'hosts-group', gpus: [{ name: 'L40S', capacity: 2, instanceTypes: [{ name: 'LOCAL.GPU.L40S_1x' }] }] },
+    });
+    assert.equal(registered.status, 200);
+    ({ clusterId, agentCredential: credential } = registered.body);
+  });
+
+  after(async () => {
+    for (const agent of agents.values()) await stopAgent(agent);
+    await svc.close();
+  });
+
+  test('two agents of one cluster are two nodes: cluster status lists both, capacity is their sum, both get work', async () => {
+    assert.equal((await cluster()).status, 'REGISTERED');
+    startAgent('node-a', '48500-48549');
+    startAgent('node-b', '48550-48599');
+    const connected = await until('both nodes linked', async () => {
+      const record = await cluster();
+      return record.status === 'CONNECTED' && nodeStatus(record, 'node-a')?.status === 'CONNECTED' && nodeStatus(record, 'node-b')?.status === 'CONNECTED' && record;
+    }, boundMs(30_000));
+    assert.deepEqual(connected.gpus.map((gpu: any) => [gpu.name, gpu.capacity]), [['L40S', 4]], 'two hosts of two GPUs');
+    assert.deepEqual(nodeStatus(connected, 'node-a').gpus, [{ name: 'L40S', capacity: 2 }]);
+
+    const wide = await deploy(svc, token, echo(), { ...GPU, minInstances: 4, maxInstances: 4 });
+    const record = await waitFor(svc, key, wide, runningCount(wide, 4), boundMs(60_000));
+    assert.equal(record.status, 'ACTIVE');
+    assert.deepEqual([instancesOf(agents.get('node-a')!).size, instancesOf(agents.get('node-b')!).size], [2, 2], 'more than one host holds, spread over both');
+    const invoked = await svc.api('POST', `/v2/svc/pexec/functions/${wide.id}`, { bearer: key, body: { hello: 'nodes' } });
+    assert.deepEqual(invoked.body.echo, { hello: 'nodes' });
+
+    await svc.api('DELETE', `/v2/svc/deployments/functions/${wide.id}/versions/${wide.versionId}`, { bearer: token });
+    await until('the wide deployment stopped on both nodes', async () => instancesOf(agents.get('node-a')!).size + instancesOf(agents.get('node-b')!).size === 0, boundMs(30_000));
+  });
+
+  test('kill -9 of an agent and its instances: its node shows DISCONNECTED, its lease lapses, its instances are replaced on the other node', async () => {
+    const fn = await deploy(svc, token, echo(), { ...GPU, minInstances: 2, maxInstances: 2 });
+    await waitFor(svc, key, fn, runningCount(fn, 2), boundMs(60_000));
+    const [nodeA, nodeB] = [agents.get('node-a')!, agents.get('node-b')!];
+    assert.deepEqual([instancesOf(nodeA).size, instancesOf(nodeB).size], [1, 1], 'spread: one on each node');
+    const [lostId] = [...instancesOf(nodeA).keys()];
+
+    const pids = [...instancesOf(nodeA).values()];
+    process.kill(nodeA.child.pid!, 'SIGKILL');
+    for (const pid of pids) process.kill(-pid, 'SIGKILL');
+
+    const disconnected = await until('node-a no longer linked', async () => {
+      const record = await cluster();
+      return nodeStatus(record, 'node-a')?.status === 'DISCONNECTED' && record;
+    }, boundMs(20_000));
+    assert.equal(disconnected.status, 'CONNECTED', 'node-b still links the cluster');
+
+    const healed = await waitFor(svc, key, fn, (record) => runningCount(fn, 2)(record)
+      && !record.activeInstances.some((instance: any) => instance.instanceId === lostId), boundMs(60_000));
+    assert.equal(healed.status, 'ACTIVE');
+    assert.equal(instancesOf(nodeB).size, 2, 'both instances on node-b now');
+    assert.ok(svc.logs.some((line) => line.includes('node lease lapsed') && line.includes('"node-a"')), 'replaced because the lease lapsed');
+    assert.ok(svc.logs.some((line) => line.includes('instances LOST with their node')));
+    assert.equal((await cluster()).gpus[0].capacity, 2, 'capacity is node-b\'s alone');
+    for (let i = 0; i < 4; i++) {
+      const invoked = await svc.api('POST', `/v2/svc/pexec/functions/${fn.id}`, { bearer: key, body: { call: i } });
+      assert.equal(invoked.status, 200, 'callers reach only live instances');
+    }
+  });
+
+  test('an agent away longer than its lease comes back to a newer generation and stops its old instances', async () => {
+    const returned = startAgent('node-a', '48500-48549');
+    await until('node-a linked again', async () => nodeStatus(await cluster(), 'node-a')?.status === 'CONNECTED', boundMs(30_000));
+    const fn = await deploy(svc, token, echo(), { ...GPU, minInstances: 1, maxInstances: 1 });
+    // node-b holds two already: the new instance goes to node-a, the one with room.
+    await waitFor(svc, key, fn, runningCount(fn, 1), boundMs(60_000));
+    const nodeB = agents.get('node-b')!;
+    const before = new Map(instancesOf(nodeB));
+    assert.equal(before.size, 2);
+    assert.equal(instancesOf(returned).size, 1);
+    const generation = nodeStatus(await cluster(), 'node-b').generation;
+
+    nodeB.child.kill('SIGSTOP');
+    await until('node-b\'s lease lapsed', async () => svc.logs.some((line) => line.includes('node lease lapsed') && line.includes('"node-b"')), boundMs(30_000));
+    const stale = await cluster();
+    assert.equal(nodeStatus(stale, 'node-b').status, 'DISCONNECTED');
+    assert.ok([...before.values()].every(isAlive), 'its instances still run while it is away');
+    nodeB.child.kill('SIGCONT');
+
+    await until('node-b stopped the instances of its old generation', async () => [...before.values()].every((pid) => !isAlive(pid)), boundMs(30_000));
+    const back = await until('node-b linked again', async () => {
+      const record = await cluster();
+      return nodeStatus(record, 'node-b')?.status === 'CONNECTED' && record;
+    }, boundMs(30_000));
+    assert.ok(nodeStatus(back, 'node-b').generation > generation, 'a newer generation');
+    assert.ok(nodeB.output.join('').includes('stopping the instances of the old generation'));
+    for (const instanceId of before.keys()) assert.equal(instancesOf(nodeB).has(instanceId), false);
+  });
+
+  test('with every agent gone the cluster reads DISCONNECTED', async () => {
+    for (const agent of agents.values()) await stopAgent(agent);
+    const record = await until('no live link', async () => {
+      const current = await cluster();
+      return current.status === 'DISCONNECTED' && current;
+    }, boundMs(20_000));
+    assert.deepEqual(record.nodes.map((node: any) => node.status), ['DISCONNECTED', 'DISCONNECTED']);
+  });
+});
