@@ -223,8 +223,9 @@ export function createClustersService(repo: ClustersRepo, nodesRepo: NodesRepo, 
     findById: (id: string) => repo.findById(id),
 
     /**
-     * An agent said hello or is still there; GPUs it detected join those declared at registration, and a
-     * hello says whether its instances run without isolation (`unisolated`: why, or null).
+     * An agent said hello; GPUs it detected join those declared at registration (their counts per node are
+     * the nodes' own, control/clusters/nodes.ts), and a hello says whether its instances run without
+     * isolation (`unisolated`: why, or null).
      */
     async recordAgentContact(id: string, hello: { detected?: Gpu[]; unisolated?: string | null } = {}): Promise<void> {
       const { detected = [] } = hello;

@@ -153,9 +153,10 @@ export class InstancesService {
 
   async start(): Promise<void> {
     await this.#placed.load();
+    // Before the first round, so that it counts the known nodes' capacity and gives them time to link.
+    if (this.#options.places !== false) await this.#leases.start();
     await this.reconcile();
     if (this.#options.places === false) return;
-    await this.#leases.start();
     this.#timer = setInterval(() => void this.reconcile(), this.#options.intervalMs ?? 2000);
     this.#timer.unref();
   }
