@@ -203,6 +203,13 @@ test('instances held: LOST with their node\'s lapsed lease, no longer desired; o
   const report = { instanceId: 'on-n1', functionVersionId: 'v', state: 'RUNNING' as const, restarts: 0, updatedAt: 't2' };
   assert.equal(await placed.apply({ id: 'm1', clusterId: 'c1' }, report, 't2'), false, 'a LOST instance never runs again');
   assert.equal(await placed.apply({ id: 'm1', clusterId: 'c1' }, { ...report, state: 'STOPPED' }, 't2'), true, 'its end is taken');
-  await placed.dropFinished(new Map(), 't3');
+  const deployed = new Map([['v', { deployment_id: 'd', function_id: 'f', version_id: 'v', nca_id: 'acct', created_at: '', updated_at: '', specs: [spec('s1')] }]]);
+  await placed.dropFinished(deployed, 't3');
   assert.equal(placed.get('on-n1'), undefined, 'and then it is gone');
+
+  await placed.lose('m2', '2026-01-01T00:00:00.000Z');
+  await placed.dropFinished(deployed, '2026-01-01T00:59:00.000Z');
+  assert.equal(placed.get('on-n2')?.state, 'LOST', 'kept while its node may come back');
+  await placed.dropFinished(deployed, '2026-01-01T01:00:00.000Z');
+  assert.equal(placed.get('on-n2'), undefined, 'forgotten an hour later');
 });

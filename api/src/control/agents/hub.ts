@@ -15,6 +15,7 @@ import { rejectUpgrade } from '../../http/upgrade.ts';
 import type { Logger } from '../../logger.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
 import type { ClustersService } from '../clusters/service.ts';
+import { NodeRefused } from '../instances/leases.ts';
 import type { AgentChannel, InstancesService, NodeRef } from '../instances/service.ts';
 import type { TaskScheduler } from '../tasks/scheduler.ts';
 import { AssetStaging } from './staging.ts';
@@ -77,7 +78,11 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
         if (node) return log.warn({ clusterId }, 'agent said hello twice on one link; ignored');
         const cluster = await clusters.findById(clusterId);
         if (!cluster) return ws.close(4404, 'cluster deregistered');
-        await hello(message, cluster);
+        await hello(message, cluster).catch((error) => {
+          if (!(error instanceof NodeRefused)) throw error;
+          log.warn({ clusterId, node: message.node, reason: error.message }, 'agent refused');
+          ws.close(4429, error.message.slice(0, 120));
+        });
       } else if (!node) {
         log.warn({ clusterId, type: message.type }, 'agent spoke before hello; ignored');
       } else if (message.type === 'instance') {

@@ -23,13 +23,21 @@ export function isLive(node: NodeRow, at: Date): boolean {
   return node.linked === 1 && node.lease_expires_at !== null && Date.parse(node.lease_expires_at) > at.getTime();
 }
 
+/** Nodes one cluster may register: its credential's holder cannot fill the store with names. */
+export const MAX_NODES_PER_CLUSTER = 1000;
+
 export function createNodesRepo(db: Kysely<Database>, log: Logger) {
   const select = () => db.selectFrom('nodes').selectAll();
   return {
-    /** The node of this name in the cluster, registered now when it is new (generation 0, not yet linked). */
-    async register(clusterId: string, name: string, at: string): Promise<NodeRow> {
+    /**
+     * The node of this name in the cluster, registered now when it is new (generation 0, not yet linked);
+     * undefined when the cluster already has MAX_NODES_PER_CLUSTER others.
+     */
+    async register(clusterId: string, name: string, at: string): Promise<NodeRow | undefined> {
       const found = await select().where('cluster_id', '=', clusterId).where('name', '=', name).executeTakeFirst();
       if (found) return decode(found);
+      const { count } = await db.selectFrom('nodes').select((eb) => eb.fn.countAll<number>().as('count')).where('cluster_id', '=', clusterId).executeTakeFirstOrThrow();
+      if (Number(count) >= MAX_NODES_PER_CLUSTER) return undefined;
       const row = {
         id: randomUUID(), cluster_id: clusterId, name, gpus: '[]', agent_version: '', generation: 0, linked: 0,
         lease_expires_at: null, created_at: at, updated_at: at,

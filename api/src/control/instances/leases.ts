@@ -10,7 +10,7 @@
 import type { GpuOffer, LeaseGrant, LeaseHeld } from '../../compute/protocol.ts';
 import type { Logger } from '../../logger.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
-import type { NodeRow, NodesRepo } from '../clusters/nodes.ts';
+import { MAX_NODES_PER_CLUSTER, type NodeRow, type NodesRepo } from '../clusters/nodes.ts';
 import { capacityOf, nodeCapacity } from './choose.ts';
 
 export const DEFAULT_LEASE_MS = 30_000;
@@ -35,6 +35,9 @@ export interface LeaseOptions {
   /** A lease ran out: its node's instances are lost. */
   onLapse(node: NodeRow): Promise<void>;
 }
+
+/** An agent that cannot be a node of its cluster; the hub closes its link saying why. */
+export class NodeRefused extends Error {}
 
 export class NodeLeases {
   readonly leaseMs: number;
@@ -75,6 +78,7 @@ export class NodeLeases {
     const { repo } = this.#options;
     const at = this.#nowMs();
     const node = await repo.register(cluster.id, hello.name, new Date(at).toISOString());
+    if (!node) throw new NodeRefused(`cluster '${cluster.name}' already has ${MAX_NODES_PER_CLUSTER} nodes: this one cannot join`);
     const current = this.#leases.get(node.id);
     const renewed = current !== undefined && !current.lapsed && current.expiresAt > at && node.generation > 0;
     const generation = renewed ? node.generation : node.generation + 1;

@@ -18,8 +18,15 @@ function push<K>(index: Map<K, InstanceRow[]>, key: K, row: InstanceRow) {
   else index.set(key, [row]);
 }
 
-/** Gone for good: ended after being undesired (or never started), or a session container that exited on its own. */
-function finished(row: InstanceRow): boolean {
+/** How long a LOST instance is kept (its node may come back and report its end) before it is forgotten. */
+const LOST_KEPT_MS = 3_600_000;
+
+/**
+ * Gone for good: ended after being undesired (or never started), a session container that exited on its
+ * own, or LOST long enough ago that its node is not coming back for it.
+ */
+function finished(row: InstanceRow, at: string): boolean {
+  if (row.state === 'LOST') return Date.parse(at) - Date.parse(row.updated_at) >= LOST_KEPT_MS;
   return row.desired === 0 ? ['STOPPED', 'FAILED', 'EXITED', 'PENDING'].includes(row.state) : row.state === 'EXITED';
 }
 
@@ -133,7 +140,7 @@ export class PlacedInstances {
   /** Instances gone for good leave; those whose specification left their deployment (or that lost it) stop. */
   async dropFinished(deployed: Map<string, DeploymentRow>, at: string): Promise<void> {
     for (const row of [...this.#rows.values()]) {
-      if (finished(row)) {
+      if (finished(row, at)) {
         this.#rows.delete(row.instance_id);
         await this.#repo.delete(row.instance_id);
         continue;
