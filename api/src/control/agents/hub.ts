@@ -3,8 +3,8 @@
 // it its node's desired set, and feeds its reports to placement. Agents sharing a credential are each a
 // node; a newer link of the same node replaces an older one. Every answer over the link (a pong, any
 // message) renews the node's lease; the hub pings a few times per lease and drops a link that stops
-// answering. Tasks ride the same link, one node per cluster at a time: hello's task reports, `tasks`
-// desired sets and `task` reports go to the task scheduler when one is given.
+// answering. Tasks ride the same link, one node per cluster at a time (task-nodes.ts): hello's task
+// reports, `tasks` desired sets and `task` reports go to the task scheduler when one is given.
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -32,6 +32,9 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
   const server = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
   const staging = new AssetStaging();
   const taskNodes = tasks && new TaskNodes(tasks);
+  instances.onNodeLapsed((node) => {
+    void taskNodes?.lapsed(node.cluster_id, node.id).catch((error) => log.error({ clusterId: node.cluster_id, err: error }, 'could not hand the cluster\'s tasks to another node'));
+  });
 
   function serve(ws: WebSocket, clusterId: string) {
     const send = (message: ControlMessage) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(message));
@@ -90,7 +93,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       } else if (message.type === 'progress') {
         instances.progress(clusterId, message.progress);
       } else if (message.type === 'task') {
-        if (taskNodes?.holds(taskLink!)) await tasks?.report(clusterId, message.report);
+        if (taskLink && taskNodes?.holds(taskLink)) await tasks?.report(clusterId, message.report);
       } else if (message.type === 'staged') {
         staging.staged(message.requestId, message.error);
       }
@@ -104,7 +107,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       if (!node || released) return;
       released = true;
       instances.agentDisconnected(node.id, channel);
-      if (taskLink) void taskNodes?.unlinked(taskLink).catch((error) => log.error({ clusterId, err: error }, 'could not hand the cluster\'s tasks to another node'));
+      if (taskLink) taskNodes?.unlinked(taskLink);
       staging.unlinked(node.id, send);
       log.info({ clusterId, nodeId: node.id }, 'agent disconnected');
     }

@@ -102,6 +102,7 @@ export class InstancesService {
   readonly #desiredSet: ReturnType<typeof createSpecBuilder>;
   readonly #readyListeners: Listener<[string, ReadyInstance[]]>[] = [];
   readonly #progressListeners: Listener<[ProgressReport]>[] = [];
+  readonly #lapseListeners: Listener<[NodeRow]>[] = [];
   readonly #rounds: Counter;
   /** clusterId → its cluster group (the reference's backend), as of the last round. */
   #backends = new Map<string, string>();
@@ -188,6 +189,11 @@ export class InstancesService {
 
   onProgress(listener: Listener<[ProgressReport]>): void {
     this.#progressListeners.push(listener);
+  }
+
+  /** A node's lease lapsed (after its instances were marked LOST and its link, if open, was dropped). */
+  onNodeLapsed(listener: Listener<[NodeRow]>): void {
+    this.#lapseListeners.push(listener);
   }
 
   /**
@@ -317,6 +323,7 @@ export class InstancesService {
   async #nodeLost(node: NodeRow): Promise<void> {
     const lost = await this.#placed.lose(node.id, this.#now().toISOString());
     this.#agents.drop(node.id);
+    for (const listener of this.#lapseListeners) listener(node);
     if (lost.length) this.#log.warn({ nodeId: node.id, node: node.name, clusterId: node.cluster_id, instances: lost.length }, 'instances LOST with their node; placing them again');
     await this.reconcile();
   }
