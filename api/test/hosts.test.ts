@@ -2,12 +2,15 @@
 // each a node of the cluster; capacity is their sum and placement spreads over them; a kill -9 of an agent
 // and its instances lets its lease lapse, and its instances are replaced on the other node; an agent that
 // was away (SIGSTOP) longer than its lease comes back to a newer generation and stops its old instances;
-// cluster status follows the live links. The lease is short here (compute.agentLeaseMs).
+// cluster status follows the live links; a cluster's tasks move to another node once the node holding
+// them has lost its lease. The lease is short here (compute.agentLeaseMs).
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { SAMPLES_CATALOG } from './compute/helpers.ts';
+import { hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
 import { tempDir } from './helpers/databases.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { deploy, waitFor, type Deployed } from './helpers/functions.ts';
@@ -196,5 +199,77 @@ describe('hosts: nodes of a cluster, leases, fencing', () => {
       return current.status === 'DISCONNECTED' && current;
     }, boundMs(20_000));
     assert.deepEqual(record.nodes.map((node: any) => node.status), ['DISCONNECTED', 'DISCONNECTED']);
+  });
+});
+
+describe('hosts: the tasks of a cluster of two nodes', () => {
+  let svc: TestPlatform;
+  let key: string;
+  let credential: string;
+  const children: ChildProcess[] = [];
+  const stateDirs: string[] = [];
+  const remote = { gpu: 'REMOTE', instanceType: 'REMOTE_1x' };
+
+  function startAgent(name: string): ChildProcess {
+    const stateDir = tempDir(`svc-agent-${name}-`);
+    stateDirs.push(stateDir);
+    const child = spawn(process.execPath, [svcBin, 'agent'], {
+      env: {
+        ...process.env, SVC_AGENT_SERVER: svc.url, SVC_AGENT_CREDENTIAL: credential, SVC_AGENT_NODE_NAME: name, SVC_AGENT_STATE_DIR: stateDir,
+        SVC_DATA_DIR: stateDir, SVC_AGENT_IMAGE_CATALOG: SAMPLES_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_AGENT_SANDBOX: 'off',
+        SVC_AGENT_TASK_PROGRESS_INTERVAL_MS: '100',
+      },
+      stdio: 'ignore',
+    });
+    children.push(child);
+    return child;
+  }
+
+  before(async () => {
+    svc = await startTestPlatform({ config: { compute: { agentLeaseMs: LEASE_MS }, tasks: { schedulerIntervalMs: 100 } } });
+    const token = await svc.token();
+    key = await svc.apiKey(token, TASK_KEY_SCOPES, { task: true });
+    const registered = await svc.api('POST', '/v1/accounts/svc-default/clusters', {
+      bearer: token, body: { clusterName: 'task-hosts', clusterGroupName: 'task-hosts-group', gpus: [{ name: 'REMOTE', capacity: 4, instanceTypes: [{ name: 'REMOTE_1x' }] }] },
+    });
+    credential = registered.body.agentCredential;
+    const linked = async (name: string) => {
+      const record = (await svc.api('GET', `/v1/accounts/svc-default/clusters/${registered.body.clusterId}`, { bearer: token })).body;
+      return record.nodes?.some((node: any) => node.name === name && node.status === 'CONNECTED');
+    };
+    startAgent('first');
+    await until('the first node linked', () => linked('first'), boundMs(30_000));
+    startAgent('second');
+    await until('the second node linked', () => linked('second'), boundMs(30_000));
+  });
+
+  after(async () => {
+    for (const child of children) {
+      if (child.exitCode !== null || child.signalCode !== null) continue;
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      await exited;
+    }
+    await svc.close();
+  });
+
+  test('the first node holds them; after a kill -9 of it and its lease lapsing, the task it ran ends and the next runs on the other node', async () => {
+    const running = (await svc.api('POST', '/v1/svct/tasks', {
+      bearer: key, body: taskBody({ name: 'on-first', gpuSpecification: remote }, { TASK_STEPS: '1000', TASK_STEP_MS: '50' }),
+    })).body.task;
+    await waitForTask(svc.api, key, running.id, (task) => task.status === 'RUNNING', boundMs(30_000));
+    process.kill(children[0].pid!, 'SIGKILL');
+    const orphans = await until('the task\'s process on the first node', async () => {
+      const pids = [...instancesOf({ name: 'first', child: children[0], stateDir: stateDirs[0], output: [] }).values()];
+      return pids.length > 0 && pids;
+    }, boundMs(10_000));
+    for (const pid of orphans) process.kill(-pid, 'SIGKILL');
+
+    const lost = await waitForTask(svc.api, key, running.id, hasStatus('ERRORED', 'COMPLETED'), boundMs(30_000));
+    assert.equal(lost.status, 'ERRORED');
+    assert.match(lost.healthInfo.error, /no longer runs this task/);
+    assert.ok(svc.logs.some((line) => line.includes('node lease lapsed') && line.includes('"first"')), 'moved when the lease lapsed');
+    const next = (await svc.api('POST', '/v1/svct/tasks', { bearer: key, body: taskBody({ name: 'on-second', gpuSpecification: remote }) })).body.task;
+    assert.equal((await waitForTask(svc.api, key, next.id, hasStatus('COMPLETED', 'ERRORED'), boundMs(30_000))).status, 'COMPLETED');
   });
 });
