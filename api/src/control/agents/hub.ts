@@ -82,9 +82,10 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
         const cluster = await clusters.findById(clusterId);
         if (!cluster) return ws.close(4404, 'cluster deregistered');
         await hello(message, cluster).catch((error) => {
-          if (!(error instanceof NodeRefused)) throw error;
-          log.warn({ clusterId, node: message.node, reason: error.message }, 'agent refused');
-          ws.close(4429, error.message.slice(0, 120));
+          // Refused, or the store failed: either way the agent learns it from the close (and links again).
+          if (error instanceof NodeRefused) log.warn({ clusterId, node: message.node, reason: error.message }, 'agent refused');
+          else log.error({ clusterId, node: message.node, err: error }, 'agent hello failed; its link is closed');
+          ws.close(error instanceof NodeRefused ? 4429 : 1011, error instanceof NodeRefused ? error.message.slice(0, 120) : 'hello failed');
         });
       } else if (!node) {
         log.warn({ clusterId, type: message.type }, 'agent spoke before hello; ignored');
