@@ -2,7 +2,8 @@
 // each a node of the cluster; capacity is their sum and placement spreads over them; a kill -9 of an agent
 // and its instances lets its lease lapse, and its instances are replaced on the other node; an agent that
 // was away (SIGSTOP) longer than its lease comes back to a newer generation and stops its old instances;
-// cluster status follows the live links; a cluster's tasks move to another node once the node holding
+// cluster status follows the live links; a cluster whose only agent dies reads DISCONNECTED at once and
+// its instances move to another cluster; a cluster's tasks move to another node once the node holding
 // them has lost its lease. The lease is short here (compute.agentLeaseMs).
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -271,5 +272,67 @@ describe('hosts: the tasks of a cluster of two nodes', () => {
     assert.ok(svc.logs.some((line) => line.includes('node lease lapsed') && line.includes('"first"')), 'moved when the lease lapsed');
     const next = (await svc.api('POST', '/v1/svct/tasks', { bearer: key, body: taskBody({ name: 'on-second', gpuSpecification: remote }) })).body.task;
     assert.equal((await waitForTask(svc.api, key, next.id, hasStatus('COMPLETED', 'ERRORED'), boundMs(30_000))).status, 'COMPLETED');
+  });
+});
+
+describe('hosts: a cluster whose only agent dies', () => {
+  let svc: TestPlatform;
+  let token: string;
+  let key: string;
+  const gpuPath = twoGpuHost();
+  const children = new Map<string, AgentProcess>();
+
+  async function register(name: string) {
+    const registered = await svc.api('POST', '/v1/accounts/svc-default/clusters', {
+      bearer: token, body: { clusterName: name, clusterGroupName: 'regions', gpus: [{ name: 'L40S', instanceTypes: [{ name: 'LOCAL.GPU.L40S_1x' }] }] },
+    });
+    assert.equal(registered.status, 200);
+    const stateDir = tempDir(`svc-agent-${name}-`);
+    const output: string[] = [];
+    const child = spawn(process.execPath, [svcBin, 'agent'], {
+      env: {
+        ...process.env, PATH: `${gpuPath}:${process.env.PATH}`, SVC_AGENT_SERVER: svc.url, SVC_AGENT_CREDENTIAL: registered.body.agentCredential,
+        SVC_AGENT_STATE_DIR: stateDir, SVC_DATA_DIR: stateDir, SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_AGENT_SANDBOX: 'off',
+        SVC_AGENT_UDP_PORT_RANGE: name === 'east' ? '48600-48649' : '48650-48699',
+      },
+      stdio: 'ignore',
+    });
+    children.set(name, { name, child, stateDir, output });
+    return registered.body.clusterId as string;
+  }
+
+  after(async () => {
+    for (const { child } of children.values()) {
+      if (child.exitCode !== null || child.signalCode !== null) continue;
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      await exited;
+    }
+    await svc?.close();
+  });
+
+  test('it reads DISCONNECTED at once, offers nothing once its lease lapses, and its instances run on another cluster', async () => {
+    svc = await startTestPlatform({ config: { compute: { agentLeaseMs: LEASE_MS } } });
+    token = await svc.token();
+    key = await svc.apiKey(token, ['invoke_function', 'list_functions']);
+    const east = await register('east');
+    await register('west');
+    const status = async (clusterId: string) => (await svc.api('GET', `/v1/accounts/svc-default/clusters/${clusterId}`, { bearer: token })).body;
+    const fn = await deploy(svc, token, echo(), { gpu: 'L40S', instanceType: 'LOCAL.GPU.L40S_1x', minInstances: 2, maxInstances: 2 });
+    await waitFor(svc, key, fn, (record) => record.activeInstances.filter((instance: any) => instance.instanceStatus === 'RUNNING').length === 2, boundMs(60_000));
+    const [eastAgent, westAgent] = [children.get('east')!, children.get('west')!];
+    assert.deepEqual([instancesOf(eastAgent).size, instancesOf(westAgent).size], [1, 1], 'the least loaded cluster first: one each');
+
+    const pids = [...instancesOf(eastAgent).values()];
+    process.kill(eastAgent.child.pid!, 'SIGKILL');
+    for (const pid of pids) process.kill(-pid, 'SIGKILL');
+    await until('east reads DISCONNECTED', async () => (await status(east)).status === 'DISCONNECTED', boundMs(10_000));
+
+    const healed = await waitFor(svc, key, fn, (record) => record.activeInstances.filter((instance: any) => instance.instanceStatus === 'RUNNING').length === 2
+      && record.activeInstances.every((instance: any) => instance.location === 'west'), boundMs(60_000));
+    assert.equal(healed.status, 'ACTIVE');
+    assert.equal(instancesOf(westAgent).size, 2);
+    const invoked = await svc.api('POST', `/v2/svc/pexec/functions/${fn.id}`, { bearer: key, body: { after: 'east' } });
+    assert.deepEqual(invoked.body.echo, { after: 'east' });
   });
 });

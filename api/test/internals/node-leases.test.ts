@@ -98,6 +98,8 @@ for (const backend of ['sqlite', 'postgres'] as const) {
         assert.deepEqual([a.grant.generation, a.renewed, a.fenced], [1, true, false], 'back within the grace: nothing lost');
         await advance(restarted, LEASE_MS + 1);
         assert.deepEqual(lapsed.slice(1).sort(), ['a', 'b'], 'b never came back and a was not renewed');
+        assert.deepEqual([restarted.abandoned('c1'), restarted.capacity(cluster('c1'), 'L40S')], [true, 0], 'no node left: nothing new goes there');
+        assert.deepEqual([restarted.abandoned('c2'), restarted.capacity(cluster('c2'), 'L40S')], [false, 2], 'a cluster no agent linked yet waits for one');
       } finally {
         restarted.stop();
       }

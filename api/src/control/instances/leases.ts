@@ -151,9 +151,11 @@ export class NodeLeases {
 
   /**
    * GPUs of this kind the cluster offers: the sum of what its leased nodes detected, when any detected
-   * this GPU with a count; else what the cluster declares (unbounded when it declares no capacity).
+   * this GPU with a count; else what the cluster declares (unbounded when it declares no capacity). None
+   * when every node it had has lapsed: nothing new goes where no agent is left to run it.
    */
   capacity(cluster: ClusterRow, gpu: string): number {
+    if (this.abandoned(cluster.id)) return 0;
     let sum: number | undefined;
     for (const lease of this.#leases.values()) {
       if (lease.lapsed || lease.node.cluster_id !== cluster.id) continue;
@@ -161,6 +163,17 @@ export class NodeLeases {
       if (Number.isFinite(count)) sum = (sum ?? 0) + count;
     }
     return sum ?? capacityOf(cluster, gpu);
+  }
+
+  /** The cluster had nodes and every one's lease has lapsed (a cluster no agent ever linked is not). */
+  abandoned(clusterId: string): boolean {
+    let known = false;
+    for (const lease of this.#leases.values()) {
+      if (lease.node.cluster_id !== clusterId) continue;
+      if (!lease.lapsed) return false;
+      known = true;
+    }
+    return known;
   }
 
   #nowMs(): number {

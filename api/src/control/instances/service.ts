@@ -311,9 +311,16 @@ export class InstancesService {
     }
   }
 
-  /** Instances placed on a cluster before any node of it had room (or was linked) go to one that has. */
+  /**
+   * Instances placed on a cluster before any node of it had room (or was linked) go to one that has;
+   * those waiting on a cluster whose every node has lapsed stop, so that this round places them elsewhere.
+   */
   async #assignWaiting(at: string): Promise<void> {
     for (const row of [...this.#placed.unassigned()]) {
+      if (this.#leases.abandoned(row.cluster_id)) {
+        await this.#placed.stop(row, at);
+        continue;
+      }
       const nodeId = chooseNode(row.cluster_id, row.gpu, this.#nodeUse);
       if (nodeId) await this.#placed.assign(row, nodeId, at);
     }
