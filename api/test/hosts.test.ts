@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { SAMPLES_CATALOG } from './compute/helpers.ts';
@@ -134,7 +135,7 @@ describe('hosts: nodes of a cluster, leases, fencing', () => {
     await until('the wide deployment stopped on both nodes', async () => instancesOf(agents.get('node-a')!).size + instancesOf(agents.get('node-b')!).size === 0, boundMs(30_000));
   });
 
-  test('kill -9 of an agent and its instances: its node shows DISCONNECTED, its lease lapses, its instances are replaced on the other node', async () => {
+  test('kill -9 of an agent and its instances: its node shows DISCONNECTED, its lease lapses, its instances are replaced on the other node', async (t) => {
     const fn = await deploy(svc, token, echo(), { ...GPU, minInstances: 2, maxInstances: 2 });
     await waitFor(svc, key, fn, runningCount(fn, 2), boundMs(60_000));
     const [nodeA, nodeB] = [agents.get('node-a')!, agents.get('node-b')!];
@@ -142,6 +143,7 @@ describe('hosts: nodes of a cluster, leases, fencing', () => {
     const [lostId] = [...instancesOf(nodeA).keys()];
 
     const pids = [...instancesOf(nodeA).values()];
+    const killedAt = Date.now();
     process.kill(nodeA.child.pid!, 'SIGKILL');
     for (const pid of pids) process.kill(-pid, 'SIGKILL');
 
@@ -153,6 +155,7 @@ describe('hosts: nodes of a cluster, leases, fencing', () => {
 
     const healed = await waitFor(svc, key, fn, (record) => runningCount(fn, 2)(record)
       && !record.activeInstances.some((instance: any) => instance.instanceId === lostId), boundMs(60_000));
+    t.diagnostic(`replaced and running ${Date.now() - killedAt} ms after the kill (lease ${LEASE_MS} ms; load ${os.loadavg()[0].toFixed(1)})`);
     assert.equal(healed.status, 'ACTIVE');
     assert.equal(instancesOf(nodeB).size, 2, 'both instances on node-b now');
     assert.ok(svc.logs.some((line) => line.includes('node lease lapsed') && line.includes('"node-a"')), 'replaced because the lease lapsed');
