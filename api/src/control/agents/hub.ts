@@ -75,19 +75,29 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       await taskNodes?.linked(taskLink, message.tasks ?? []);
     }
 
+    /** The hello being handled: what the agent says meanwhile (a report of a change) waits for it, in order. */
+    let greeting: Promise<void> | undefined;
+
+    async function admit(message: Extract<AgentMessage, { type: 'hello' }>) {
+      const cluster = await clusters.findById(clusterId);
+      if (!cluster) return void ws.close(4404, 'cluster deregistered');
+      await hello(message, cluster).catch((error) => {
+        // Refused, or the store failed: either way the agent learns it from the close (and links again).
+        if (error instanceof NodeRefused) log.warn({ clusterId, node: message.node, reason: error.message }, 'agent refused');
+        else log.error({ clusterId, node: message.node, err: error }, 'agent hello failed; its link is closed');
+        ws.close(error instanceof NodeRefused ? 4429 : 1011, error instanceof NodeRefused ? error.message.slice(0, 120) : 'hello failed');
+      });
+    }
+
     async function handle(message: AgentMessage) {
       if (message.type === 'hello') {
         clearTimeout(helloTimer);
-        if (node) return log.warn({ clusterId }, 'agent said hello twice on one link; ignored');
-        const cluster = await clusters.findById(clusterId);
-        if (!cluster) return ws.close(4404, 'cluster deregistered');
-        await hello(message, cluster).catch((error) => {
-          // Refused, or the store failed: either way the agent learns it from the close (and links again).
-          if (error instanceof NodeRefused) log.warn({ clusterId, node: message.node, reason: error.message }, 'agent refused');
-          else log.error({ clusterId, node: message.node, err: error }, 'agent hello failed; its link is closed');
-          ws.close(error instanceof NodeRefused ? 4429 : 1011, error instanceof NodeRefused ? error.message.slice(0, 120) : 'hello failed');
-        });
-      } else if (!node) {
+        if (greeting) return log.warn({ clusterId }, 'agent said hello twice on one link; ignored');
+        greeting = admit(message);
+        return greeting;
+      }
+      await greeting;
+      if (!node) {
         log.warn({ clusterId, type: message.type }, 'agent spoke before hello; ignored');
       } else if (message.type === 'instance') {
         await instances.report(node, message.report);
