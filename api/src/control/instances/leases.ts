@@ -92,13 +92,13 @@ export class NodeLeases {
     return { grant: { nodeId: node.id, name: node.name, generation, leaseMs: this.leaseMs }, node, fenced, renewed };
   }
 
-  /** The agent answered over its link: the lease runs on (written to the store a few times per period). */
+  /** The agent answered over its link: the lease runs on (written to the store twice per period, so the stored one never runs out while it is renewed). */
   renew(nodeId: string): void {
     const lease = this.#leases.get(nodeId);
     if (!lease || lease.lapsed || !lease.linked) return;
     const at = this.#nowMs();
     lease.expiresAt = at + this.leaseMs;
-    if (at - lease.writtenAt < this.leaseMs / 3) return;
+    if (at - lease.writtenAt < this.leaseMs / 2) return;
     lease.writtenAt = at;
     lease.node.lease_expires_at = new Date(lease.expiresAt).toISOString();
     void this.#options.repo.update(nodeId, { lease_expires_at: lease.node.lease_expires_at })
