@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import './domain/zod-messages.ts';
 import { agentEnvSettings, agentSettingsSchema, portRangeSchema } from './compute/settings.ts';
 import { autoscalerEnvSettings, autoscalerSettingsSchema } from './autoscaler/settings.ts';
 import { gpuSchema } from './control/clusters/schema.ts';
@@ -11,6 +12,7 @@ import { tasksEnvSettings, tasksSettingsSchema } from './control/tasks/settings.
 import { streamingEnvSettings, streamingSettingsSchema } from './streaming/settings.ts';
 import { checkNatsSettings, natsEnvSettings, natsSettingsSchema } from './invocation/settings.ts';
 import { metricsEnvSettings, metricsSettingsSchema } from './http/metrics.ts';
+import { statsEnvSettings, statsSettingsSchema } from './control/stats/settings.ts';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const limit = (max: number) => z.coerce.number().int().min(0).max(max);
@@ -123,6 +125,8 @@ export const configSchema = z.object({
   autoscaler: autoscalerSettingsSchema.prefault({}),
   /** GET /metrics (Prometheus text format). */
   metrics: metricsSettingsSchema.prefault({}),
+  /** The owners' numbers (GET …/stats): rows per interval, kept for the retention. */
+  stats: statsSettingsSchema.prefault({}),
   compute: z.object({
     /** Runs placement and takes agent links; with several API replicas exactly one does (the others: false). */
     placement: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
@@ -209,6 +213,7 @@ export const envSettings: Record<string, string> = {
   ...Object.fromEntries(Object.entries(tasksEnvSettings).map(([name, setting]) => [name, `tasks.${setting}`])),
   ...Object.fromEntries(Object.entries(autoscalerEnvSettings).map(([name, setting]) => [name, `autoscaler.${setting}`])),
   ...Object.fromEntries(Object.entries(metricsEnvSettings).map(([name, setting]) => [name, `metrics.${setting}`])),
+  ...Object.fromEntries(Object.entries(statsEnvSettings).map(([name, setting]) => [name, `stats.${setting}`])),
   SVC_LOG_LEVEL: 'log.level',
   SVC_MAX_HEAP_MB: 'guard.maxHeapMb',
   SVC_MAX_RSS_MB: 'guard.maxRssMb',

@@ -1,8 +1,9 @@
 // The platform's database: the foundation's tables and migrations (store/) with those of the planes that
-// keep tables of their own (tasks, autoscaler, assets). Every role opens the store through here, so each one
+// keep tables of their own (tasks, autoscaler, assets, function stats). Every role opens the store through here, so each one
 // migrates to the same history.
 import { autoscalerMigration } from './autoscaler/migration.ts';
 import { assetsMigration } from './control/assets/migration.ts';
+import { statsMigration } from './control/stats/migration.ts';
 import { tasksMigration } from './control/tasks/migration.ts';
 import { foundationMigrations } from './store/migrations.ts';
 import { openStore, type Dialect, type Store, type StoreOptions } from './store/store.ts';
@@ -10,6 +11,7 @@ import { openStore, type Dialect, type Store, type StoreOptions } from './store/
 export function platformMigrations(dialect: Dialect) {
   return {
     ...foundationMigrations(dialect), '0004_tasks': tasksMigration(dialect), '0005_autoscaler': autoscalerMigration(), '0007_assets': assetsMigration(),
+    '0012_function_stats': statsMigration(),
   };
 }
 

@@ -28,6 +28,7 @@ import { createAssetsService } from './control/assets/service.ts';
 import { createRegistryRepo } from './control/registry/repo.ts';
 import { registryRoutes } from './control/registry/routes.ts';
 import { createRegistryService } from './control/registry/service.ts';
+import { createStatsPlane } from './control/stats/plane.ts';
 import { createTasksPlane } from './control/tasks/plane.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
@@ -38,6 +39,9 @@ import { createCredentialVerifier } from './control/keys/verifier.ts';
 import { AGENT_LINK_PATH } from './compute/protocol.ts';
 import { startWorker, type Isolation } from './compute/worker.ts';
 import { createAgentHub } from './control/agents/hub.ts';
+import { logRoutes } from './control/logs/routes.ts';
+import { relayLogAsks, serveLogAsks } from './control/logs/relay.ts';
+import { createLogsService } from './control/logs/service.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
 import { InstancesService } from './control/instances/service.ts';
 import { createGateway, hostsOf } from './gateway/gateway.ts';
@@ -48,11 +52,12 @@ import { createInvocationsRepo } from './invocation/repo.ts';
 import { createVersionResolver } from './invocation/resolver.ts';
 import { DurableResults } from './invocation/results.ts';
 import { invocationHostHandler } from './invocation/host-routing.ts';
-import { hostRoutedRoute, invocationRoutes } from './invocation/routes.ts';
+import { hostRoutedRoute, invocationRoutes, type InvocationObserver } from './invocation/routes.ts';
 import { LargeResults } from './invocation/large-results.ts';
 import { createReplicaSigner } from './invocation/replica-signing.ts';
 import { assetStaging } from './invocation/stage-relay.ts';
 import { InvocationService } from './invocation/service.ts';
+import { createRateLimits } from './rate-limits/plane.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
 import { isSignIn } from './streaming/request.ts';
 import { signInHandler } from './streaming/sign-in.ts';
@@ -69,6 +74,7 @@ import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
+import { portInUse } from './process/ports.ts';
 import { openDatabase } from './database.ts';
 
 export interface Platform {
@@ -170,7 +176,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
     deployments.useHealthInfo(instances.activeInstances.healthInfo);
-    deployments.onChange(() => void instances.reconcile());
+    deployments.onChange((versionId, change) => {
+      if (change?.drain) instances.drain(versionId);
+      void instances.reconcile();
+    });
     const resolver = createVersionResolver(functionsRepo);
     const { natsUrl, maxQueueDepth } = config.invocation;
     // Every replica on this store has the key: what they tell each other over NATS is signed with it.
@@ -199,6 +208,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       maxResultBytes: config.invocation.maxResultBytes, resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
     });
     closers.push(() => invocation.close());
+    const rateLimits = await createRateLimits({
+      functionsRepo, log, now, shared: queue instanceof JetStreamQueue ? { nc: queue.connection, bucket: queue.names.bucket('rates') } : undefined,
+    });
+    closers.push(() => rateLimits.close());
     metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
@@ -208,6 +221,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     });
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
+    // Agents link to the replica that runs placement: only it can ask them for logs, for the others too.
+    const logsLink = replicas && queue instanceof JetStreamQueue ? { nc: queue.connection, subject: queue.names.logs, signer: replicas.signer } : undefined;
+    if (config.compute.placement && logsLink) serveLogAsks(logsLink, agentHub.logs, log);
+    const logRelay = config.compute.placement ? agentHub.logs : logsLink && relayLogAsks(logsLink);
+    const logs = createLogsService({ functions, tasks: taskPlane.service, clusters, now, ...(logRelay ? { relay: logRelay } : {}) });
     const turn = await startTurn({
       ...config.turn, secret: config.turn.secret ?? await ensureSealedSecret(settings, box, 'turn.secret', startedAt), runDir: path.join(config.store.dataDir, 'run'),
     }, log);
@@ -216,15 +234,28 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     instances.onReady((versionId, ready) => streaming.ready(versionId, ready));
     instances.keepSessions(streaming.inSession);
     metrics.watchLoad(() => streaming.load());
+    const stats = createStatsPlane({
+      db: store.db, functionsRepo, settings: config.stats, log, now,
+      *loads() {
+        yield* invocation.load();
+        yield* streaming.load();
+      },
+    });
+    stats.recorder.start();
+    closers.push(() => stats.recorder.stop());
     // STREAMING functions scale on sessions: spare instances follow each start and end at once.
     streaming.onChange(() => autoscaler.nudge());
 
+    const observeInvocation: InvocationObserver = (ref, status, seconds) => {
+      metrics.observeInvocation(ref, status, seconds);
+      stats.recorder.observe(ref, status, seconds);
+    };
     const invocationOptions = {
       limits: {
         defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
         maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
       },
-      log, observe: metrics.observeInvocation, checkAssets: assets.check, largeResults,
+      log, observe: observeInvocation, checkAssets: assets.check, largeResults, admit: rateLimits.admit,
     };
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
@@ -238,7 +269,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...registryRoutes(registry),
       ...assetRoutes(assets),
       ...clusterRoutes(clusters),
+      ...stats.routes,
       ...taskPlane.routes,
+      ...logRoutes(logs),
       ...autoscaler.routes,
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),
@@ -273,7 +306,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     await taskPlane.start();
     closers.push(() => gateway.close(), () => streaming.close(), () => agentHub.close(), () => autoscaler.stop());
     autoscaler.start();
-    const port = await gateway.listen(config.gateway.port, config.gateway.host);
+    const port = await gateway.listen(config.gateway.port, config.gateway.host).catch((error: NodeJS.ErrnoException) => {
+      throw error.code === 'EADDRINUSE' ? portInUse('the gateway', `${config.gateway.host}:${config.gateway.port}`, 'gateway.host, gateway.port: SVC_HOST, SVC_PORT') : error;
+    });
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
     // The local cluster's agent links to this gateway over loopback, exactly as a remote agent would.

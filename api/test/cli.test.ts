@@ -2,6 +2,7 @@
 // request with the key; plus the one-line failures (old Node, bad configuration, bad flags).
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import dgram from 'node:dgram';
 import { once } from 'node:events';
 import { existsSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -23,7 +24,8 @@ const svcBin = path.resolve(import.meta.dirname, '../bin/svc.js');
 
 async function svc(args: string[], env: NodeJS.ProcessEnv) {
   try {
-    const { stdout, stderr } = await run(process.execPath, [svcBin, ...args], { env: { ...process.env, ...env } });
+    // No TURN server unless a test asks for one: the default port (3478) may be another process's.
+    const { stdout, stderr } = await run(process.execPath, [svcBin, ...args], { env: { ...process.env, SVC_TURN_SERVER: 'none', ...env } });
     return { code: 0, stdout, stderr };
   } catch (error) {
     const failed = error as { code: number; stdout: string; stderr: string };
@@ -40,7 +42,7 @@ describe('svc CLI against a running `svc serve`', () => {
 
   before(async () => {
     server = spawn(process.execPath, [svcBin, 'serve'], {
-      env: { ...process.env, SVC_PORT: '0', SVC_HOST: '127.0.0.1', SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn' },
+      env: { ...process.env, SVC_PORT: '0', SVC_HOST: '127.0.0.1', SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_TURN_SERVER: 'none' },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     let output = '';
@@ -115,6 +117,26 @@ describe('svc CLI against a running `svc serve`', () => {
     assert.match(missing.stderr, /\(404\)/);
   });
 
+  test('function secrets: set from the environment or a file, listed by name, values never printed', async () => {
+    const file = path.join(dataDir, 'secret-fn.json');
+    writeFileSync(file, JSON.stringify({
+      name: 'cli-secrets', inferenceUrl: '/echo', containerImage: 'local/echo:1', secrets: [{ name: 'FIRST', value: 'first-value' }],
+    }));
+    const fn = JSON.parse((await svc(['function', 'create', '--file', file, '--json'], env)).stdout).function;
+    const tokenFile = path.join(dataDir, 'token.txt');
+    writeFileSync(tokenFile, 'file-value\n');
+    const set = await svc(['function', 'secrets', 'set', fn.id, fn.versionId, 'FROM_ENV', `FROM_FILE=@${tokenFile}`], { ...env, FROM_ENV: 'env-value' });
+    assert.equal(set.code, 0, set.stderr);
+    assert.equal(set.stdout.trim(), 'Set FROM_ENV, FROM_FILE');
+    const listed = await svc(['function', 'secrets', 'list', fn.id, fn.versionId, '--json'], env);
+    assert.deepEqual(JSON.parse(listed.stdout).secrets.sort(), ['FIRST', 'FROM_ENV', 'FROM_FILE']);
+    const shown = await svc(['function', 'get', fn.id, fn.versionId], env);
+    for (const value of ['first-value', 'env-value', 'file-value']) assert.ok(!`${set.stdout}${listed.stdout}${shown.stdout}`.includes(value), value);
+    const unset = await svc(['function', 'secrets', 'set', fn.id, fn.versionId, 'NOT_IN_ENV'], env);
+    assert.equal(unset.code, 1);
+    assert.match(unset.stderr, /^svc function secrets set: NOT_IN_ENV: no environment variable NOT_IN_ENV holds its value/);
+  });
+
   test('a task key gets the task scopes by default', async () => {
     const generated = await svc(['api-key', 'generate', '--task', '--json'], env);
     const key = JSON.parse(generated.stdout);
@@ -167,7 +189,7 @@ describe('svc CLI against a server that is not svc', () => {
       const accounts = await svc(['account', 'list'], { ...env, SVC_SERVER: json.url });
       assert.equal(accounts.code, 1);
       assert.equal(accounts.stderr.trim().split('\n').length, 1, accounts.stderr);
-      assert.match(accounts.stderr, /^svc account list: GET \/v2\/svc\/accounts answered what svc does not \(accounts: .*expected array.*\); is http:\/\/127\.0\.0\.1:\d+ an svc gateway/);
+      assert.match(accounts.stderr, /^svc account list: GET \/v2\/svc\/accounts answered what svc does not \(accounts: is required\); is http:\/\/127\.0\.0\.1:\d+ an svc gateway/);
       const functions = await svc(['function', 'list'], { ...env, SVC_SERVER: html.url });
       assert.equal(functions.code, 1);
       assert.equal(functions.stderr.trim().split('\n').length, 1, functions.stderr);
@@ -213,8 +235,24 @@ describe('svc start-up checks', () => {
       const result = await svc(['serve'], { SVC_PORT: String(port), SVC_HOST: '127.0.0.1', SVC_DATA_DIR: tempDir(), SVC_TURN_SERVER: 'node-turn', SVC_TURN_PORT: String(await freePort()) });
       assert.equal(result.code, 1);
       assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
-      assert.match(result.stderr, /^svc serve: .*EADDRINUSE/);
+      assert.match(result.stderr, /^svc serve: the gateway cannot listen on 127\.0\.0\.1:\d+ \(gateway\.host, gateway\.port: SVC_HOST, SVC_PORT\): the port is in use$/m);
       assert.doesNotMatch(result.stdout, /"level":50/, 'no errors from loops running on after start-up failed');
+    } finally {
+      taken.close();
+    }
+  });
+
+  test('a TURN port already taken (UDP) stops `svc serve` with one line naming SVC_TURN_PORT', async () => {
+    const taken = dgram.createSocket('udp4').bind(0, '127.0.0.1');
+    await once(taken, 'listening');
+    try {
+      const result = await svc(['serve'], {
+        SVC_PORT: String(await freePort()), SVC_HOST: '127.0.0.1', SVC_DATA_DIR: tempDir(), SVC_TURN_SERVER: 'node-turn',
+        SVC_TURN_LISTEN_IP: '127.0.0.1', SVC_TURN_PORT: String(taken.address().port),
+      });
+      assert.equal(result.code, 1);
+      assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
+      assert.match(result.stderr, /^svc serve: the TURN server \(UDP\) cannot listen on 127\.0\.0\.1:\d+ \(.*SVC_TURN_PORT\): the port is in use$/m);
     } finally {
       taken.close();
     }

@@ -89,6 +89,13 @@ describe('functions', () => {
     }
   });
 
+  test('a missing field reads "is required", in the errors and the detail', async () => {
+    const response = await create(echoBody({ name: undefined }));
+    assert.equal(response.status, 400);
+    assert.deepEqual(response.body.errors, [{ field: 'name', message: 'is required' }]);
+    assert.match(response.body.detail, /name: is required/);
+  });
+
   test('STREAMING functions follow spec 4.6 rule 4', async () => {
     assert.equal((await create(streamingBody())).status, 200);
     const custom = streamingBody({

@@ -7,6 +7,7 @@ import type { Logger } from '../logger.ts';
 import { authorize, type Access } from './auth.ts';
 import { type CredentialVerifier, type Principal } from '../domain/principal.ts';
 import { invalid, type InvalidField } from '../domain/problem.ts';
+import '../domain/zod-messages.ts';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 

@@ -69,7 +69,8 @@ export function rewrapsErrors(request: Pick<InvocationRequest, 'sse' | 'passThro
 
 export class Invocation {
   readonly id: string;
-  readonly target: Target;
+  /** Changed only by moveTo, while the request waits. */
+  target: Target;
   /** SVC-SUB: the owner of the credential that invoked. */
   readonly subject: string;
   readonly request: InvocationRequest;
@@ -104,6 +105,12 @@ export class Invocation {
     return this.target.versionId;
   }
 
+  /** Its version stopped taking requests while it waited: it waits for `target`'s instead. */
+  moveTo(target: Target) {
+    if (this.state !== 'queued') throw new Error(`request ${this.id} is ${this.state}; only a waiting request moves`);
+    this.target = target;
+  }
+
   /** Wakes whoever waits on this request (pollers, a poll window). */
   wake() {
     const waiters = this.waiters;
@@ -115,6 +122,11 @@ export class Invocation {
 
 /** A platform-made answer (the instance failed, the platform restarted) in the shape of a stored result. */
 export function problemResult(status: number, code: 'bad-gateway' | 'internal', detail: string): StoredResult {
-  const body = new Problem(code, detail).toBody('', '');
-  return { status, headers: { 'content-type': 'application/problem+json' }, body: Buffer.from(JSON.stringify(body)) };
+  return storedProblem(new Problem(code, detail), status);
+}
+
+/** A Problem as a stored result (with its headers, e.g. Retry-After). */
+export function storedProblem(problem: Problem, status = problem.status): StoredResult {
+  const body = problem.toBody('', '');
+  return { status, headers: { 'content-type': 'application/problem+json', ...problem.headers }, body: Buffer.from(JSON.stringify(body)) };
 }

@@ -13,10 +13,12 @@ export function natsNames(prefix: string) {
     /** A version's work-queue stream of tickets, and its subject. */
     queueStream: (versionId: string) => `${prefix.toUpperCase()}_Q_${versionId}`,
     queueSubject: (versionId: string) => `${prefix}.q.${versionId}`,
-    bucket: (name: 'ready' | 'slots' | 'heads') => `${prefix}_${name}`,
+    bucket: (name: 'ready' | 'slots' | 'heads' | 'rates') => `${prefix}_${name}`,
     replica: (replicaId: string, exchange: 'grant' | 'ping') => `${prefix}.replica.${replicaId}.${exchange}`,
     done: (requestId: string) => `${prefix}.done.${requestId}`,
     stage: `${prefix}.stage`,
+    /** Logs asked of the placement replica (control/logs/relay.ts); answers on logs.<uuid>. */
+    logs: `${prefix}.logs`,
     /** Replies come here: a server's permissions can give each installation its own. */
     inbox: `_INBOX_${prefix}`,
   };

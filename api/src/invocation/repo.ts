@@ -5,7 +5,7 @@ import type { Kysely, Selectable } from 'kysely';
 import { z } from 'zod';
 import type { Database, InvocationsTable } from '../store/schema.ts';
 import { decodeJson } from '../store/json.ts';
-import { targetSchema } from './resolver.ts';
+import { targetSchema, type Target } from './resolver.ts';
 import type { InvocationState, StoredResult } from './invocation.ts';
 
 /** The request to replay when re-queued (column `request`). */
@@ -93,6 +93,14 @@ export function createInvocationsRepo(db: Kysely<Database>) {
       const result = await db.updateTable('invocations').set({ request })
         .where('request_id', '=', requestId).where('state', '=', 'queued').where('request', '=', row.request).executeTakeFirst();
       return result.numUpdatedRows === 1n;
+    },
+    /** A waiting request moved to another version of its function (its own stopped taking requests). */
+    async retarget(requestId: string, target: Target, at: string): Promise<void> {
+      const row = await db.selectFrom('invocations').select(['request_id', 'request']).where('request_id', '=', requestId).where('state', '=', 'queued').executeTakeFirst();
+      if (!row) return;
+      const request = JSON.stringify({ ...requestOf(row), target });
+      await db.updateTable('invocations').set({ request, version_id: target.versionId, updated_at: at })
+        .where('request_id', '=', requestId).where('state', '=', 'queued').execute();
     },
     /** Queued → running, only if still queued: true for the one caller that may run it (at most once). */
     async claim(requestId: string, at: string): Promise<boolean> {

@@ -27,6 +27,8 @@ export const targetSchema = z.object({
   versionId: z.string(),
   functionName: z.string(),
   inferenceUrl: z.string(),
+  /** The client named the version: the request never moves to another one. */
+  pinned: z.boolean().optional(),
 });
 
 export type Target = z.infer<typeof targetSchema>;
@@ -88,7 +90,20 @@ export function createVersionResolver(functionsRepo: FunctionsRepo, clock: () =>
     async resolve(principal: Principal, functionId: string, versionId?: string): Promise<Target> {
       const chosen = choose(await versionsOf(principal.ncaId, functionId), functionId, versionId);
       if (chosen.streaming) throw new Problem('bad-request', 'STREAMING functions are reached over a WebSocket session, not pexec');
-      return chosen.target;
+      return versionId ? { ...chosen.target, pinned: true } : chosen.target;
+    },
+
+    /**
+     * Where a waiting request goes now: its own version while that takes requests (or is DEGRADED, its
+     * instances restarting), else another version of its function unless it was pinned. Throws the Problem
+     * a new request would get when there is none (undeployed: 404; ERROR: 503).
+     */
+    async reroute(target: Target): Promise<Target> {
+      const versions = (await versionsOf(target.ncaId, target.functionId)).filter((version) => !version.streaming);
+      const own = versions.find((version) => version.target.versionId === target.versionId);
+      if (own && (takesRequests(own.status) || own.status === 'DEGRADED')) return target;
+      const chosen = choose(versions, target.functionId, target.pinned ? target.versionId : undefined);
+      return { ...chosen.target, pinned: target.pinned };
     },
 
     /** The versions the queue endpoints describe (fresh from the store): the one named, or all. */

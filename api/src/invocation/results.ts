@@ -51,6 +51,12 @@ export class DurableResults {
     return invocation;
   }
 
+  /** A 202'd request moved to another version while it waited: a restart or another replica queues it there. */
+  async retarget(invocation: Invocation): Promise<void> {
+    await invocation.stored;
+    await this.#repo.retarget(invocation.id, invocation.target, this.#at());
+  }
+
   find(requestId: string): Promise<DurableRecord | undefined> {
     return this.#repo.find(requestId);
   }

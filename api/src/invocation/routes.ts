@@ -97,6 +97,8 @@ export interface InvocationRouteOptions {
   /** A 404 Problem unless the account has every asset named (control/assets). */
   checkAssets(ncaId: string, assetIds: string[]): Promise<void>;
   largeResults: LargeResults;
+  /** Admission by the version's rate limit (rate-limits/): a 429 Problem, or undefined when nothing to wait for. */
+  admit?(principal: Principal, target: FunctionRef): Promise<void> | undefined;
 }
 
 interface InvokeInput {
@@ -118,6 +120,8 @@ function invoker(service: InvocationService, options: InvocationRouteOptions) {
     const target = await service.resolve(principal, ids.functionId, ids.functionVersionId);
     const seen = (status: number) => observe?.(target, status, (performance.now() - started) / 1000);
     try {
+      const admission = options.admit?.(principal, target);
+      if (admission) await admission;
       const assets = given['svc-input-asset-references'];
       if (assets?.length) await options.checkAssets(principal.ncaId, assets);
       const body = await readBody(req, limits.maxRequestBytes);

@@ -5,14 +5,14 @@
 // silently lost, and never runs twice.
 import type { Principal } from '../domain/principal.ts';
 import type { FunctionLoad } from '../domain/load.ts';
-import { notFound } from '../domain/problem.ts';
+import { notFound, Problem } from '../domain/problem.ts';
 import type { Logger } from '../logger.ts';
 import type { ReadyInstance } from '../control/instances/service.ts';
 import type { ProgressReport } from '../compute/protocol.ts';
 import type { Dispatcher, ExchangeOutcome } from './dispatcher.ts';
 import type { LargeResults } from './large-results.ts';
 import {
-  Invocation, problemResult, rewrapsErrors, type BodyWriter, type ClientSink, type InvocationRequest, type Progress, type ResponseHeaders, type StoredResult,
+  Invocation, problemResult, rewrapsErrors, storedProblem, type BodyWriter, type ClientSink, type InvocationRequest, type Progress, type ResponseHeaders, type StoredResult,
 } from './invocation.ts';
 import { isShared, type Grant, type InvocationQueue, type SharedQueue } from './queue.ts';
 import { ResultCollector, type DurableResults } from './results.ts';
@@ -41,6 +41,8 @@ const DEMAND_REPORT_MS = 250;
 const SWEEP_MS = 60_000;
 /** How often a replica looks for stored requests left running by a replica that died. */
 const ORPHAN_CHECK_MS = 5_000;
+/** How often waiting requests look whether their version still takes requests (undeployed, ERROR). */
+const STRANDED_CHECK_MS = 1_000;
 const gone = (requestId: string) => notFound(`Request '${requestId}' is unknown or its result was already returned`);
 
 /** The invocation plane's state: requests in flight and held results, per-version load, timers. */
@@ -168,6 +170,7 @@ export class InvocationService {
    * With replicas the store is shared: requests of replicas that died are taken over as they are met.
    */
   async recover() {
+    this.#watchStranded();
     if (this.#shared) this.#watchOrphans(this.#shared);
     else for (const invocation of await this.#results.recover()) await this.#recovered(invocation);
     const sweeper = setInterval(() => {
@@ -337,6 +340,57 @@ export class InvocationService {
       await this.#complete(invocation, problemResult(502, 'bad-gateway', 'The request could not queue again after the platform restarted; it was not run'));
     }
     this.#reportDemand(invocation.versionId);
+  }
+
+  /**
+   * Requests waiting for a version that stopped taking requests (undeployed, ERROR, deleted) move to
+   * another version of their function, or end with the Problem a new request would get (pinned, or none
+   * left). Each replica looks after the requests it holds.
+   */
+  #watchStranded() {
+    let checking = false;
+    const watcher = setInterval(() => {
+      if (checking) return;
+      checking = true;
+      this.#rerouteStranded().catch((error) => this.#log.warn({ err: error }, 'could not check waiting requests against their versions'))
+        .finally(() => { checking = false; });
+    }, STRANDED_CHECK_MS);
+    watcher.unref();
+    this.#timers.push(watcher);
+  }
+
+  async #rerouteStranded() {
+    const waiting = new Map<string, Invocation[]>();
+    for (const invocation of this.#invocations.values()) {
+      if (invocation.state === 'queued' && !invocation.cancelled) waiting.set(invocation.versionId, [...waiting.get(invocation.versionId) ?? [], invocation]);
+    }
+    for (const [versionId, invocations] of waiting) {
+      const next = await this.#options.resolver.reroute(invocations[0].target).catch((problem: unknown) => {
+        if (problem instanceof Problem) return problem;
+        throw problem;
+      });
+      if (next instanceof Problem || next.versionId !== versionId) {
+        for (const invocation of invocations.reverse()) await this.#move(invocation, next);
+        this.#reportDemand(versionId);
+      }
+    }
+  }
+
+  /** One waiting request to `next`'s version (at the head: it waited longer), or ended with its Problem. */
+  async #move(invocation: Invocation, next: Target | Problem) {
+    if (!await this.#queue.remove(invocation)) return; // granted or gone meanwhile
+    const from = invocation.versionId;
+    if (next instanceof Problem) {
+      this.#log.info({ reqId: invocation.id, versionId: from }, 'a waiting request ended: its version stopped taking requests');
+      await this.#complete(invocation, storedProblem(new Problem(next.code, `${next.message}; the request waited for version '${from}' and was not run`, { headers: next.headers })));
+      return;
+    }
+    invocation.moveTo(next);
+    if (invocation.durable) await this.#results.retarget(invocation);
+    this.#log.info({ reqId: invocation.id, from, to: next.versionId }, 'a waiting request moved to another version of its function');
+    this.#noteRequest(next);
+    this.#queue.requeue(invocation);
+    this.#reportDemand(next.versionId);
   }
 
   /** With replicas, the store answers: any replica returns a result, exactly one returns it. */

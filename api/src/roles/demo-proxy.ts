@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { StreamingDemo } from '../control/samples.ts';
 import type { Logger } from '../logger.ts';
 import { reapStale, startAuxiliary } from '../process/auxiliary.ts';
+import { portFree, portInUse } from '../process/ports.ts';
 
 const PROXY_MAIN = fileURLToPath(new URL('../../../proxy/src/main.ts', import.meta.url));
 const START_TIMEOUT_MS = 30_000;
@@ -29,10 +30,12 @@ export async function startDemoProxy(options: {
   log: Logger;
 }): Promise<DemoProxy> {
   const { host, port } = options.listen;
-  const where = `${host}:${port} (demoProxy.host, demoProxy.port: SVC_DEMO_PROXY_HOST, SVC_DEMO_PROXY_PORT)`;
+  const settings = 'demoProxy.host, demoProxy.port: SVC_DEMO_PROXY_HOST, SVC_DEMO_PROXY_PORT';
   // A proxy an earlier run left is ended first; a port still taken then belongs to something else.
   await reapStale(options.runDir, 'demo-proxy', options.log);
-  if (!await free(host, port)) throw new Error(`the demo proxy cannot listen on ${where}: the port is in use`);
+  if (!await portFree('tcp', host, port)) {
+    throw portInUse('the demo proxy', `${host}:${port}`, settings);
+  }
   const proxy = await startAuxiliary({
     name: 'demo-proxy', command: process.execPath, args: [PROXY_MAIN], runDir: options.runDir, output: 'inherit', log: options.log,
     env: {
@@ -47,7 +50,7 @@ export async function startDemoProxy(options: {
   for (const deadline = Date.now() + START_TIMEOUT_MS; !await accepts(host, port);) {
     if (exitCode !== undefined || Date.now() > deadline) {
       await proxy.stop();
-      throw new Error(`the demo proxy did not start listening on ${where}${exitCode === undefined ? '' : `: it exited with code ${exitCode}`}`);
+      throw new Error(`the demo proxy did not start listening on ${host}:${port} (${settings})${exitCode === undefined ? '' : `: it exited with code ${exitCode}`}`);
     }
     await sleep(100);
   }
@@ -63,18 +66,6 @@ export async function startDemoProxy(options: {
 }
 
 /** Nothing listens on host:port now (we could bind it). */
-async function free(host: string, port: number): Promise<boolean> {
-  const server = net.createServer();
-  try {
-    await once(server.listen(port, host), 'listening');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    server.close();
-  }
-}
-
 /** A TCP connection to the port is accepted. */
 async function accepts(host: string, port: number): Promise<boolean> {
   const socket = net.connect(port, host === '0.0.0.0' ? '127.0.0.1' : host);

@@ -7,6 +7,7 @@ import { createLogger } from '../logger.ts';
 import { startPlatform, type Platform } from '../main.ts';
 import { isolationLine } from '../compute/worker.ts';
 import { startDemoProxy, type DemoProxy } from './demo-proxy.ts';
+import { SVC_COMMAND } from './svc-command.ts';
 import { untilStopped } from './stopped.ts';
 import { streamingComponents, type StreamingComponents } from './streaming-components.ts';
 
@@ -35,11 +36,11 @@ function banner(platform: Platform, proxy: DemoProxy | undefined, components: St
     `  Invocation     Host <function id>.${platform.hosts.invocation} on port ${platform.port} (any method and path)`,
     `  OpenAPI        ${platform.url}/v3/openapi`,
     `  Health         ${platform.url}/health`,
-    `  Metrics        ${platform.url}/metrics${platform.metricsToken ? `   (bearer ${platform.metricsToken}; again: npx svc metrics token)` : ''}`,
+    `  Metrics        ${platform.url}/metrics${platform.metricsToken ? `   (bearer ${platform.metricsToken}; again: ${SVC_COMMAND} metrics token)` : ''}`,
   ];
   if (platform.isolation) lines.push(`  Instances      ${isolationLine(platform.isolation)}`);
   if (platform.samples.length) {
-    lines.push('', '  Sample functions (invoke with an SVC_API_KEY: npx svc api-key generate):');
+    lines.push('', `  Sample functions (invoke with an SVC_API_KEY: ${SVC_COMMAND} api-key generate):`);
     for (const sample of platform.samples.filter((candidate) => candidate.functionType !== 'STREAMING')) {
       lines.push(`    ${sample.name.padEnd(8)} POST ${platform.url}/v2/svc/pexec/functions/${sample.functionId}`);
     }
@@ -51,7 +52,7 @@ function banner(platform: Platform, proxy: DemoProxy | undefined, components: St
   }
   if (platform.bootstrapSecret) {
     lines.push('', `  Bootstrap secret (mints the first management token; works once): ${platform.bootstrapSecret}   until ${platform.bootstrapExpiresAt}`,
-      `  Next: npx svc init --secret ${platform.bootstrapSecret}`);
+      `  Next: ${SVC_COMMAND} init --secret ${platform.bootstrapSecret}`);
   }
   return lines.join('\n');
 }

@@ -11,7 +11,8 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Turn from 'node-turn';
 import type { Logger } from '../logger.ts';
-import { startAuxiliary, type Auxiliary } from '../process/auxiliary.ts';
+import { reapStale, startAuxiliary, type Auxiliary } from '../process/auxiliary.ts';
+import { portFree, portInUse } from '../process/ports.ts';
 import { mintTurnCredentials, type TurnCredentials } from './credentials.ts';
 
 export interface TurnSettings {
@@ -53,6 +54,14 @@ export async function startTurn(settings: TurnSettings, log: Logger): Promise<Tu
   let coturn: Auxiliary | undefined;
   let workDir: string | undefined;
 
+  // Either server of ours would go on without its port (coturn answers nothing; node-turn shares it),
+  // unnoticed. A coturn an earlier run left is ended first: a port still taken belongs to something else.
+  if (kind === 'coturn') await reapStale(settings.runDir, 'coturn', log);
+  for (const protocol of kind === 'external' ? [] : ['udp', 'tcp'] as const) {
+    if (!await portFree(protocol, settings.listenIp, settings.port)) {
+      throw portInUse(`the TURN server (${protocol.toUpperCase()})`, `${settings.listenIp}:${settings.port}`, 'turn.listenIp, turn.port: SVC_TURN_LISTEN_IP, SVC_TURN_PORT');
+    }
+  }
   if (kind === 'coturn') {
     // Everything, the shared secret above all, goes in a 0600 file in a 0700 directory: a command line
     // is readable by every local user (ps). The directory is the data dir's, made afresh at each start, so

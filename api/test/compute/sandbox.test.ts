@@ -30,7 +30,8 @@ describe('the process runtime sandbox against a hostile function', { skip }, () 
   const running: RuntimeInstance[] = [];
 
   function listen(host: string): Promise<number> {
-    const server = net.createServer((socket) => socket.end('host service\n'));
+    // A probe that resets the connection must not crash the test process (an unhandled socket 'error').
+    const server = net.createServer((socket) => socket.on('error', () => {}).end('host service\n'));
     listeners.push(server);
     return new Promise((resolve) => server.listen(0, host, () => resolve((server.address() as net.AddressInfo).port)));
   }

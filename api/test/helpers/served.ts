@@ -58,8 +58,9 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeO
     })();
     const [command, ...args] = [...options.wrap ?? [], process.execPath, svcBin, 'serve', ...options.args ?? []];
     const child = spawn(command, args, {
-      // As in platform.ts, the sandbox is off unless a test asks for it.
-      env: { ...process.env, SVC_HOST: '127.0.0.1', SVC_AGENT_SANDBOX: 'off', ...env, SVC_PORT: String(port), SVC_DATA_DIR: dataDir },
+      // As in platform.ts, the sandbox is off and there is no TURN server (the default port, 3478, may be
+      // another process's) unless a test asks for them.
+      env: { ...process.env, SVC_HOST: '127.0.0.1', SVC_AGENT_SANDBOX: 'off', SVC_TURN_SERVER: 'none', ...env, SVC_PORT: String(port), SVC_DATA_DIR: dataDir },
       stdio: ['ignore', openSync(outputFile, 'a'), 'inherit'],
     });
     let exited = false;

@@ -6,6 +6,7 @@ import { call, CliError } from '../client.ts';
 import { startAutoscalerRole } from '../../roles/autoscaler.ts';
 import { untilStopped } from '../../roles/stopped.ts';
 import { table } from '../format.ts';
+import { SVC_COMMAND } from '../../roles/svc-command.ts';
 import type { Command } from '../command.ts';
 
 const autoscaler: Command = {
@@ -18,7 +19,7 @@ const autoscaler: Command = {
     console.log([
       `svc autoscaler running as ${role.replicaId}`,
       `  Health   http://localhost:${role.port}/admin/health/readiness   /health`,
-      `  Metrics  http://localhost:${role.port}/metrics${role.metricsToken ? '   (bearer: npx svc metrics token)' : ''}`,
+      `  Metrics  http://localhost:${role.port}/metrics${role.metricsToken ? `   (bearer: ${SVC_COMMAND} metrics token)` : ''}`,
       `  Load from ${settings.prometheusUrl ? 'Prometheus (SVC_PROMETHEUS_URL)' : 'this process only: set SVC_PROMETHEUS_URL so it sees the API replicas'}`,
     ].join('\n'));
     await untilStopped();

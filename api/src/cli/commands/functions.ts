@@ -8,10 +8,11 @@ import { whoamiSchema } from '../../control/keys/schema.ts';
 import { registryCredentialListResponse, registryCredentialResponse } from '../../control/registry/schema.ts';
 import { call, CliError, everyPage, nothing } from '../client.ts';
 import { fields, table } from '../format.ts';
+import { secretValues } from '../secret-values.ts';
 import type { Command, CommandContext } from '../command.ts';
 
 /** Spec 5.3 rule 2: reads prefer SVC_API_KEY, management prefers SVC_TOKEN, each falling back to the other. */
-function bearer({ state }: CommandContext, use: 'read' | 'manage'): string {
+export function bearer({ state }: CommandContext, use: 'read' | 'manage'): string {
   const chosen = use === 'read' ? state.apiKey ?? state.token : state.token ?? state.apiKey;
   if (!chosen) throw new CliError('no credential: run `svc init` (and `svc api-key generate`), or set SVC_TOKEN / SVC_API_KEY');
   return chosen;
@@ -93,21 +94,24 @@ const functionGet: Command = {
     }
     const { function: fn } = await call(context.state, 'api', 'GET', `/v2/svc/functions/${functionId}/versions/${encodeURIComponent(versionId)}`,
       functionResponse, { bearer: bearer(context, 'read') });
-    context.print(fields(fn), { function: fn });
+    // Why it is not running: its instances' failures with their last lines, or their last health check while starting.
+    const reason = fn.healthInfo?.map((issue) => issue.error).join('; ');
+    context.print(fields({ ...fn, ...(reason ? { reason } : {}) }), { function: fn });
   },
 };
 
 const functionUpdate: Command = {
-  summary: "Change a version's tags or description",
-  usage: '<functionId> <versionId> [--tags a,b] [--description text]',
-  options: { tags: { type: 'string' }, description: { type: 'string' } },
+  summary: "Change a version's tags, description or rate limit (N-S|M|H|D per calling account)",
+  usage: '<functionId> <versionId> [--tags a,b] [--description text] [--rate-limit 10-S]',
+  options: { tags: { type: 'string' }, description: { type: 'string' }, 'rate-limit': { type: 'string' } },
   async run(context) {
-    const [functionId, versionId] = need(context, 2, 'svc function update <functionId> <versionId> [--tags a,b] [--description text]');
-    const body = { tags: list(context.values.tags), description: context.values.description };
+    const [functionId, versionId] = need(context, 2, 'svc function update <functionId> <versionId> [--tags a,b] [--description text] [--rate-limit 10-S]');
+    const rateLimit = context.values['rate-limit'];
+    const body = { tags: list(context.values.tags), description: context.values.description, rateLimit: typeof rateLimit === 'string' ? { rateLimit } : undefined };
     const { function: fn } = await call(context.state, 'api', 'PUT', `/v2/svc/functions/${functionId}/versions/${versionId}`, functionResponse, {
       bearer: bearer(context, 'manage'), body,
     });
-    context.print(fields(pick(fn, [...functionColumns, 'tags', 'description'])), { function: fn });
+    context.print(fields(pick(fn, [...functionColumns, 'tags', 'description', 'rateLimit'])), { function: fn });
   },
 };
 
@@ -118,6 +122,34 @@ const functionDelete: Command = {
     const [functionId, versionId] = need(context, 2, 'svc function delete <functionId> <versionId>');
     await call(context.state, 'api', 'DELETE', `/v2/svc/functions/${functionId}/versions/${versionId}`, nothing, { bearer: bearer(context, 'manage') });
     context.print(`Deleted version ${decodeURIComponent(versionId)}`, { deleted: decodeURIComponent(versionId) });
+  },
+};
+
+const secretsSet: Command = {
+  summary: "Set a version's secrets; the others are kept (values never on the command line: NAME from the environment, NAME=@file)",
+  usage: '<functionId> <versionId> NAME|NAME=@file|NAME=value …',
+  async run(context) {
+    const usage = 'svc function secrets set <functionId> <versionId> NAME|NAME=@file|NAME=value …';
+    const [functionId, versionId] = need(context, 2, usage);
+    const secrets = secretValues(context.positionals.slice(2), context.env);
+    if (!secrets.length) throw new CliError(`usage: ${usage}`);
+    await call(context.state, 'api', 'PUT', `/v2/svc/secrets/functions/${functionId}/versions/${versionId}`, nothing, {
+      bearer: bearer(context, 'manage'), body: { secrets },
+    });
+    const names = secrets.map((secret) => secret.name);
+    context.print(`Set ${names.join(', ')}`, { set: names });
+  },
+};
+
+const secretsList: Command = {
+  summary: "A version's secrets, by name (their values are never shown)",
+  usage: '<functionId> <versionId>',
+  async run(context) {
+    const [functionId, versionId] = need(context, 2, 'svc function secrets list <functionId> <versionId>');
+    const { function: fn } = await call(context.state, 'api', 'GET', `/v2/svc/functions/${functionId}/versions/${versionId}`,
+      functionResponse, { bearer: bearer(context, 'read') });
+    const names = fn.secrets ?? [];
+    context.print(names.length ? names.join('\n') : '(no secrets)', { secrets: names });
   },
 };
 
@@ -336,6 +368,8 @@ export const functionCommands: Record<string, Command> = {
   'function get': functionGet,
   'function update': functionUpdate,
   'function delete': functionDelete,
+  'function secrets set': secretsSet,
+  'function secrets list': secretsList,
   'deployment create': deploymentCreate,
   'deployment get': deploymentGet,
   'deployment update': deploymentUpdate,

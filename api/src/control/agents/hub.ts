@@ -4,7 +4,8 @@
 // node; a newer link of the same node replaces an older one. Every answer over the link (a pong, any
 // message) renews the node's lease; the hub pings a few times per lease and drops a link that stops
 // answering. Tasks ride the same link, one node per cluster at a time (task-nodes.ts): hello's task
-// reports, `tasks` desired sets and `task` reports go to the task scheduler when one is given.
+// reports, `tasks` desired sets and `task` reports go to the task scheduler when one is given. Logs are
+// asked of the agents of a cluster's nodes through `logs` (logs.ts: LogRelay).
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -18,6 +19,7 @@ import type { ClustersService } from '../clusters/service.ts';
 import { NodeRefused } from '../instances/leases.ts';
 import type { AgentChannel, InstancesService, NodeRef } from '../instances/service.ts';
 import type { TaskScheduler } from '../tasks/scheduler.ts';
+import { LogRelay } from './logs.ts';
 import { AssetStaging } from './staging.ts';
 import { TaskNodes, type TaskLink } from './task-nodes.ts';
 
@@ -35,6 +37,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
   instances.onNodeLapsed((node) => {
     void taskNodes?.lapsed(node.cluster_id, node.id).catch((error) => log.error({ clusterId: node.cluster_id, err: error }, 'could not hand the cluster\'s tasks to another node'));
   });
+  const logs = new LogRelay();
 
   function serve(ws: WebSocket, clusterId: string) {
     const send = (message: ControlMessage) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(message));
@@ -71,6 +74,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       if (ws.readyState !== ws.OPEN) return closed();
       log.info({ clusterId, nodeId: node.id, node: message.node, runtime: message.runtime, agentVersion: message.agentVersion, instances: message.instances.length }, 'agent connected');
       staging.linked(node.id, send);
+      logs.linked(clusterId, node.id, send);
       taskLink = { nodeId: node.id, cluster, channel: { sendTasks: (desired: string[], specs: TaskSpec[]) => send({ type: 'tasks', desired, specs }) } };
       await taskNodes?.linked(taskLink, message.tasks ?? []);
     }
@@ -107,6 +111,8 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
         if (taskLink && taskNodes?.holds(taskLink)) await tasks?.report(clusterId, message.report);
       } else if (message.type === 'staged') {
         staging.staged(message.requestId, message.error);
+      } else if (message.type === 'log-lines') {
+        logs.received(node.id, message);
       }
     }
 
@@ -120,6 +126,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       instances.agentDisconnected(node.id, channel);
       if (taskLink) taskNodes?.unlinked(taskLink);
       staging.unlinked(node.id, send);
+      logs.unlinked(node.id, send);
       log.info({ clusterId, nodeId: node.id }, 'agent disconnected');
     }
     ws.on('close', closed);
@@ -128,6 +135,9 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
   return {
     /** Puts a request's input assets in place on the instance's host (the agent of its node fetches them). */
     stage: (_clusterId: string, request: Omit<StageRequest, 'type'>) => staging.stage(instances.nodeOf(request.instanceId), request),
+
+    /** Instances' logs, from the agents that keep them. */
+    logs,
 
     /** Handles GET /v1/agents/link upgrades: 401 problem before the upgrade unless the credential is a cluster's. */
     async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer) {

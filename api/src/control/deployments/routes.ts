@@ -40,8 +40,8 @@ export function deploymentRoutes(deployments: DeploymentsService) {
       method: 'DELETE', path: versionPath, summary: 'Undeploy a version (graceful=true drains in-flight requests)', tag, access: deploy,
       params: versionParams, query: deleteDeploymentQuery,
       responses: { 200: { description: 'The version, now INACTIVE', schema: functionResponse } },
-      handle: async ({ principal, params }) => ({
-        body: { function: await deployments.remove(principal, params.functionId, params.functionVersionId) },
+      handle: async ({ principal, params, query }) => ({
+        body: { function: await deployments.remove(principal, params.functionId, params.functionVersionId, { graceful: query.graceful === 'true' }) },
       }),
     }),
     route({

@@ -14,7 +14,8 @@ import type { DeploymentRow, DeploymentsRepo } from './repo.ts';
 import type { CreateDeployment, Deployment, GpuSpecification, HealthInfo, PatchGpuSpecification, UpdateDeployment } from './schema.ts';
 
 /** Told whenever a version's deployment is created, changed or removed. */
-export type DeploymentListener = (versionId: string) => void;
+/** `drain`: an undeploy that lets the version's running requests finish before its instances stop. */
+export type DeploymentListener = (versionId: string, change?: { drain: boolean }) => void;
 
 export function createDeploymentsService(
   repo: DeploymentsRepo,
@@ -24,7 +25,7 @@ export function createDeploymentsService(
   now: () => Date = () => new Date(),
 ) {
   const listeners: DeploymentListener[] = [];
-  const changed = (versionId: string) => listeners.forEach((listener) => listener(versionId));
+  const changed = (versionId: string, change?: { drain: boolean }) => listeners.forEach((listener) => listener(versionId, change));
   /** Why a version is not (fully) running, from placement (wired once the execution plane exists). */
   let healthOf: (versionId: string) => HealthInfo[] | undefined = () => undefined;
 
@@ -197,12 +198,15 @@ export function createDeploymentsService(
       return spec;
     },
 
-    /** Both graceful and immediate removal end with the version INACTIVE; draining is the execution plane's. */
-    async remove(principal: Principal, functionId: string, versionId: string): Promise<FunctionRecord> {
+    /**
+     * Both graceful and immediate removal make the version INACTIVE at once (its waiting requests move to
+     * another version or end); `graceful` keeps its instances until their running requests end.
+     */
+    async remove(principal: Principal, functionId: string, versionId: string, options: { graceful: boolean } = { graceful: false }): Promise<FunctionRecord> {
       const row = await requireByVersion(principal, functionId, versionId);
       await repo.delete(row.deployment_id);
       await functions.setStatus(versionId, 'INACTIVE');
-      changed(versionId);
+      changed(versionId, { drain: options.graceful });
       return functions.get(principal, functionId, versionId);
     },
   };

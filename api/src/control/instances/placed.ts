@@ -137,8 +137,11 @@ export class PlacedInstances {
     await this.#repo.update(row.instance_id, { desired: 0, updated_at: at });
   }
 
-  /** Instances gone for good leave; those whose specification left their deployment (or that lost it) stop. */
-  async dropFinished(deployed: Map<string, DeploymentRow>, at: string): Promise<void> {
+  /**
+   * Instances gone for good leave; those whose specification left their deployment (or that lost it) stop,
+   * but for those of a version `draining` (undeployed gracefully, requests still running on it).
+   */
+  async dropFinished(deployed: Map<string, DeploymentRow>, at: string, draining: (versionId: string) => boolean = () => false): Promise<void> {
     for (const row of [...this.#rows.values()]) {
       if (finished(row, at)) {
         this.#rows.delete(row.instance_id);
@@ -146,7 +149,7 @@ export class PlacedInstances {
         continue;
       }
       const specs = deployed.get(row.version_id)?.specs ?? [];
-      if (row.desired === 1 && !specs.some((spec) => spec.gpuSpecificationId === row.gpu_spec_id)) await this.stop(row, at);
+      if (row.desired === 1 && !specs.some((spec) => spec.gpuSpecificationId === row.gpu_spec_id) && !draining(row.version_id)) await this.stop(row, at);
     }
   }
 
@@ -160,8 +163,9 @@ export class PlacedInstances {
     if (!row || row.cluster_id !== node.clusterId || (row.node_id !== null && row.node_id !== node.id)) return false;
     if (row.state === 'LOST' && !ENDED.has(report.state)) return false;
     const endpoint = report.endpoint ?? row.endpoint;
-    if (row.node_id !== null && row.state === report.state && row.restarts === report.restarts && sameEndpoint(row.endpoint, endpoint)) return false;
-    const changes = { state: report.state, restarts: report.restarts, endpoint, message: report.message ?? null, node_id: node.id, updated_at: at };
+    const message = report.message ?? null;
+    if (row.node_id !== null && row.state === report.state && row.restarts === report.restarts && row.message === message && sameEndpoint(row.endpoint, endpoint)) return false;
+    const changes = { state: report.state, restarts: report.restarts, endpoint, message, node_id: node.id, updated_at: at };
     Object.assign(row, changes);
     await this.#repo.update(row.instance_id, changes);
     return true;

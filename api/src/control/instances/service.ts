@@ -87,6 +87,8 @@ export interface InstancesOptions {
 }
 
 const DEFAULT_IDLE_BEFORE_ZERO_MS = 300_000;
+/** The longest a graceful undeploy keeps a version's instances for its running requests. */
+export const DRAIN_MAX_MS = 600_000;
 
 type Listener<T extends unknown[]> = (...args: T) => void;
 
@@ -98,6 +100,8 @@ export class InstancesService {
   readonly #agents = new AgentLinks();
   readonly #leases: NodeLeases;
   readonly #demand = new Demand();
+  /** Versions undeployed gracefully → until when (ms) their instances wait for their running requests. */
+  readonly #draining = new Map<string, number>();
   readonly #unplaced: UnplacedReasons;
   readonly #desiredSet: ReturnType<typeof createSpecBuilder>;
   readonly #readyListeners: Listener<[string, ReadyInstance[]]>[] = [];
@@ -205,6 +209,19 @@ export class InstancesService {
    */
   setDemand(versionId: string, count: number): void {
     if (this.#demand.set(versionId, count, this.#now().getTime()) && !this.#placed.hasVersion(versionId)) void this.reconcile();
+    else if (count === 0 && this.#draining.has(versionId)) void this.reconcile(); // drained: its instances may stop
+  }
+
+  /** A graceful undeploy: the version's instances stay until its running requests end, DRAIN_MAX_MS at most. */
+  drain(versionId: string): void {
+    this.#draining.set(versionId, this.#now().getTime() + DRAIN_MAX_MS);
+  }
+
+  #drains(versionId: string): boolean {
+    const until = this.#draining.get(versionId);
+    if (until !== undefined && until > this.#now().getTime() && this.#demand.waiting(versionId)) return true;
+    this.#draining.delete(versionId);
+    return false;
   }
 
   /** Stops an instance and lets placement start a fresh one in its place (a session ended by sign-out). */
@@ -275,7 +292,7 @@ export class InstancesService {
       clusters: new Map(world.clusters.map((cluster) => [cluster.id, cluster])),
     };
     this.#backends = new Map(world.clusters.map((cluster) => [cluster.id, cluster.group_name]));
-    await this.#placed.dropFinished(context.deployed, world.at.toISOString());
+    await this.#placed.dropFinished(context.deployed, world.at.toISOString(), (versionId) => this.#drains(versionId));
     await this.#assignWaiting(world.at.toISOString());
     this.#demand.keepOnly(context.deployed);
     const { desired, idleBeforeZeroMs } = this.#options;
