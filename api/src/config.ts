@@ -133,6 +133,11 @@ export const configSchema = z.object({
   compute: z.object({
     /** Runs placement and takes agent links; with several API replicas exactly one does (the others: false). */
     placement: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
+    /**
+     * How long an agent's lease lasts without an answer over its link (pinged three times per lease): once
+     * it lapses, the node's instances are LOST and placed on other nodes (docs/scale-out.md, "Hosts").
+     */
+    agentLeaseMs: z.coerce.number().int().min(300).max(600_000).default(30_000),
     /** `svc serve` runs a worker agent for the local cluster in its own process, linked over loopback. */
     inProcessAgent: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
     agent: agentSettingsSchema.prefault({}),
@@ -192,6 +197,7 @@ export const envSettings: Record<string, string> = {
   SVC_ADMIN_SIGNING_KEY_FILE: 'admin.signingKeyFile',
   SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
   SVC_PLACEMENT: 'compute.placement',
+  SVC_AGENT_LEASE_MS: 'compute.agentLeaseMs',
   ...Object.fromEntries(Object.entries(natsEnvSettings).map(([name, setting]) => [name, `invocation.${setting}`])),
   SVC_ASSET_MAX_BYTES: 'assets.maxBytes',
   SVC_ASSET_URL_SECONDS: 'assets.urlSeconds',

@@ -11,6 +11,7 @@ import { healthRoutes } from './control/health/routes.ts';
 import { createHealthService } from './control/health/service.ts';
 import { createSettingsRepo } from './control/installation/repo.ts';
 import { ensureLocalCluster, ensureSealedSecret, loadBootstrapSecret, loadSecretBox } from './control/installation/service.ts';
+import { createNodesRepo } from './control/clusters/nodes.ts';
 import { createClustersRepo } from './control/clusters/repo.ts';
 import { clusterRoutes } from './control/clusters/routes.ts';
 import { createClustersService } from './control/clusters/service.ts';
@@ -146,7 +147,8 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       repo: keysRepo, accounts, tokenKey, serviceId: config.keys.serviceId, defaultAccountId: account.ncaId,
       tokenLifetimeSeconds: config.keys.tokenLifetimeSeconds, spendBootstrap: bootstrap.spend, now,
     });
-    const clusters = createClustersService(createClustersRepo(store.db, log), now);
+    const nodesRepo = createNodesRepo(store.db, log);
+    const clusters = createClustersService(createClustersRepo(store.db, log), nodesRepo, now);
     const localCluster = config.compute.localCluster.enabled
       ? await ensureLocalCluster(settings, clusters, box, { ...config.compute.localCluster, ncaId: account.ncaId, now: startedAt })
       : undefined;
@@ -185,7 +187,8 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     metrics.watchHealth(() => health.report());
 
     const instances = new InstancesService({
-      repo: createInstancesRepo(store.db), deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
+      repo: createInstancesRepo(store.db), nodes: nodesRepo, leaseMs: config.compute.agentLeaseMs,
+      deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
       desired: autoscaler.desiredCounts, places: config.compute.placement, metricsRegistry: metrics.registry, instanceLimits: accounts.instanceLimits,
     });
     autoscaler.onApplied(() => void instances.reconcile());

@@ -8,13 +8,19 @@
 // Tasks ride the same link: hello carries the task runner's reports, `tasks` messages its desired set,
 // and each task report goes up as a `task` message. `logs` requests are answered from the instances' kept
 // output (output-logs.ts), followed until `logs-stop` or the link's end.
+// Hello names this agent's node (agents sharing a cluster credential are each a node) and the lease it
+// held; a welcome granting another lease (a newer generation: the old one lapsed, and the control plane
+// has placed this node's instances elsewhere) makes the agent stop every instance it still runs before
+// it takes the new desired set (fencing).
 import { WebSocket, type ClientOptions, type RawData } from 'ws';
 import type { Logger } from '../logger.ts';
 import type { Agent } from './agent.ts';
 import { serveLogs, type OutputLogs } from './output-logs.ts';
 import type { TaskRunner } from './task-runner.ts';
 import { backoffDelay, type BackoffSettings } from './backoff.ts';
-import { AGENT_LINK_PATH, controlMessageSchema, decodeMessage, type AgentMessage, type ControlMessage, type GpuOffer, type StageRequest } from './protocol.ts';
+import {
+  AGENT_LINK_PATH, controlMessageSchema, decodeMessage, type AgentMessage, type ControlMessage, type GpuOffer, type LeaseHeld, type StageRequest,
+} from './protocol.ts';
 
 export interface AgentLinkOptions {
   /** Base URL of the platform, e.g. http://127.0.0.1:8080 or https://gateway.example:443. */
@@ -39,6 +45,8 @@ export interface AgentLinkOptions {
   onWelcome?(welcome: Extract<ControlMessage, { type: 'welcome' }>): void;
   /** Why instances here run without isolation (said in hello), when they do. */
   unisolated?: string;
+  /** This agent's node name within its cluster (said in hello); the control plane's default when absent. */
+  node?: string;
   /** The instances' kept output, for `logs` requests; without it they are answered with no lines. */
   outputs?: OutputLogs;
 }
@@ -59,6 +67,8 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
   let closed = false;
   let attempt = 0;
   let retryTimer: NodeJS.Timeout | undefined;
+  /** The lease the last welcome granted: said in the next hello, compared with the next welcome's. */
+  let lease: LeaseHeld | undefined;
 
   const send = (message: AgentMessage) => {
     if (open && socket?.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
@@ -87,6 +97,7 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
         type: 'hello', agentVersion: options.agentVersion, runtime: options.agent.runtimeName, gpus: options.gpus,
         instances: options.agent.reports(), ...(options.tasks ? { tasks: options.tasks.reports() } : {}),
         ...(options.unisolated ? { unisolated: options.unisolated } : {}),
+        ...(options.node ? { node: options.node } : {}), ...(lease ? { lease } : {}),
       });
       pingTimer = setInterval(() => {
         if (!alive) return ws.terminate();
@@ -124,13 +135,23 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
     });
   }
 
+  /** A lease other than the one held: what runs here belongs to a generation the control plane has replaced. */
+  function fence(granted: LeaseHeld): void {
+    const stale = lease !== undefined && (lease.nodeId !== granted.nodeId || lease.generation !== granted.generation);
+    lease = { nodeId: granted.nodeId, generation: granted.generation };
+    if (!stale) return;
+    log.warn({ generation: granted.generation }, 'this node\'s lease lapsed while it was away: stopping the instances of the old generation');
+    options.agent.applyDesired([]);
+  }
+
   function receive(text: string): void {
     const decoded = decodeMessage(controlMessageSchema, text);
     if ('error' in decoded) return log.warn({ reason: decoded.error }, 'agent link: a message that does not decode was ignored');
     const message = decoded.message;
     if (message.type === 'welcome') {
       attempt = 0; // accepted: after a later drop, back-off starts over
-      log.info({ clusterId: message.clusterId, clusterName: message.clusterName }, 'agent link welcomed');
+      log.info({ clusterId: message.clusterId, clusterName: message.clusterName, node: message.lease?.name, generation: message.lease?.generation }, 'agent link welcomed');
+      if (message.lease) fence(message.lease);
       options.onWelcome?.(message);
     } else if (message.type === 'desired') {
       options.agent.applyDesired(message.instances);

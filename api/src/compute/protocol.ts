@@ -215,6 +215,28 @@ export type LogLine = z.infer<typeof logLineSchema>;
 export type LogsRequest = z.infer<typeof logsRequestSchema>;
 export type LogLinesMessage = z.infer<typeof logLinesSchema>;
 
+// Nodes and leases (docs/scale-out.md, "Hosts"): agents sharing a cluster credential each say their node
+// name; the welcome grants the node a lease, renewed by every answer the agent gives over the link (the
+// control plane pings it a few times per lease). A lease that lapses makes the node's instances LOST and
+// they are placed elsewhere; the next welcome then carries a newer generation, and an agent that held an
+// older one stops every instance it still runs (fencing). All optional: an agent without them is node
+// `default` of its cluster.
+const leaseHeldSchema = z.object({ nodeId: z.string(), generation: z.number().int() });
+const leaseGrantSchema = z.object({
+  nodeId: z.string(),
+  name: z.string(),
+  /** Grows each time the lease is granted after it lapsed. */
+  generation: z.number().int(),
+  /** How long the lease lasts without an answer from the agent. */
+  leaseMs: z.number().int().positive(),
+});
+const helloNode = {
+  /** The node name, unique within the cluster (default: the host name); absent: `default`. */
+  node: z.string().min(1).max(253).optional(),
+  /** The lease this agent held before this link, if any. */
+  lease: leaseHeldSchema.optional(),
+};
+
 export const agentMessageSchema = z.discriminatedUnion('type', [
   z.object({
     type: z.literal('hello'), agentVersion: z.string(), runtime: z.string(), gpus: z.array(gpuOfferSchema),
@@ -224,6 +246,7 @@ export const agentMessageSchema = z.discriminatedUnion('type', [
      * cluster's own account may run them; absent when they are isolated.
      */
     unisolated: z.string().optional(),
+    ...helloNode,
   }),
   z.object({ type: z.literal('instance'), report: instanceReportSchema }),
   z.object({ type: z.literal('progress'), progress: progressReportSchema }),
@@ -235,7 +258,7 @@ export const agentMessageSchema = z.discriminatedUnion('type', [
 
 export const controlMessageSchema = z.discriminatedUnion('type', [
   /** ncaId: the account that owns the cluster (the only one an agent without isolation runs). */
-  z.object({ type: z.literal('welcome'), clusterId: z.string(), clusterName: z.string(), ncaId: z.string() }),
+  z.object({ type: z.literal('welcome'), clusterId: z.string(), clusterName: z.string(), ncaId: z.string(), lease: leaseGrantSchema.optional() }),
   z.object({ type: z.literal('desired'), instances: z.array(instanceSpecSchema) }),
   /**
    * The whole desired set of tasks by id, like `desired`; `specs` carries only the specs this link has not
@@ -262,6 +285,8 @@ export type TaskSpec = z.infer<typeof taskSpecSchema>;
 export type TaskRunState = (typeof taskRunStates)[number];
 export type TaskReport = z.infer<typeof taskReportSchema>;
 export type StageRequest = z.infer<typeof stageSchema>;
+export type LeaseHeld = z.infer<typeof leaseHeldSchema>;
+export type LeaseGrant = z.infer<typeof leaseGrantSchema>;
 export type AgentMessage = z.infer<typeof agentMessageSchema>;
 export type ControlMessage = z.infer<typeof controlMessageSchema>;
 

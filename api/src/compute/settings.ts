@@ -30,6 +30,8 @@ export const agentSettingsSchema = z.object({
   stateDir: z.string().optional(),
   /** Image catalog of the process runtime. */
   imageCatalog: z.string().default(DEFAULT_IMAGE_CATALOG),
+  /** This agent's node name within its cluster (agents sharing a cluster credential need different ones); default the host name. */
+  nodeName: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/, 'expected letters, digits, ., - or _ (up to 253)').optional(),
   /** Address the invocation plane reaches this agent's instances at. */
   advertiseHost: z.string().min(1).default('127.0.0.1'),
   /** UDP pool for STREAMING media (spec 4.6), split into blocks per instance. */
@@ -96,6 +98,7 @@ export const agentEnvSettings: Record<string, keyof AgentSettings> = {
   SVC_AGENT_RUNTIME: 'runtime',
   SVC_AGENT_STATE_DIR: 'stateDir',
   SVC_AGENT_IMAGE_CATALOG: 'imageCatalog',
+  SVC_AGENT_NODE_NAME: 'nodeName',
   SVC_AGENT_ADVERTISE_HOST: 'advertiseHost',
   SVC_AGENT_UDP_PORT_RANGE: 'udpPortRange',
   SVC_AGENT_UDP_PORTS_PER_INSTANCE: 'udpPortsPerInstance',

@@ -2,6 +2,7 @@
 // `svc serve` runs in-process (linking to itself over loopback, or, without `link`, handing the bare
 // agent to the caller).
 import { createHash } from 'node:crypto';
+import { hostname } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '../logger.ts';
@@ -93,7 +94,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   });
   const server = options.link;
   const link = server && connectAgentLink({
-    ...server, agent, tasks, outputs, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log, unisolated,
+    ...server, agent, tasks, outputs, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log, unisolated, node: options.settings.nodeName ?? hostname(),
     stage: (request) => stageAssets(agent.outputDirOf(request.instanceId), request, httpAssetFetcher(server)),
     onWelcome: (welcome) => { owner = welcome.ncaId; },
   });

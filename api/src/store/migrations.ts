@@ -169,5 +169,26 @@ export function foundationMigrations(dialect: 'sqlite' | 'postgres'): Record<str
         await db.schema.alterTable('clusters').addColumn('unisolated_reason', 'text').execute();
       },
     },
+    '0010_hosts': {
+      async up(db: Kysely<any>) {
+        // One row per agent (node) of a cluster; its lease is the placement process's, mirrored here for
+        // every replica's cluster status. Instances placed before this migration have no node: the first
+        // node of their cluster that reports them adopts them.
+        await db.schema.createTable('nodes')
+          .addColumn('id', 'text', (c) => c.primaryKey())
+          .addColumn('cluster_id', 'text', (c) => c.notNull())
+          .addColumn('name', 'text', (c) => c.notNull())
+          .addColumn('gpus', 'text', (c) => c.notNull())
+          .addColumn('agent_version', 'text', (c) => c.notNull())
+          .addColumn('generation', 'integer', (c) => c.notNull())
+          .addColumn('linked', 'integer', (c) => c.notNull())
+          .addColumn('lease_expires_at', 'text')
+          .addColumn('created_at', 'text', (c) => c.notNull())
+          .addColumn('updated_at', 'text', (c) => c.notNull())
+          .addUniqueConstraint('nodes_name_per_cluster', ['cluster_id', 'name'])
+          .execute();
+        await db.schema.alterTable('instances').addColumn('node_id', 'text').execute();
+      },
+    },
   };
 }

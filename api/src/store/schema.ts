@@ -138,6 +138,27 @@ export interface InstancesTable {
   endpoint: string | null;
   restarts: number;
   message: string | null;
+  /** The node (agent) of its cluster that runs it; null until one is chosen or adopts it. */
+  node_id: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** One agent of a cluster: agents sharing a cluster credential each register a node by name. */
+export interface NodesTable {
+  id: string;
+  cluster_id: string;
+  /** The agent's node name (its host name unless configured), unique within the cluster. */
+  name: string;
+  /** GpuOffer JSON the agent detected, as its last hello said. */
+  gpus: string;
+  agent_version: string;
+  /** Grows each time the node's lease is granted anew after it lapsed: the agent's instances of an older one are stopped. */
+  generation: number;
+  /** 1 while an agent link of this node is open (as the placement process last wrote it). */
+  linked: number;
+  /** When its lease ends unless renewed over the link; null before its first link. */
+  lease_expires_at: string | null;
   created_at: string;
   updated_at: string;
 }
@@ -174,5 +195,6 @@ export interface Database {
   registry_credentials: RegistryCredentialsTable;
   clusters: ClustersTable;
   instances: InstancesTable;
+  nodes: NodesTable;
   invocations: InvocationsTable;
 }

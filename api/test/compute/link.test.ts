@@ -1,6 +1,7 @@
 // The agent's end of the link against a plain ws server playing the control plane's documented messages
 // (welcome, desired): credential and Host on the upgrade, hello with GPUs and reports, reconnect after a
-// refusal and after the control plane goes away, resync without duplicate instances.
+// refusal and after the control plane goes away, resync without duplicate instances; the node name and
+// the lease in hello, and a welcome of another lease generation stopping what runs (fencing).
 import assert from 'node:assert/strict';
 import type { IncomingMessage } from 'node:http';
 import http from 'node:http';
@@ -59,7 +60,7 @@ class ControlPlaneStandIn {
 }
 
 describe('agent link', () => {
-  const { log } = captureLog();
+  const { log, lines } = captureLog();
   let state: Awaited<ReturnType<typeof tempDir>>;
   let agent: Agent;
   let link: AgentLink | undefined;
@@ -130,5 +131,38 @@ describe('agent link', () => {
 
     await link.close();
     assert.equal(link.connected, false);
+  });
+
+  test('hello says the node and the lease it held; a welcome of the same generation keeps what runs, another stops it (fencing)', async () => {
+    const [before, after] = [instanceSpec('local/echo'), instanceSpec('local/echo')];
+    let generation = 1;
+    control.onHello = (send) => {
+      send({ type: 'welcome', clusterId: 'cluster-1', clusterName: 'local', ncaId: 'nca-test', lease: { nodeId: 'node-1', name: 'host-a', generation, leaseMs: 30_000 } });
+      send({ type: 'desired', instances: [generation === 1 ? before : after] });
+    };
+    const first = control.messages.length;
+    const reportsOn = (connection: number, instanceId: string) =>
+      (control.messages[connection] ?? []).flatMap((m) => (m.type === 'instance' && m.report.instanceId === instanceId ? [m.report.state] : []));
+    link = connectAgentLink({
+      server: `http://127.0.0.1:${control.port}`, credential: 'svcagent-secret', agent, gpus, agentVersion: '9.9.9', log,
+      reconnect: { initialMs: 50, maxMs: 200 }, node: 'host-a',
+    });
+    await eventually(() => reportsOn(first, before.instanceId).includes('RUNNING') || undefined, 'RUNNING under generation 1');
+    const hello = control.messages[first][0];
+    assert.deepEqual(hello.type === 'hello' && [hello.node, hello.lease], ['host-a', undefined], 'a first hello holds no lease');
+
+    control.socket!.terminate();
+    const again = await eventually(() => control.messages[first + 1]?.[0], 'hello after a dropped connection');
+    assert.deepEqual(again.type === 'hello' && [again.node, again.lease], ['host-a', { nodeId: 'node-1', generation: 1 }]);
+    assert.deepEqual(again.type === 'hello' && again.instances.map((report) => [report.instanceId, report.state]), [[before.instanceId, 'RUNNING']]);
+
+    generation = 2;
+    control.socket!.terminate();
+    await eventually(() => reportsOn(first + 2, before.instanceId).includes('STOPPED') || undefined, 'the old generation\'s instance stopped');
+    await eventually(() => reportsOn(first + 2, after.instanceId).includes('RUNNING') || undefined, 'the new desired set running');
+    assert.deepEqual(reportsOn(first + 1, before.instanceId), [], 'the same generation stopped nothing');
+    assert.ok(lines.some((line) => line.includes('stopping the instances of the old generation')));
+
+    await link.close();
   });
 });

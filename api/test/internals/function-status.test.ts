@@ -12,7 +12,7 @@ const spec = (minInstances: number): GpuSpecification => ({
 });
 const instance = (state: string, restarts = 0): InstanceRow => ({
   instance_id: `i-${state}-${restarts}`, nca_id: 'a', function_id: 'f', version_id: 'v', cluster_id: 'c', gpu_spec_id: 's', gpu: 'L40',
-  instance_type: 'x', state, desired: 1, endpoint: null, restarts, message: null, created_at: '', updated_at: '',
+  instance_type: 'x', state, desired: 1, endpoint: null, restarts, message: null, node_id: null, created_at: '', updated_at: '',
 });
 const facts = (ready: number, options: Partial<StatusFacts> = {}): StatusFacts => ({ minimum: 2, target: 2, ready, failing: false, ...options });
 

@@ -4,10 +4,11 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import type { InstanceSpec } from '../../src/compute/protocol.ts';
+import type { NodeRow } from '../../src/control/clusters/nodes.ts';
 import type { ClusterRow } from '../../src/control/clusters/repo.ts';
 import type { GpuSpecification } from '../../src/control/deployments/schema.ts';
 import { AgentLinks, fingerprintOf, type AgentChannel } from '../../src/control/instances/agents.ts';
-import { chooseCluster, victimsOf, type ClusterUse } from '../../src/control/instances/choose.ts';
+import { capacityOf, chooseCluster, chooseNode, victimsOf, type ClusterUse } from '../../src/control/instances/choose.ts';
 import { PlacedInstances } from '../../src/control/instances/placed.ts';
 import { readyOf } from '../../src/control/instances/ready.ts';
 import { createInstancesRepo, type InstanceRow } from '../../src/control/instances/repo.ts';
@@ -26,11 +27,15 @@ const cluster = (id: string, fields: Partial<ClusterRow> = {}): ClusterRow => ({
 });
 const instance = (id: string, fields: Partial<InstanceRow> = {}): InstanceRow => ({
   instance_id: id, nca_id: 'acct', function_id: 'f', version_id: 'v', cluster_id: 'c1', gpu_spec_id: 's1', gpu: 'L40',
-  instance_type: 'x', state: 'RUNNING', desired: 1, endpoint: null, restarts: 0, message: null,
+  instance_type: 'x', state: 'RUNNING', desired: 1, endpoint: null, restarts: 0, message: null, node_id: null,
   created_at: '2026-01-01T00:00:00.000Z', updated_at: '2026-01-01T00:00:00.000Z', ...fields,
 });
 const use = (held: Record<string, number>, connected: string[] = []): ClusterUse => ({
   held: (clusterId) => held[clusterId] ?? 0, load: (clusterId) => held[clusterId] ?? 0, connected: (clusterId) => connected.includes(clusterId),
+  capacity: capacityOf,
+});
+const node = (id: string, gpus: NodeRow['gpus'] = [], fields: Partial<NodeRow> = {}): NodeRow => ({
+  id, cluster_id: 'c1', name: id, gpus, agent_version: '0.1.0', generation: 1, linked: 1, lease_expires_at: null, created_at: '', updated_at: '', ...fields,
 });
 const noQuota = { held: 0, limit: Number.POSITIVE_INFINITY };
 
@@ -90,7 +95,10 @@ test('scaling down: not ready first, then idle, those in a session last; the you
 
 test('desired sets: compared by fingerprint, so an unchanged set is neither built nor sent; a new link gets the whole set', async () => {
   const sent: { to: string; ids: string[] }[] = [];
-  const channel = (to: string): AgentChannel => ({ sendDesired: (specs) => void sent.push({ to, ids: specs.map((spec) => spec.instanceId) }) });
+  const closed: string[] = [];
+  const channel = (to: string): AgentChannel => ({
+    sendDesired: (specs) => void sent.push({ to, ids: specs.map((spec) => spec.instanceId) }), close: () => void closed.push(to),
+  });
   const held = new Map([['c1', [instance('i1'), instance('i2')]], ['c2', [] as InstanceRow[]]]);
   let built = 0;
   const build = async (rows: InstanceRow[]) => {
@@ -109,10 +117,13 @@ test('desired sets: compared by fingerprint, so an unchanged set is neither buil
 
   held.set('c1', [instance('i2')]);
   assert.equal(links.connect('c1', channel('second')), true, 'a reconnect replaces the older link');
-  links.disconnect('c1', first);
+  assert.equal(links.disconnect('c1', first), false, 'the stale link\'s disconnect leaves the new one');
   await push();
   assert.deepEqual(sent.slice(2), [{ to: 'second', ids: ['i2'] }]);
-  assert.equal(links.connected('c1'), true, 'the stale link\'s disconnect leaves the new one');
+  links.drop('c1');
+  assert.deepEqual(closed, ['second'], 'a lapsed lease ends the node\'s link');
+  await push();
+  assert.equal(sent.length, 3, 'nothing more goes to a dropped link');
   assert.equal(fingerprintOf([instance('a'), instance('b')]) === fingerprintOf([instance('b'), instance('a')]), false);
 });
 
@@ -152,9 +163,11 @@ test('instances held: a restart forgets what agents said; reports fold in once; 
     [['running', 'PENDING', null], ['stopped', 'PENDING', null], ['orphan', 'PENDING', null]]);
 
   const report = { instanceId: 'running', functionVersionId: 'v', state: 'RUNNING' as const, restarts: 0, endpoint, updatedAt: 't1' };
-  assert.equal(await placed.apply('c2', report, 't1'), false, 'another cluster\'s report');
-  assert.equal(await placed.apply('c1', report, 't1'), true);
-  assert.equal(await placed.apply('c1', report, 't2'), false, 'nothing changed');
+  assert.equal(await placed.apply({ id: 'n2', clusterId: 'c2' }, report, 't1'), false, 'another cluster\'s report');
+  assert.equal(await placed.apply({ id: 'n1', clusterId: 'c1' }, report, 't1'), true, 'adopted by the node that reports it');
+  assert.equal(placed.get('running')?.node_id, 'n1');
+  assert.equal(await placed.apply({ id: 'n1', clusterId: 'c1' }, report, 't2'), false, 'nothing changed');
+  assert.equal(await placed.apply({ id: 'n3', clusterId: 'c1' }, { ...report, restarts: 1 }, 't2'), false, 'another node of the cluster');
   assert.deepEqual(placed.get('running')?.endpoint, endpoint);
 
   const deployment = { deployment_id: 'd', function_id: 'f', version_id: 'v', nca_id: 'acct', created_at: '', updated_at: '', specs: [spec('s1')] };
@@ -162,4 +175,41 @@ test('instances held: a restart forgets what agents said; reports fold in once; 
   assert.deepEqual([...placed.all()].map((row) => [row.instance_id, row.desired]), [['running', 1], ['orphan', 0]]);
   assert.deepEqual((await repo.listAll()).map((row) => [row.instance_id, row.desired, row.state]), [['running', 1, 'RUNNING'], ['orphan', 0, 'RUNNING']]);
   assert.deepEqual([placed.countOn('c1'), placed.countOn('c1', 'L40'), placed.countOn('c1', 'H100'), placed.hasVersion('v')], [1, 1, 0, true]);
+});
+
+test('nodes: a new instance goes to the linked node with the most room, the least loaded on a tie; none without room', () => {
+  const counts: Record<string, number> = { a: 1, b: 0, c: 0 };
+  const linked = [node('a', [{ name: 'L40', capacity: 2, instanceTypes: [] }]), node('b', [{ name: 'L40', capacity: 2, instanceTypes: [] }])];
+  const nodeUse = { linked: () => linked, countOn: (nodeId: string) => counts[nodeId] ?? 0 };
+  assert.equal(chooseNode('c1', 'L40', nodeUse), 'b', 'b has two free, a one');
+  counts.b = 1;
+  assert.equal(chooseNode('c1', 'L40', nodeUse), 'a', 'equal room: the first listed');
+  counts.a = 2;
+  counts.b = 2;
+  assert.equal(chooseNode('c1', 'L40', nodeUse), null, 'both full');
+  assert.equal(chooseNode('c1', 'OTHER', nodeUse), 'a', 'a GPU the nodes give no count for: the least loaded (the cluster bounds it)');
+  assert.equal(chooseNode('c1', 'L40', { linked: () => [], countOn: () => 0 }), null, 'no linked node: the instance waits');
+});
+
+test('instances held: LOST with their node\'s lapsed lease, no longer desired; only their end is taken from a returning agent', async () => {
+  const repo = createInstancesRepo(store.db);
+  await repo.insert(instance('on-n1', { node_id: 'm1' }));
+  await repo.insert(instance('on-n2', { node_id: 'm2' }));
+  const placed = new PlacedInstances(repo);
+  await placed.load();
+  const lost = await placed.lose('m1', 't1');
+  assert.deepEqual(lost.map((row) => row.instance_id), ['on-n1']);
+  assert.deepEqual([placed.get('on-n1')?.state, placed.get('on-n1')?.desired, placed.countOnNode('m1'), placed.countOnNode('m2')], ['LOST', 0, 0, 1]);
+  const report = { instanceId: 'on-n1', functionVersionId: 'v', state: 'RUNNING' as const, restarts: 0, updatedAt: 't2' };
+  assert.equal(await placed.apply({ id: 'm1', clusterId: 'c1' }, report, 't2'), false, 'a LOST instance never runs again');
+  assert.equal(await placed.apply({ id: 'm1', clusterId: 'c1' }, { ...report, state: 'STOPPED' }, 't2'), true, 'its end is taken');
+  const deployed = new Map([['v', { deployment_id: 'd', function_id: 'f', version_id: 'v', nca_id: 'acct', created_at: '', updated_at: '', specs: [spec('s1')] }]]);
+  await placed.dropFinished(deployed, 't3');
+  assert.equal(placed.get('on-n1'), undefined, 'and then it is gone');
+
+  await placed.lose('m2', '2026-01-01T00:00:00.000Z');
+  await placed.dropFinished(deployed, '2026-01-01T00:59:00.000Z');
+  assert.equal(placed.get('on-n2')?.state, 'LOST', 'kept while its node may come back');
+  await placed.dropFinished(deployed, '2026-01-01T01:00:00.000Z');
+  assert.equal(placed.get('on-n2'), undefined, 'forgotten an hour later');
 });

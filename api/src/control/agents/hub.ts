@@ -1,8 +1,11 @@
-// The control plane's end of the agent link (compute/protocol.ts): authenticates a cluster's agent by
-// its credential, hands it the desired set, and feeds its reports to placement. One link per cluster;
-// a newer link replaces an older one. Tasks ride the same link: hello's task reports, `tasks` desired
-// sets and `task` reports go to the task scheduler when one is given. Logs are asked of agents through
-// `logs` (logs.ts: LogRelay).
+// The control plane's end of the agent link (compute/protocol.ts): authenticates an agent by its
+// cluster's credential, registers it as a node of that cluster (by the node name its hello says), hands
+// it its node's desired set, and feeds its reports to placement. Agents sharing a credential are each a
+// node; a newer link of the same node replaces an older one. Every answer over the link (a pong, any
+// message) renews the node's lease; the hub pings a few times per lease and drops a link that stops
+// answering. Tasks ride the same link, one node per cluster at a time (task-nodes.ts): hello's task
+// reports, `tasks` desired sets and `task` reports go to the task scheduler when one is given. Logs are
+// asked of the agents of a cluster's nodes through `logs` (logs.ts: LogRelay).
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -11,87 +14,127 @@ import { bearerOf } from '../../http/auth.ts';
 import { Problem, unauthorized } from '../../domain/problem.ts';
 import { rejectUpgrade } from '../../http/upgrade.ts';
 import type { Logger } from '../../logger.ts';
+import type { ClusterRow } from '../clusters/repo.ts';
 import type { ClustersService } from '../clusters/service.ts';
-import type { AgentChannel, InstancesService } from '../instances/service.ts';
+import { NodeRefused } from '../instances/leases.ts';
+import type { AgentChannel, InstancesService, NodeRef } from '../instances/service.ts';
 import type { TaskScheduler } from '../tasks/scheduler.ts';
 import { LogRelay } from './logs.ts';
 import { AssetStaging } from './staging.ts';
+import { TaskNodes, type TaskLink } from './task-nodes.ts';
 
 /** What the hub needs of the task plane. */
 export type TaskAgents = Pick<TaskScheduler, 'agentConnected' | 'agentDisconnected' | 'report'>;
 
-const HEARTBEAT_MS = 15_000;
 const HELLO_TIMEOUT_MS = 10_000;
+/** Pings per lease period: a link that misses one answer is dropped, the lease still has two to go. */
+const PINGS_PER_LEASE = 3;
 
 export function createAgentHub(clusters: ClustersService, instances: InstancesService, log: Logger, tasks?: TaskAgents) {
   const server = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
   const staging = new AssetStaging();
+  const taskNodes = tasks && new TaskNodes(tasks);
+  instances.onNodeLapsed((node) => {
+    void taskNodes?.lapsed(node.cluster_id, node.id).catch((error) => log.error({ clusterId: node.cluster_id, err: error }, 'could not hand the cluster\'s tasks to another node'));
+  });
   const logs = new LogRelay();
 
   function serve(ws: WebSocket, clusterId: string) {
     const send = (message: ControlMessage) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(message));
-    const channel: AgentChannel = { sendDesired: (desired) => send({ type: 'desired', instances: desired }) };
-    const taskChannel = { sendTasks: (desired: string[], specs: TaskSpec[]) => send({ type: 'tasks', desired, specs }) };
+    const channel: AgentChannel = {
+      sendDesired: (desired) => send({ type: 'desired', instances: desired }),
+      close: (reason) => ws.close(4410, reason),
+    };
+    let node: NodeRef | undefined;
+    let taskLink: TaskLink | undefined;
     let alive = true;
-    let greeted = false;
     const helloTimer = setTimeout(() => ws.close(4408, 'no hello'), HELLO_TIMEOUT_MS);
     const heartbeat = setInterval(() => {
       if (!alive) return ws.terminate();
       alive = false;
       ws.ping();
-      if (greeted) void clusters.recordAgentContact(clusterId).catch(() => {});
-    }, HEARTBEAT_MS);
-    ws.on('pong', () => {
+    }, Math.max(50, Math.floor(instances.leaseMs / PINGS_PER_LEASE)));
+    const answered = () => {
       alive = true;
-    });
+      if (node) instances.renew(node.id);
+    };
+    ws.on('pong', answered);
 
     ws.on('message', (data) => {
+      answered();
       const decoded = decodeMessage(agentMessageSchema, data.toString());
       if ('error' in decoded) return log.warn({ clusterId, reason: decoded.error }, 'agent sent a frame that does not decode; ignored');
       void handle(decoded.message).catch((error) => log.error({ clusterId, err: error }, 'agent message failed'));
     });
 
+    async function hello(message: Extract<AgentMessage, { type: 'hello' }>, cluster: ClusterRow) {
+      node = await instances.agentConnected(cluster, channel, message, (lease) => {
+        send({ type: 'welcome', clusterId, clusterName: cluster.name, ncaId: cluster.nca_id, lease });
+      });
+      if (ws.readyState !== ws.OPEN) return closed();
+      log.info({ clusterId, nodeId: node.id, node: message.node, runtime: message.runtime, agentVersion: message.agentVersion, instances: message.instances.length }, 'agent connected');
+      staging.linked(node.id, send);
+      logs.linked(clusterId, node.id, send);
+      taskLink = { nodeId: node.id, cluster, channel: { sendTasks: (desired: string[], specs: TaskSpec[]) => send({ type: 'tasks', desired, specs }) } };
+      await taskNodes?.linked(taskLink, message.tasks ?? []);
+    }
+
+    /** The hello being handled: what the agent says meanwhile (a report of a change) waits for it, in order. */
+    let greeting: Promise<void> | undefined;
+
+    async function admit(message: Extract<AgentMessage, { type: 'hello' }>) {
+      const cluster = await clusters.findById(clusterId);
+      if (!cluster) return void ws.close(4404, 'cluster deregistered');
+      await hello(message, cluster).catch((error) => {
+        // Refused, or the store failed: either way the agent learns it from the close (and links again).
+        if (error instanceof NodeRefused) log.warn({ clusterId, node: message.node, reason: error.message }, 'agent refused');
+        else log.error({ clusterId, node: message.node, err: error }, 'agent hello failed; its link is closed');
+        ws.close(error instanceof NodeRefused ? 4429 : 1011, error instanceof NodeRefused ? error.message.slice(0, 120) : 'hello failed');
+      });
+    }
+
     async function handle(message: AgentMessage) {
       if (message.type === 'hello') {
         clearTimeout(helloTimer);
-        greeted = true;
-        const cluster = await clusters.findById(clusterId);
-        if (!cluster) return ws.close(4404, 'cluster deregistered');
-        send({ type: 'welcome', clusterId, clusterName: cluster.name, ncaId: cluster.nca_id });
-        log.info({ clusterId, runtime: message.runtime, agentVersion: message.agentVersion, instances: message.instances.length }, 'agent connected');
-        staging.linked(clusterId, send);
-        logs.linked(clusterId, send);
-        await instances.agentConnected(cluster, channel, { gpus: message.gpus, instances: message.instances, unisolated: message.unisolated });
-        await tasks?.agentConnected(cluster, taskChannel, message.tasks ?? []);
-      } else if (!greeted) {
+        if (greeting) return log.warn({ clusterId }, 'agent said hello twice on one link; ignored');
+        greeting = admit(message);
+        return greeting;
+      }
+      await greeting;
+      if (!node) {
         log.warn({ clusterId, type: message.type }, 'agent spoke before hello; ignored');
       } else if (message.type === 'instance') {
-        await instances.report(clusterId, message.report);
+        await instances.report(node, message.report);
       } else if (message.type === 'progress') {
         instances.progress(clusterId, message.progress);
       } else if (message.type === 'task') {
-        await tasks?.report(clusterId, message.report);
+        if (taskLink && taskNodes?.holds(taskLink)) await tasks?.report(clusterId, message.report);
       } else if (message.type === 'staged') {
         staging.staged(message.requestId, message.error);
       } else if (message.type === 'log-lines') {
-        logs.received(clusterId, message);
+        logs.received(node.id, message);
       }
     }
 
-    ws.on('close', () => {
+    let released = false;
+    /** The link closed (also when it closed while hello was still being handled, once it has been). */
+    function closed() {
       clearTimeout(helloTimer);
       clearInterval(heartbeat);
-      instances.agentDisconnected(clusterId, channel);
-      tasks?.agentDisconnected(clusterId, taskChannel);
-      staging.unlinked(clusterId, send);
-      logs.unlinked(clusterId, send);
-      log.info({ clusterId }, 'agent disconnected');
-    });
+      if (!node || released) return;
+      released = true;
+      instances.agentDisconnected(node.id, channel);
+      if (taskLink) taskNodes?.unlinked(taskLink);
+      staging.unlinked(node.id, send);
+      logs.unlinked(node.id, send);
+      log.info({ clusterId, nodeId: node.id }, 'agent disconnected');
+    }
+    ws.on('close', closed);
   }
 
   return {
-    /** Puts a request's input assets in place on the instance's host (its cluster's agent fetches them). */
-    stage: (clusterId: string, request: Omit<StageRequest, 'type'>) => staging.stage(clusterId, request),
+    /** Puts a request's input assets in place on the instance's host (the agent of its node fetches them). */
+    stage: (_clusterId: string, request: Omit<StageRequest, 'type'>) => staging.stage(instances.nodeOf(request.instanceId), request),
 
     /** Instances' logs, from the agents that keep them. */
     logs,

@@ -1,5 +1,6 @@
 // Instances' logs, asked of the agents that keep them (compute/output-logs.ts) over their links: a `logs`
-// request per agent, answered by `log-lines` for its streamId (protocol.ts). The kept lines of every agent
+// request per agent (every linked node of the clusters asked), answered by `log-lines` for its streamId
+// (protocol.ts). The kept lines of every agent
 // asked are merged by time once each has caught up (or has not answered within HISTORY_TIMEOUT_MS: it is
 // left out), the tail applied to the whole; when following, new lines are passed on as they come until
 // the caller stops (`logs-stop`) or an agent's link ends (that agent's lines end with it).
@@ -27,10 +28,10 @@ export interface LogFollower {
 type Send = (message: ControlMessage) => unknown;
 
 interface Stream {
-  /** The agents asked, by cluster; only their answers count. */
+  /** The agents asked, by node; only their answers count. */
   asked: Set<string>;
-  received(clusterId: string, message: LogLinesMessage): void;
-  gone(clusterId: string): void;
+  received(nodeId: string, message: LogLinesMessage): void;
+  gone(nodeId: string): void;
 }
 
 /** Oldest first (stable within one instant), the last `tail` when given. */
@@ -40,27 +41,27 @@ function merged(lines: LogLine[], tail: number | undefined): LogLine[] {
 }
 
 export class LogRelay {
-  /** The current link of each cluster. */
-  readonly #links = new Map<string, Send>();
+  /** The current link of each node, and its cluster. */
+  readonly #links = new Map<string, { clusterId: string; send: Send }>();
   readonly #streams = new Map<string, Stream>();
 
-  linked(clusterId: string, send: Send): void {
-    this.#links.set(clusterId, send);
+  linked(clusterId: string, nodeId: string, send: Send): void {
+    this.#links.set(nodeId, { clusterId, send });
   }
 
-  unlinked(clusterId: string, send: Send): void {
-    if (this.#links.get(clusterId) !== send) return;
-    this.#links.delete(clusterId);
-    for (const stream of this.#streams.values()) if (stream.asked.has(clusterId)) stream.gone(clusterId);
+  unlinked(nodeId: string, send: Send): void {
+    if (this.#links.get(nodeId)?.send !== send) return;
+    this.#links.delete(nodeId);
+    for (const stream of this.#streams.values()) if (stream.asked.has(nodeId)) stream.gone(nodeId);
   }
 
   /** An agent's `log-lines`: for a stream it was asked for, else ignored. */
-  received(clusterId: string, message: LogLinesMessage): void {
+  received(nodeId: string, message: LogLinesMessage): void {
     const stream = this.#streams.get(message.streamId);
-    if (stream?.asked.has(clusterId)) stream.received(clusterId, message);
+    if (stream?.asked.has(nodeId)) stream.received(nodeId, message);
   }
 
-  /** The kept lines of the clusters given (those linked), merged, oldest first. */
+  /** The kept lines of the clusters given (their linked nodes), merged, oldest first. */
   read(clusterIds: string[], query: LogsQuery): Promise<LogLine[]> {
     return new Promise((resolve) => {
       const stop = this.#open(clusterIds, query, false, {
@@ -80,7 +81,8 @@ export class LogRelay {
 
   #open(clusterIds: string[], query: LogsQuery, follow: boolean, follower: LogFollower): () => void {
     const streamId = randomUUID();
-    const asked = new Set(clusterIds.filter((id) => this.#links.has(id)));
+    const clusters = new Set(clusterIds);
+    const asked = new Set([...this.#links].filter(([, link]) => clusters.has(link.clusterId)).map(([nodeId]) => nodeId));
     const waiting = new Set(asked);
     const history: LogLine[] = [];
     let caughtUp = false;
@@ -91,28 +93,28 @@ export class LogRelay {
       clearTimeout(timer);
       follower.onHistory(merged(history, query.tail));
     };
-    const settled = (clusterId: string) => {
-      waiting.delete(clusterId);
+    const settled = (nodeId: string) => {
+      waiting.delete(nodeId);
       if (!waiting.size) catchUp();
     };
     this.#streams.set(streamId, {
       asked,
-      received(clusterId, message) {
+      received(nodeId, message) {
         if (caughtUp) follower.onLines(message.lines);
         else history.push(...message.lines);
-        if (message.caughtUp) settled(clusterId);
+        if (message.caughtUp) settled(nodeId);
       },
-      gone(clusterId) {
-        asked.delete(clusterId);
-        settled(clusterId);
+      gone(nodeId) {
+        asked.delete(nodeId);
+        settled(nodeId);
       },
     });
-    for (const clusterId of asked) this.#links.get(clusterId)!({ type: 'logs', streamId, ...query, follow });
+    for (const nodeId of asked) this.#links.get(nodeId)!.send({ type: 'logs', streamId, ...query, follow });
     if (!waiting.size) queueMicrotask(catchUp);
     return () => {
       clearTimeout(timer);
       if (!this.#streams.delete(streamId) || !follow) return;
-      for (const clusterId of asked) this.#links.get(clusterId)?.({ type: 'logs-stop', streamId });
+      for (const nodeId of asked) this.#links.get(nodeId)?.send({ type: 'logs-stop', streamId });
     };
   }
 }

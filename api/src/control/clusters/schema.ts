@@ -49,6 +49,22 @@ export const updateClusterSchema = z.object({
   clusterGroupName: clusterName.optional(),
 });
 
+/** One agent of a cluster (agents sharing the cluster's credential are each a node). */
+export const clusterNodeSchema = z.object({
+  nodeId: z.string(),
+  /** The agent's node name (its host name unless configured). */
+  name: z.string(),
+  /** CONNECTED while its agent link is open and its lease runs. */
+  status: z.enum(['CONNECTED', 'DISCONNECTED']),
+  /** Grows each time its lease is granted after it lapsed (its instances were LOST and placed elsewhere). */
+  generation: z.number().int(),
+  /** When its lease ends unless the agent answers over the link. */
+  leaseExpiresAt: z.string().optional(),
+  agentVersion: z.string(),
+  /** GPUs its agent detected. */
+  gpus: z.array(z.object({ name: z.string(), capacity: z.number().int().optional() })),
+}).meta({ id: 'ClusterNode' });
+
 export const clusterSchema = z.object({
   clusterId: z.string(),
   clusterName: z.string(),
@@ -66,6 +82,8 @@ export const clusterSchema = z.object({
   status: z.enum(['REGISTERED', 'CONNECTED', 'DISCONNECTED']),
   nvcaLastConnected: z.string().optional(),
   k8sVersion: z.string().optional(),
+  /** Its agents, one per node. */
+  nodes: z.array(clusterNodeSchema).optional(),
   createdAt: z.string(),
 }).meta({ id: 'Cluster' });
 
@@ -98,4 +116,5 @@ export type Gpu = z.infer<typeof gpuSchema>;
 export type CreateCluster = z.infer<typeof createClusterSchema>;
 export type UpdateCluster = z.infer<typeof updateClusterSchema>;
 export type Cluster = z.infer<typeof clusterSchema>;
+export type ClusterNode = z.infer<typeof clusterNodeSchema>;
 export type ClusterGroup = z.infer<typeof clusterGroupSchema>;

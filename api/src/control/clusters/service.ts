@@ -5,13 +5,12 @@ import type { Principal } from '../../domain/principal.ts';
 import { conflict, forbidden, notFound } from '../../domain/problem.ts';
 import { isUniqueViolation } from '../../store/store.ts';
 import { hashSecret } from '../keys/key-format.ts';
+import { isLive, type NodeRow, type NodesRepo } from './nodes.ts';
 import type { ClusterRow, ClustersRepo } from './repo.ts';
-import type { Cluster, ClusterGroup, CreateCluster, Gpu, UpdateCluster } from './schema.ts';
+import type { Cluster, ClusterGroup, ClusterNode, CreateCluster, Gpu, UpdateCluster } from './schema.ts';
 
 export const AGENT_VERSION = '0.1.0';
 export const AGENT_CREDENTIAL_PREFIX = 'svcagent-';
-/** An agent heard from within this window counts as connected. */
-const CONNECTED_WITHIN_MS = 60_000;
 
 export function newAgentCredential(): string {
   return AGENT_CREDENTIAL_PREFIX + randomBytes(32).toString('base64url');
@@ -50,9 +49,31 @@ export function offers(ncaId: string, request: GpuRequest, row: ClusterRow): boo
     && row.gpus.some((gpu) => gpu.name === request.gpu && gpu.instanceTypes.some((type) => type.name === request.instanceType));
 }
 
-export function createClustersService(repo: ClustersRepo, now: () => Date = () => new Date()) {
-  function toCluster(row: ClusterRow): Cluster {
-    const connected = row.last_connected_at ? now().getTime() - Date.parse(row.last_connected_at) < CONNECTED_WITHIN_MS : undefined;
+/** GPUs as the cluster offers them now: a count its linked nodes detected replaces the declared one. */
+function liveGpus(gpus: Gpu[], live: NodeRow[]): Gpu[] {
+  return gpus.map((gpu) => {
+    const counts = live.map((node) => node.gpus.find((offer) => offer.name === gpu.name)?.capacity).filter((count) => count !== undefined);
+    return counts.length ? { ...gpu, capacity: counts.reduce((sum, count) => sum + count, 0) } : gpu;
+  });
+}
+
+export function createClustersService(repo: ClustersRepo, nodesRepo: NodesRepo, now: () => Date = () => new Date()) {
+  function toNode(node: NodeRow, at: Date): ClusterNode {
+    return {
+      nodeId: node.id, name: node.name, status: isLive(node, at) ? 'CONNECTED' : 'DISCONNECTED', generation: node.generation,
+      agentVersion: node.agent_version, gpus: node.gpus.map(({ name, capacity }) => ({ name, ...(capacity !== undefined ? { capacity } : {}) })),
+      ...(node.lease_expires_at ? { leaseExpiresAt: node.lease_expires_at } : {}),
+    };
+  }
+
+  /**
+   * CONNECTED while some node of the cluster has a live agent link (linked, lease running), DISCONNECTED
+   * once an agent has been and none is, REGISTERED before any agent came.
+   */
+  function toCluster(row: ClusterRow, nodes: NodeRow[]): Cluster {
+    const at = now();
+    const live = nodes.filter((node) => isLive(node, at));
+    const connected = live.length > 0 ? true : row.last_connected_at || nodes.length ? false : undefined;
     return {
       clusterId: row.id,
       clusterName: row.name,
@@ -65,13 +86,19 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
       region: row.region,
       capabilities: row.capabilities,
       attributes: row.attributes,
-      gpus: row.gpus,
+      gpus: liveGpus(row.gpus, live),
       nvcaVersion: row.agent_version,
       status: connected === undefined ? 'REGISTERED' : connected ? 'CONNECTED' : 'DISCONNECTED',
       ...(row.last_connected_at ? { nvcaLastConnected: row.last_connected_at } : {}),
       ...(row.k8s_version ? { k8sVersion: row.k8s_version } : {}),
+      nodes: nodes.map((node) => toNode(node, at)),
       createdAt: row.created_at,
     };
+  }
+
+  async function withNodes(rows: ClusterRow[]): Promise<Cluster[]> {
+    const nodes = rows.length === 1 ? await nodesRepo.listByCluster(rows[0].id) : await nodesRepo.listAll();
+    return rows.map((row) => toCluster(row, nodes.filter((node) => node.cluster_id === row.id)));
   }
 
   /** A token acts only on its own account's clusters. */
@@ -107,8 +134,6 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
   }
 
   return {
-    toCluster,
-
     async register(principal: Principal, ncaId: string, input: CreateCluster) {
       assertOwnAccount(principal, ncaId);
       if (input.ncaId && input.ncaId !== ncaId) throw forbidden(`Body ncaId '${input.ncaId}' does not match the path`);
@@ -126,12 +151,13 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
 
     async list(principal: Principal, ncaId: string): Promise<Cluster[]> {
       assertOwnAccount(principal, ncaId);
-      return (await repo.listByAccount(ncaId)).map(toCluster);
+      return withNodes(await repo.listByAccount(ncaId));
     },
 
     async get(principal: Principal, ncaId: string, id: string): Promise<Cluster> {
       assertOwnAccount(principal, ncaId);
-      return toCluster(await requireCluster(ncaId, id));
+      const [cluster] = await withNodes([await requireCluster(ncaId, id)]);
+      return cluster;
     },
 
     async update(principal: Principal, ncaId: string, id: string, input: UpdateCluster): Promise<Cluster> {
@@ -148,7 +174,8 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
       if (input.gpus) changes.gpus = input.gpus;
       if (input.nvcaVersion) changes.agent_version = input.nvcaVersion;
       await repo.update(row.id, changes);
-      return toCluster({ ...row, ...changes });
+      const [cluster] = await withNodes([{ ...row, ...changes }]);
+      return cluster;
     },
 
     /** Agent versions this control plane accepts (the account's, like every other cluster route). */
@@ -160,6 +187,7 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
     async remove(principal: Principal, ncaId: string, id: string): Promise<void> {
       assertOwnAccount(principal, ncaId);
       if (!await repo.delete(ncaId, id)) throw notFound(`Cluster '${id}' does not exist`);
+      await nodesRepo.deleteByCluster(id);
     },
 
     /** GET /v2/svc/clusterGroups: the groups of clusters the account may use, GPUs merged per group. */
@@ -195,8 +223,9 @@ export function createClustersService(repo: ClustersRepo, now: () => Date = () =
     findById: (id: string) => repo.findById(id),
 
     /**
-     * An agent said hello or is still there; GPUs it detected join those declared at registration, and a
-     * hello says whether its instances run without isolation (`unisolated`: why, or null).
+     * An agent said hello; GPUs it detected join those declared at registration (their counts per node are
+     * the nodes' own, control/clusters/nodes.ts), and a hello says whether its instances run without
+     * isolation (`unisolated`: why, or null).
      */
     async recordAgentContact(id: string, hello: { detected?: Gpu[]; unisolated?: string | null } = {}): Promise<void> {
       const { detected = [] } = hello;

@@ -18,8 +18,15 @@ function push<K>(index: Map<K, InstanceRow[]>, key: K, row: InstanceRow) {
   else index.set(key, [row]);
 }
 
-/** Gone for good: ended after being undesired (or never started), or a session container that exited on its own. */
-function finished(row: InstanceRow): boolean {
+/** How long a LOST instance is kept (its node may come back and report its end) before it is forgotten. */
+const LOST_KEPT_MS = 3_600_000;
+
+/**
+ * Gone for good: ended after being undesired (or never started), a session container that exited on its
+ * own, or LOST long enough ago that its node is not coming back for it.
+ */
+function finished(row: InstanceRow, at: string): boolean {
+  if (row.state === 'LOST') return Date.parse(at) - Date.parse(row.updated_at) >= LOST_KEPT_MS;
   return row.desired === 0 ? ['STOPPED', 'FAILED', 'EXITED', 'PENDING'].includes(row.state) : row.state === 'EXITED';
 }
 
@@ -53,8 +60,48 @@ export class PlacedInstances {
     for (const row of this.#rows.values()) if (row.desired === 1) yield row;
   }
 
-  desiredOn(clusterId: string): InstanceRow[] {
-    return [...this.desired()].filter((row) => row.cluster_id === clusterId);
+  /** What a node's agent should run. */
+  desiredOnNode(nodeId: string): InstanceRow[] {
+    return [...this.desired()].filter((row) => row.node_id === nodeId);
+  }
+
+  /** Desired instances on a node, of one GPU when given. */
+  countOnNode(nodeId: string, gpu?: string): number {
+    let count = 0;
+    for (const row of this.desired()) if (row.node_id === nodeId && (gpu === undefined || row.gpu === gpu)) count++;
+    return count;
+  }
+
+  /** Desired instances not yet on a node: they wait for a linked node of their cluster with room. */
+  *unassigned(): Iterable<InstanceRow> {
+    for (const row of this.desired()) if (row.node_id === null) yield row;
+  }
+
+  async assign(row: InstanceRow, nodeId: string, at: string): Promise<void> {
+    row.node_id = nodeId;
+    await this.#repo.update(row.instance_id, { node_id: nodeId, updated_at: at });
+  }
+
+  /**
+   * The node's lease lapsed: its instances are LOST, no longer desired there (so never routed to, and
+   * stopped by its agent if it comes back), and placement starts others in their place.
+   */
+  async lose(nodeId: string, at: string): Promise<InstanceRow[]> {
+    const lost = [...this.desired()].filter((row) => row.node_id === nodeId);
+    for (const row of lost) {
+      Object.assign(row, { state: 'LOST', desired: 0, endpoint: null, message: 'its node\'s lease lapsed (the agent stopped answering)', updated_at: at });
+      await this.#repo.update(row.instance_id, { state: 'LOST', desired: 0, endpoint: null, message: row.message, updated_at: at });
+    }
+    return lost;
+  }
+
+  /** LOST instances of a node whose agent came back without them: they are gone. */
+  async forgetLost(nodeId: string, held: Set<string>): Promise<void> {
+    for (const row of [...this.#rows.values()]) {
+      if (row.node_id !== nodeId || row.state !== 'LOST' || held.has(row.instance_id)) continue;
+      this.#rows.delete(row.instance_id);
+      await this.#repo.delete(row.instance_id);
+    }
   }
 
   /** Desired instances on a cluster, of one GPU when given. */
@@ -96,7 +143,7 @@ export class PlacedInstances {
    */
   async dropFinished(deployed: Map<string, DeploymentRow>, at: string, draining: (versionId: string) => boolean = () => false): Promise<void> {
     for (const row of [...this.#rows.values()]) {
-      if (finished(row)) {
+      if (finished(row, at)) {
         this.#rows.delete(row.instance_id);
         await this.#repo.delete(row.instance_id);
         continue;
@@ -106,19 +153,26 @@ export class PlacedInstances {
     }
   }
 
-  /** Folds one agent report into its row; false when nothing changed or the report is about an instance unknown here. */
-  async apply(clusterId: string, report: InstanceReport, at: string): Promise<boolean> {
+  /**
+   * Folds one agent report into its row; false when nothing changed or the report is not this node's to
+   * give: an instance unknown here, of another cluster or node, or LOST (only its end is taken). An
+   * instance of the cluster on no node yet (placed before nodes, or before a node linked) is adopted.
+   */
+  async apply(node: { id: string; clusterId: string }, report: InstanceReport, at: string): Promise<boolean> {
     const row = this.#rows.get(report.instanceId);
-    if (!row || row.cluster_id !== clusterId) return false;
+    if (!row || row.cluster_id !== node.clusterId || (row.node_id !== null && row.node_id !== node.id)) return false;
+    if (row.state === 'LOST' && !ENDED.has(report.state)) return false;
     const endpoint = report.endpoint ?? row.endpoint;
     const message = report.message ?? null;
-    if (row.state === report.state && row.restarts === report.restarts && row.message === message && sameEndpoint(row.endpoint, endpoint)) return false;
-    const changes = { state: report.state, restarts: report.restarts, endpoint, message, updated_at: at };
+    if (row.node_id !== null && row.state === report.state && row.restarts === report.restarts && row.message === message && sameEndpoint(row.endpoint, endpoint)) return false;
+    const changes = { state: report.state, restarts: report.restarts, endpoint, message, node_id: node.id, updated_at: at };
     Object.assign(row, changes);
     await this.#repo.update(row.instance_id, changes);
     return true;
   }
 }
+
+const ENDED = new Set(['STOPPED', 'FAILED', 'EXITED']);
 
 function sameEndpoint(a: InstanceRow['endpoint'], b: InstanceRow['endpoint']): boolean {
   return a === b || JSON.stringify(a) === JSON.stringify(b);

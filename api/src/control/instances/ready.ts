@@ -1,5 +1,6 @@
 // The instances of a version that take requests, as placement announces them to the invocation plane
-// and the streaming broker after every round: running, with the endpoint their agent reported.
+// and the streaming broker after every round: running, with the endpoint their agent reported. Only
+// desired instances are given here, so LOST ones (their node's lease lapsed) are never routed to.
 import type { Endpoint } from '../../compute/protocol.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
 import type { GpuSpecification } from '../deployments/schema.ts';

@@ -33,6 +33,8 @@ export interface RoundParts {
   placed: PlacedInstances;
   demand: Demand;
   use: ClusterUse;
+  /** The node of the cluster a new instance goes to (choose.ts chooseNode); null: none linked with room yet. */
+  nodeFor(clusterId: string, gpu: string): string | null;
   inSession(instanceId: string): boolean;
   /** Tells the autoscaler a waiting request woke a version from zero; absent without an autoscaler. */
   wake?: (version: { versionId: string; ncaId: string; functionId: string }, gpuSpecId: string, at: string) => Promise<void>;
@@ -117,7 +119,8 @@ class Round {
       const row: InstanceRow = {
         instance_id: randomUUID(), nca_id: deployment.nca_id, function_id: deployment.function_id, version_id: deployment.version_id,
         cluster_id: cluster.id, gpu_spec_id: spec.gpuSpecificationId, gpu: spec.gpu, instance_type: spec.instanceType,
-        state: 'PENDING', desired: 1, endpoint: null, restarts: 0, message: null, created_at: this.#at, updated_at: this.#at,
+        state: 'PENDING', desired: 1, endpoint: null, restarts: 0, message: null, node_id: this.#parts.nodeFor(cluster.id, spec.gpu),
+        created_at: this.#at, updated_at: this.#at,
       };
       perAccount.set(row.nca_id, quota.held + 1);
       await placed.add(row);

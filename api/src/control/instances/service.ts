@@ -5,18 +5,19 @@
 // (placed.ts). Rounds run when something changes, and every intervalMs as a backstop.
 import { Counter, type Registry } from 'prom-client';
 import { coalesce } from '../../coalesce.ts';
-import type { InstanceReport, ProgressReport } from '../../compute/protocol.ts';
+import type { GpuOffer, InstanceReport, LeaseGrant, LeaseHeld, ProgressReport } from '../../compute/protocol.ts';
 import type { FunctionInstances } from '../../domain/load.ts';
 import type { Logger } from '../../logger.ts';
+import type { NodeRow, NodesRepo } from '../clusters/nodes.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
 import type { ClustersService } from '../clusters/service.ts';
-import type { Gpu } from '../clusters/schema.ts';
 import type { DeploymentsRepo } from '../deployments/repo.ts';
 import type { FunctionsRepo } from '../functions/repo.ts';
 import type { ActiveInstances, FunctionsService } from '../functions/service.ts';
 import type { RegistryService } from '../registry/service.ts';
 import { AgentLinks, type AgentChannel } from './agents.ts';
-import type { ClusterUse } from './choose.ts';
+import { chooseNode, type ClusterUse, type NodeUse } from './choose.ts';
+import { DEFAULT_LEASE_MS, DEFAULT_NODE_NAME, NodeLeases } from './leases.ts';
 import { healthInfoOf, instanceCounts, instancesOf, UnplacedReasons } from './listing.ts';
 import { PlacedInstances } from './placed.ts';
 import { readyOf, type ReadyInstance } from './ready.ts';
@@ -39,8 +40,29 @@ export interface DesiredCounts {
   wake(version: { versionId: string; ncaId: string; functionId: string }, gpuSpecId: string, at: string): Promise<void>;
 }
 
+/** What an agent's hello says, as placement needs it. */
+export interface AgentHello {
+  /** Node name; absent: DEFAULT_NODE_NAME. */
+  node?: string;
+  /** The lease it held before this link. */
+  lease?: LeaseHeld;
+  gpus: GpuOffer[];
+  agentVersion: string;
+  instances: InstanceReport[];
+  unisolated?: string;
+}
+
+/** One node's link as the hub holds it: which node of which cluster it speaks for. */
+export interface NodeRef {
+  id: string;
+  clusterId: string;
+}
+
 export interface InstancesOptions {
   repo: InstancesRepo;
+  nodes: NodesRepo;
+  /** How long a node's lease lasts without an answer over its link (compute.agentLeaseMs). */
+  leaseMs?: number;
   deployments: DeploymentsRepo;
   functions: FunctionsService;
   functionsRepo: FunctionsRepo;
@@ -76,6 +98,7 @@ export class InstancesService {
   readonly #now: () => Date;
   readonly #placed: PlacedInstances;
   readonly #agents = new AgentLinks();
+  readonly #leases: NodeLeases;
   readonly #demand = new Demand();
   /** Versions undeployed gracefully → until when (ms) their instances wait for their running requests. */
   readonly #draining = new Map<string, number>();
@@ -84,6 +107,7 @@ export class InstancesService {
   readonly #readyListeners: Listener<[string, ReadyInstance[]]>[] = [];
   readonly #progressListeners: Listener<[ProgressReport]>[] = [];
   readonly #outputListeners: Listener<[InstanceReport]>[] = [];
+  readonly #lapseListeners: Listener<[NodeRow]>[] = [];
   readonly #rounds: Counter;
   /** clusterId → its cluster group (the reference's backend), as of the last round. */
   #backends = new Map<string, string>();
@@ -96,7 +120,12 @@ export class InstancesService {
   readonly #use: ClusterUse = {
     held: (clusterId, gpu) => this.#placed.countOn(clusterId, gpu) + this.#tasksOn(clusterId, gpu),
     load: (clusterId) => this.#placed.countOn(clusterId),
-    connected: (clusterId) => this.#agents.connected(clusterId),
+    connected: (clusterId) => this.#leases.linkedIn(clusterId).length > 0,
+    capacity: (cluster, gpu) => this.#leases.capacity(cluster, gpu),
+  };
+  readonly #nodeUse: NodeUse = {
+    linked: (clusterId) => this.#leases.linkedIn(clusterId),
+    countOn: (nodeId, gpu) => this.#placed.countOnNode(nodeId, gpu),
   };
 
   constructor(options: InstancesOptions) {
@@ -106,6 +135,9 @@ export class InstancesService {
     this.#placed = new PlacedInstances(options.repo);
     this.#unplaced = new UnplacedReasons(options.log);
     this.#desiredSet = createSpecBuilder(options);
+    this.#leases = new NodeLeases({
+      repo: options.nodes, leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS, now: this.#now, log: options.log, onLapse: (node) => this.#nodeLost(node),
+    });
     this.#rounds = new Counter({ name: 'svc_placement_rounds_total', help: 'Placement rounds run', registers: options.metricsRegistry ? [options.metricsRegistry] : [] });
   }
 
@@ -127,6 +159,8 @@ export class InstancesService {
 
   async start(): Promise<void> {
     await this.#placed.load();
+    // Before the first round, so that it counts the known nodes' capacity and gives them time to link.
+    if (this.#options.places !== false) await this.#leases.start();
     await this.reconcile();
     if (this.#options.places === false) return;
     this.#timer = setInterval(() => void this.reconcile(), this.#options.intervalMs ?? 2000);
@@ -135,6 +169,7 @@ export class InstancesService {
 
   stop(): Promise<void> {
     clearInterval(this.#timer);
+    this.#leases.stop();
     return this.reconcile.stop();
   }
 
@@ -164,6 +199,11 @@ export class InstancesService {
   /** Told of each changed report that carries an instance's last lines (its logTail: the agent sends them when it fails). */
   onOutput(listener: Listener<[InstanceReport]>): void {
     this.#outputListeners.push(listener);
+  }
+
+  /** A node's lease lapsed (after its instances were marked LOST and its link, if open, was dropped). */
+  onNodeLapsed(listener: Listener<[NodeRow]>): void {
+    this.#lapseListeners.push(listener);
   }
 
   /**
@@ -198,20 +238,49 @@ export class InstancesService {
     await this.reconcile();
   }
 
-  /** An agent said hello: its link replaces an older one, its reports are folded in, and the next round sends it its set. */
-  async agentConnected(cluster: ClusterRow, channel: AgentChannel, hello: { gpus: Gpu[]; instances: InstanceReport[]; unisolated?: string }): Promise<void> {
-    if (this.#agents.connect(cluster.id, channel)) this.#log.info({ clusterId: cluster.id }, 'agent reconnected; the older link is dropped');
+  /**
+   * An agent said hello: its node is registered (by name, under its cluster) and granted a lease; its link
+   * replaces an older one of the same node, its reports are folded in, and the next round sends it its set.
+   */
+  async agentConnected(cluster: ClusterRow, channel: AgentChannel, hello: AgentHello, greet: (lease: LeaseGrant) => void): Promise<NodeRef> {
+    const { grant, node, renewed } = await this.#leases.grant(cluster, {
+      name: hello.node ?? DEFAULT_NODE_NAME, held: hello.lease, gpus: hello.gpus, agentVersion: hello.agentVersion,
+    });
+    // The welcome goes before any desired set: an agent fenced by it stops what it runs, not what it is sent next.
+    greet(grant);
+    if (this.#agents.connect(node.id, channel)) this.#log.info({ clusterId: cluster.id, nodeId: node.id }, 'agent reconnected; the older link is dropped');
+    this.#log.info({ clusterId: cluster.id, nodeId: node.id, node: node.name, generation: grant.generation, renewed }, 'node lease granted');
     await this.#options.clusters.recordAgentContact(cluster.id, { detected: hello.gpus, unisolated: hello.unisolated ?? null });
-    for (const report of hello.instances) await this.#apply(cluster.id, report);
+    const ref = { id: node.id, clusterId: cluster.id };
+    // After a lapse the agent stops what it still runs (fencing): LOST instances it no longer holds are gone.
+    if (!renewed) await this.#placed.forgetLost(node.id, new Set(hello.instances.map((report) => report.instanceId)));
+    for (const report of hello.instances) await this.#apply(ref, report);
     await this.reconcile();
+    return ref;
   }
 
-  agentDisconnected(clusterId: string, channel: AgentChannel): void {
-    this.#agents.disconnect(clusterId, channel);
+  /** How long a node's lease lasts without an answer; the hub pings a few times per lease. */
+  get leaseMs(): number {
+    return this.#leases.leaseMs;
   }
 
-  async report(clusterId: string, report: InstanceReport): Promise<void> {
-    if (await this.#apply(clusterId, report)) await this.reconcile();
+  /** The node's agent answered over its link: its lease runs on. */
+  renew(nodeId: string): void {
+    this.#leases.renew(nodeId);
+  }
+
+  agentDisconnected(nodeId: string, channel: AgentChannel): void {
+    if (!this.#agents.disconnect(nodeId, channel)) return;
+    void this.#leases.unlinked(nodeId).catch((error) => this.#log.warn({ err: error, nodeId }, 'could not record an agent link closing'));
+  }
+
+  async report(node: NodeRef, report: InstanceReport): Promise<void> {
+    if (await this.#apply(node, report)) await this.reconcile();
+  }
+
+  /** The node that runs an instance (its input assets are staged over that node's link). */
+  nodeOf(instanceId: string): string | undefined {
+    return this.#placed.get(instanceId)?.node_id ?? undefined;
   }
 
   progress(clusterId: string, progress: ProgressReport): void {
@@ -230,16 +299,18 @@ export class InstancesService {
     };
     this.#backends = new Map(world.clusters.map((cluster) => [cluster.id, cluster.group_name]));
     await this.#placed.dropFinished(context.deployed, world.at.toISOString(), (versionId) => this.#drains(versionId));
+    await this.#assignWaiting(world.at.toISOString());
     this.#demand.keepOnly(context.deployed);
     const { desired, idleBeforeZeroMs } = this.#options;
     const outcome = await placeDeployments(world, {
       placed: this.#placed, demand: this.#demand, use: this.#use, inSession: (instanceId) => this.#inSession(instanceId),
+      nodeFor: (clusterId, gpu) => chooseNode(clusterId, gpu, this.#nodeUse),
       wake: desired && ((version, gpuSpecId, at) => desired.wake(version, gpuSpecId, at)),
       idleBeforeZeroMs: idleBeforeZeroMs ?? DEFAULT_IDLE_BEFORE_ZERO_MS, log: this.#log,
     });
     this.#unplaced.update(outcome.unplaced);
     await updateStatuses(world.deployments, outcome.targets, this.#placed.index().byVersion, this.#options);
-    await this.#agents.push((clusterId) => this.#placed.desiredOn(clusterId), (instances) => this.#desiredSet(instances, context));
+    await this.#agents.push((nodeId) => this.#placed.desiredOnNode(nodeId), (instances) => this.#desiredSet(instances, context));
     this.#announceReady(context);
     // Capped: the next round (after a turn of the event loop) places the rest.
     if (outcome.capped) void this.reconcile();
@@ -263,8 +334,32 @@ export class InstancesService {
     }
   }
 
-  async #apply(clusterId: string, report: InstanceReport): Promise<boolean> {
-    const changed = await this.#placed.apply(clusterId, report, this.#now().toISOString());
+  /**
+   * Instances placed on a cluster before any node of it had room (or was linked) go to one that has;
+   * those waiting on a cluster whose every node has lapsed stop, so that this round places them elsewhere.
+   */
+  async #assignWaiting(at: string): Promise<void> {
+    for (const row of [...this.#placed.unassigned()]) {
+      if (this.#leases.abandoned(row.cluster_id)) {
+        await this.#placed.stop(row, at);
+        continue;
+      }
+      const nodeId = chooseNode(row.cluster_id, row.gpu, this.#nodeUse);
+      if (nodeId) await this.#placed.assign(row, nodeId, at);
+    }
+  }
+
+  /** A node's lease lapsed: its instances are LOST (no longer routed to) and the round places others. */
+  async #nodeLost(node: NodeRow): Promise<void> {
+    const lost = await this.#placed.lose(node.id, this.#now().toISOString());
+    this.#agents.drop(node.id);
+    for (const listener of this.#lapseListeners) listener(node);
+    if (lost.length) this.#log.warn({ nodeId: node.id, node: node.name, clusterId: node.cluster_id, instances: lost.length }, 'instances LOST with their node; placing them again');
+    await this.reconcile();
+  }
+
+  async #apply(node: NodeRef, report: InstanceReport): Promise<boolean> {
+    const changed = await this.#placed.apply(node, report, this.#now().toISOString());
     if (changed && (report.state === 'FAILED' || report.state === 'UNHEALTHY')) {
       this.#log.warn({ instanceId: report.instanceId, state: report.state, message: report.message }, 'instance not healthy');
     }
