@@ -18,7 +18,9 @@ export class ApiError extends Error {
 export function sentence(status: number, problem: ProblemBody): string {
   const title = problem.title ?? `HTTP ${status}`;
   const detail = (problem.detail ?? '').trim();
-  const said = detail ? `${title}: ${detail}${/[.!?]$/.test(detail) ? '' : '.'}` : `${title}.`;
+  const ended = (text: string) => (/[.!?]$/.test(text) ? text : `${text}.`);
+  // A detail that already starts with its title ("Validation failed: …") is not prefixed twice.
+  const said = !detail ? `${title}.` : detail.toLowerCase().startsWith(title.toLowerCase()) ? ended(detail) : ended(`${title}: ${detail}`);
   return problem.requestId ? `${said} (request ${problem.requestId})` : said;
 }
 

@@ -20,6 +20,8 @@ function signedIn(whoami: Whoami | undefined) {
   nav.hidden = !whoami;
   signOut.hidden = !whoami;
   who.textContent = whoami ? `${whoami.ncaId} · ${whoami.kind}` : '';
+  // An account-administration token names no account: it has only the operators' view.
+  for (const link of nav.querySelectorAll<HTMLElement>('a:not(#nav-admin)')) link.hidden = whoami?.kind === 'admin';
   document.getElementById('nav-admin')!.hidden = !whoami || !(whoami.kind === 'admin' || whoami.scopes.includes('cluster-management') || whoami.scopes.includes('account_setup'));
 }
 

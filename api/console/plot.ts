@@ -37,7 +37,7 @@ function draw(figure: HTMLElement, unit: string, at: number[], series: [string, 
   const options: uPlot.Options = {
     width, height: 160, legend: { show: true },
     axes: [{}, { label: unit, size: 50 }],
-    series: [{}, ...series.map(([label], index) => ({ label, stroke: COLORS[index % COLORS.length], width: 2, spanGaps: false }))],
+    series: [{}, ...series.map(([label], index) => ({ label, stroke: COLORS[index % COLORS.length], width: 2, spanGaps: false, points: { show: true, size: 5 } }))],
   };
   const chart = new uPlot(options, [at, ...series.map(([, values]) => values)] as uPlot.AlignedData, figure);
   const resize = new ResizeObserver(() => chart.setSize({ width: Math.max(240, figure.clientWidth - 8), height: 160 }));

@@ -6,10 +6,12 @@
 // also saved there as console-<view>.png (docs/images).
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
@@ -29,7 +31,7 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
   let fn: Deployed;
 
   before(async () => {
-    svc = await startTestPlatform({ config: { stats: { intervalSeconds: 1 } } });
+    svc = await startTestPlatform({ config: { stats: { intervalSeconds: 1 }, tasks: { schedulerIntervalMs: 100 } } });
     const token = await svc.token();
     key = await svc.apiKey(token, OWNER_SCOPES);
     fn = await deploy(svc, token, echoBody({ name: 'console-echo', health }), { minInstances: 1, maxInstances: 2 });
@@ -62,9 +64,32 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     assert.equal(await page.evaluate('document.cookie'), '', 'no cookie');
     assert.ok(!page.url().includes(key), 'the key is in no URL');
     await shot(page, 'functions');
+    await page.getByRole('link', { name: 'Tasks' }).click();
+    // A function key may not list tasks: the refusal is the API's, in a sentence.
+    assert.match(await page.locator('main .error').textContent() ?? '', /^Forbidden: This endpoint accepts SVC_TASK_API_KEY/);
     await page.getByRole('button', { name: 'Sign out' }).click();
     await page.getByLabel('API key or management token').waitFor();
     assert.equal(await page.evaluate('sessionStorage.length'), 0);
+    await page.close();
+  });
+
+  test('tasks: progress, events, and results downloaded with the tab\'s key', async () => {
+    const taskKey = await svc.apiKey(await svc.token(), TASK_KEY_SCOPES, { task: true });
+    const launched = await svc.api('POST', '/v1/svct/tasks', { bearer: taskKey, body: taskBody({ name: 'console-count' }) });
+    assert.equal(launched.status, 200, launched.text);
+    await waitForTask(svc.api, taskKey, launched.body.task.id, hasStatus('COMPLETED'));
+    const page = await signedIn(taskKey);
+    await page.getByRole('link', { name: 'Tasks' }).click();
+    await page.getByRole('row').filter({ hasText: 'console-count' }).getByText('COMPLETED').waitFor();
+    await page.getByRole('link', { name: 'console-count' }).click();
+    await page.getByRole('cell', { name: "Changing status from 'RUNNING' to 'COMPLETED'" }).waitFor();
+    const [download] = await Promise.all([
+      page.waitForEvent('download'),
+      page.getByRole('row').filter({ hasText: 'result.txt' }).getByRole('button', { name: 'Download' }).click(),
+    ]);
+    assert.equal(download.suggestedFilename(), 'result.txt');
+    assert.equal(await readFile(await download.path(), 'utf8'), 'counted to 3 of 3\n');
+    await shot(page, 'task');
     await page.close();
   });
 
@@ -134,11 +159,16 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     await page.close();
   });
 
-  test('operators see accounts and clusters with their agents\' state', async () => {
+  test('operators see accounts and their limits (admin token), clusters and their agents\' state (cluster-management)', async () => {
+    const admin = await signedIn(await svc.adminToken());
+    const account = admin.getByRole('row').filter({ hasText: 'svc-default' });
+    await account.waitFor();
+    assert.ok(Number(await account.getByRole('cell').nth(2).textContent()) > 0, 'its function limit');
+    await shot(admin, 'operators');
+    await admin.close();
     const page = await signedIn(await svc.token());
     await page.getByRole('link', { name: 'Operators' }).click();
-    await page.getByRole('row').filter({ hasText: 'local' }).getByText('CONNECTED').waitFor();
-    await shot(page, 'operators');
+    await page.getByRole('row').filter({ hasText: 'svc-local' }).getByText('CONNECTED').waitFor();
     await page.close();
   });
 

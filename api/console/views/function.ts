@@ -128,7 +128,10 @@ function logPanel(functionId: string, versionId: string, onLeave: (stop: () => v
       if (lines.childElementCount > 2000) lines.firstElementChild?.remove();
       lines.scrollTop = lines.scrollHeight;
     },
-    unavailable: () => state.replaceChildren(LOGS_UNAVAILABLE),
+    unavailable: () => {
+      state.replaceChildren(LOGS_UNAVAILABLE);
+      lines.hidden = true;
+    },
     failed: (error) => state.replaceChildren(errorBox(error)),
   });
   onLeave(stop);

@@ -5,7 +5,7 @@ import { credential } from '../session.ts';
 
 type Task = { id: string; name: string; status: string; percentComplete?: number; createdAt?: string; lastUpdatedAt?: string; containerImage?: string };
 type TaskEvent = { message?: string; createdAt?: string };
-type TaskResult = { id?: string; resultId?: string; name?: string; createdAt?: string };
+type TaskResult = { resultId: string; name: string; size?: number; createdAt?: string };
 
 export async function tasksView(): Promise<HTMLElement> {
   const view = h('section', { 'aria-labelledby': 'tasks-title' }, h('h1', { id: 'tasks-title' }, 'Tasks'));
@@ -35,10 +35,9 @@ export async function taskView(taskId: string): Promise<HTMLElement> {
   }
   try {
     const { results } = await get<{ results: TaskResult[] }>(`${base}/results?limit=100`);
-    view.append(h('h2', {}, 'Results'), table('Results', ['Name', 'Created', ''], results.map((result) => {
-      const id = result.resultId ?? result.id ?? '';
-      return [result.name ?? id, when(result.createdAt), download(`${base}/results/${enc(id)}/content`, result.name ?? id)];
-    })));
+    view.append(h('h2', {}, 'Results'), table('Results', ['Name', 'Bytes', 'Created', ''], results.map((result) => [
+      result.name, result.size ?? '', when(result.createdAt), download(`${base}/results/${enc(result.resultId)}/content`, result.name),
+    ])));
   } catch (error) {
     view.append(h('h2', {}, 'Results'), errorBox(error));
   }
