@@ -63,6 +63,11 @@ signOut.addEventListener('click', () => {
   void show();
 });
 window.addEventListener('hashchange', () => void show());
+// The skip link moves focus without touching the hash, which is the console's route.
+document.querySelector('.skip')!.addEventListener('click', (event) => {
+  event.preventDefault();
+  main.focus();
+});
 
 async function start() {
   if (credential.get()) {
