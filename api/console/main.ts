@@ -1,5 +1,5 @@
 // The console's entry: checks the tab's credential, then routes by the URL's hash (#/functions,
-// #/functions/{id}/{version}, #/tasks, #/tasks/{id}, #/admin). A view that fails shows why in a sentence.
+// #/functions/{id}/{version}, #/watch/{id}/{version}, #/tasks, #/tasks/{id}, #/admin). A view that fails shows why in a sentence.
 import { get } from './api.ts';
 import { errorBox, h } from './dom.ts';
 import { credential, session, type Whoami } from './session.ts';
@@ -8,6 +8,7 @@ import { functionView } from './views/function.ts';
 import { functionsView } from './views/functions.ts';
 import { signInView } from './views/signin.ts';
 import { taskView, tasksView } from './views/tasks.ts';
+import { watchView } from './views/watch.ts';
 
 const main = document.getElementById('main')!;
 const nav = document.getElementById('nav')!;
@@ -29,6 +30,7 @@ async function viewFor(path: string[]): Promise<HTMLElement> {
   const onLeave = (stop: () => void) => leaving.push(stop);
   switch (path[0]) {
     case 'functions': return path[2] ? functionView(path[1], path[2], onLeave) : functionsView();
+    case 'watch': return watchView(path[1], path[2], onLeave);
     case 'tasks': return path[1] ? taskView(path[1]) : tasksView();
     case 'admin': return adminView();
     default: return session.get()?.kind === 'admin' ? adminView() : functionsView();

@@ -34,10 +34,11 @@ export function statsPlots(stats: Stats): HTMLElement {
 
 function draw(figure: HTMLElement, unit: string, at: number[], series: [string, (number | null)[]][]) {
   const width = Math.max(240, figure.clientWidth - 8);
+  // Latency has gaps (a step without requests has none), so its points are drawn: a lone busy step shows.
   const options: uPlot.Options = {
     width, height: 160, legend: { show: true },
     axes: [{}, { label: unit, size: 50 }],
-    series: [{}, ...series.map(([label], index) => ({ label, stroke: COLORS[index % COLORS.length], width: 2, spanGaps: false, points: { show: true, size: 5 } }))],
+    series: [{}, ...series.map(([label], index) => ({ label, stroke: COLORS[index % COLORS.length], width: 2, spanGaps: false, ...(unit === 'ms' ? { points: { show: true, size: 5 } } : {}) }))],
   };
   const chart = new uPlot(options, [at, ...series.map(([, values]) => values)] as uPlot.AlignedData, figure);
   const resize = new ResizeObserver(() => chart.setSize({ width: Math.max(240, figure.clientWidth - 8), height: 160 }));

@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
-import { echoBody } from './helpers/fixtures.ts';
+import { echoBody, streamingBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 import { until } from './helpers/wait.ts';
@@ -172,6 +172,26 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     await page.close();
   });
 
+  test('watch: a STREAMING function plays in the page, signed in with the tab\'s key', { skip: existsSync('/usr/bin/ffmpeg') ? false : 'needs ffmpeg' }, async () => {
+    const token = await svc.token();
+    const stream = await deploy(svc, token, streamingBody({
+      name: 'console-stream', containerEnvironment: [{ key: 'STREAMING_VIDEO_SIZE', value: '640x360' }, { key: 'STREAMING_VIDEO_FPS', value: '30' }],
+    }), { minInstances: 1, maxInstances: 1 });
+    await waitFor(svc, key, stream, running, 60_000);
+    const page = await signedIn(key);
+    await page.goto(`${svc.url}/console/#/functions/${stream.id}/${stream.versionId}`);
+    await page.getByText(/1 instances, 1 free, 0 waiting in line\./).waitFor();
+    await page.getByRole('link', { name: 'Watch the stream' }).click();
+    await page.getByRole('button', { name: 'Start' }).click();
+    await until('frames decoded in the page', async () =>
+      await page.evaluate('document.getElementById("watch-video").getVideoPlaybackQuality().totalVideoFrames') as number >= 30, 30_000);
+    assert.ok(await page.evaluate('document.getElementById("watch-video").videoWidth') as number > 0);
+    await shot(page, 'watch');
+    await page.getByRole('button', { name: 'Stop' }).click();
+    await page.getByText(/^Ended: /).waitFor();
+    await page.close();
+  });
+
   test('the console is served with a strict Content-Security-Policy', async () => {
     const response = await fetch(`${svc.url}/console/`);
     assert.equal(response.status, 200);
@@ -183,6 +203,8 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     assert.equal(script.headers.get('content-type'), 'text/javascript; charset=utf-8');
     assert.doesNotMatch(await script.text(), /: HTMLElement\b/, 'types are stripped');
     assert.equal((await fetch(`${svc.url}/console/tsconfig.json`)).status, 404);
+    assert.equal((await fetch(`${svc.url}/console/stream/stream-client.d.ts`)).status, 404);
+    assert.equal((await fetch(`${svc.url}/console/stream/main.ts`)).status, 404, 'only the client\'s session modules are borrowed');
     assert.equal((await fetch(`${svc.url}/console/..%2f..%2fpackage.json`)).status, 404);
     assert.equal((await fetch(`${svc.url}/console`, { redirect: 'manual' })).headers.get('location'), '/console/');
   });

@@ -139,7 +139,8 @@ function logPanel(functionId: string, versionId: string, onLeave: (stop: () => v
 }
 
 async function streamingPanel(fn: FunctionVersion): Promise<HTMLElement> {
-  const box = h('div', { class: 'streaming' }, h('h2', {}, 'Streaming'));
+  const box = h('div', { class: 'streaming' }, h('h2', {}, 'Streaming'),
+    h('p', {}, h('a', { href: `#/watch/${fn.id}/${fn.versionId}` }, 'Watch the stream'), ' beside its log and numbers.'));
   try {
     // The streaming sign-in's GET (docs/api.md, Streaming sessions): what a start screen shows.
     const described = await call<{ instances: number; free: number; waiting: number }>('GET', '/v2/svc/streaming', undefined, undefined,

@@ -1,5 +1,6 @@
 // The web console (api/console/): static files under /console/ on the api host, with no build step. Its .ts
-// modules go out as JavaScript after Node's type stripping; uPlot comes from node_modules. Every answer
+// modules go out as JavaScript after Node's type stripping; uPlot comes from node_modules and the streaming
+// session from the browser client (streaming-app/client/). Every answer
 // carries a strict Content-Security-Policy: scripts, styles and API calls from this origin only, no
 // inline code, no framing, so a function name or log line that looks like HTML can never run.
 import { randomUUID } from 'node:crypto';
@@ -14,11 +15,15 @@ import { writeProblem } from '../http/problem-response.ts';
 export const CONSOLE_PATH = '/console/';
 export const CONSOLE_DIR = fileURLToPath(new URL('../../console/', import.meta.url));
 const UPLOT_DIR = join(dirname(createRequire(import.meta.url).resolve('uplot')), sep);
+const STREAM_CLIENT_DIR = fileURLToPath(new URL('../../../streaming-app/client/', import.meta.url));
 
-/** Files the console is made of, outside its own folder: served under /console/vendor/. */
-const VENDOR: Record<string, string> = {
+/** Files the console is made of from outside its folder: uPlot, and the streaming client's session modules. */
+const BORROWED: Record<string, string> = {
   'vendor/uplot.js': join(UPLOT_DIR, 'uPlot.esm.js'),
   'vendor/uplot.css': join(UPLOT_DIR, 'uPlot.min.css'),
+  'stream/stream-client.ts': join(STREAM_CLIENT_DIR, 'stream-client.ts'),
+  'stream/picture-hold.ts': join(STREAM_CLIENT_DIR, 'picture-hold.ts'),
+  'stream/protocol.ts': join(STREAM_CLIENT_DIR, 'protocol.ts'),
 };
 
 const TYPES: Record<string, string> = {
@@ -78,7 +83,7 @@ export function withConsole(api: Handler, root = CONSOLE_DIR): Handler {
   };
 }
 
-/** The file a console path names: a vendor file, or a known type inside the console folder (no dotfiles). */
+/** The file a console path names: a borrowed file, or a known type inside the console folder (no dotfiles, no type declarations). */
 function fileFor(root: string, relative: string): string | undefined {
   let name: string;
   try {
@@ -86,10 +91,10 @@ function fileFor(root: string, relative: string): string | undefined {
   } catch {
     return undefined;
   }
-  if (VENDOR[name]) return VENDOR[name];
+  if (BORROWED[name]) return BORROWED[name];
   const file = normalize(join(root, name));
   const inside = file.startsWith(root.endsWith(sep) ? root : root + sep);
-  if (!inside || !TYPES[extname(file)] || name.split('/').some((part) => part.startsWith('.'))) return undefined;
+  if (!inside || !TYPES[extname(file)] || name.endsWith('.d.ts') || name.split('/').some((part) => part.startsWith('.'))) return undefined;
   return file;
 }
 
