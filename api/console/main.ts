@@ -37,14 +37,14 @@ async function viewFor(path: string[]): Promise<HTMLElement> {
   }
 }
 
-async function show() {
+async function show(refused?: unknown) {
   for (const stop of leaving) stop();
   leaving = [];
   if (!session.get()) {
     main.replaceChildren(signInView((whoami) => {
       signedIn(whoami);
       void show();
-    }));
+    }, refused));
     return;
   }
   const path = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
@@ -71,21 +71,17 @@ document.querySelector('.skip')!.addEventListener('click', (event) => {
   main.focus();
 });
 
+/** A credential kept from before a reload is checked again; one refused now (expired, revoked) is dropped. */
 async function start() {
+  let refused: unknown;
   if (credential.get()) {
     try {
       signedIn(await get<Whoami>('/v2/svc/whoami'));
     } catch (error) {
       credential.clear();
-      main.replaceChildren(errorBox(error));
+      refused = error;
     }
   }
-  if (!session.get() && main.querySelector('.error')) {
-    const note = main.firstElementChild;
-    await show();
-    if (note) main.prepend(note);
-    return;
-  }
-  await show();
+  await show(refused);
 }
 void start();

@@ -93,6 +93,21 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     await page.close();
   });
 
+  test('a reload keeps the tab signed in; a key revoked meanwhile is dropped with the API\'s sentence', async () => {
+    const token = await svc.token();
+    const revocable = await svc.apiKey(token, ['list_functions']);
+    const page = await signedIn(revocable);
+    await page.locator('#scopes').getByText('list_functions').waitFor();
+    await page.reload();
+    await page.locator('#scopes').getByText('list_functions').waitFor();
+    const { credentialId } = (await svc.api('GET', '/v2/svc/whoami', { bearer: revocable })).body;
+    assert.equal((await svc.keys('DELETE', `/v1/keys/${credentialId}`, { bearer: token })).status, 204);
+    await page.reload();
+    assert.match(await page.locator('#sign-in-message .error').textContent() ?? '', /^Unauthorized: /);
+    assert.equal(await page.evaluate('sessionStorage.length'), 0);
+    await page.close();
+  });
+
   test('a bad key reads as the API\'s problem in a sentence', async () => {
     const page = await signedIn('nvapi-not-a-real-key');
     const message = await page.locator('#sign-in-message .error').textContent();

@@ -3,12 +3,12 @@ import { call } from '../api.ts';
 import { errorBox, h } from '../dom.ts';
 import { credential, type Whoami } from '../session.ts';
 
-export function signInView(signedIn: (whoami: Whoami) => void): HTMLElement {
+export function signInView(signedIn: (whoami: Whoami) => void, refused?: unknown): HTMLElement {
   const input = h('input', {
     id: 'credential', name: 'credential', type: 'password', autocomplete: 'off', spellcheck: 'false', required: true,
     'aria-describedby': 'credential-help',
   });
-  const message = h('div', { id: 'sign-in-message', 'aria-live': 'polite' });
+  const message = h('div', { id: 'sign-in-message', 'aria-live': 'polite' }, refused ? errorBox(refused) : '');
   const form = h('form', { class: 'card sign-in', 'aria-labelledby': 'sign-in-title' },
     h('h1', { id: 'sign-in-title' }, 'Sign in'),
     h('label', { for: 'credential' }, 'API key or management token'),
