@@ -64,7 +64,15 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     assert.equal(await page.evaluate('document.cookie'), '', 'no cookie');
     assert.ok(!page.url().includes(key), 'the key is in no URL');
     await shot(page, 'functions');
+    // The keyboard alone reaches a function: Tab to its link, Enter.
+    await page.locator('body').focus();
+    for (let presses = 0; presses < 20 && await page.evaluate('document.activeElement.textContent') !== 'console-echo'; presses++) await page.keyboard.press('Tab');
+    assert.equal(await page.evaluate('getComputedStyle(document.activeElement).outlineStyle'), 'solid', 'focus is visible');
+    await page.keyboard.press('Enter');
+    await page.getByRole('heading', { name: 'console-echo', level: 1 }).waitFor();
+    await page.goBack();
     await page.getByRole('link', { name: 'Tasks' }).click();
+    await page.getByRole('heading', { name: 'Tasks' }).waitFor();
     // A function key may not list tasks: the refusal is the API's, in a sentence.
     assert.match(await page.locator('main .error').textContent() ?? '', /^Forbidden: This endpoint accepts SVC_TASK_API_KEY/);
     await page.getByRole('button', { name: 'Sign out' }).click();
@@ -205,6 +213,7 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     await page.getByRole('button', { name: 'Stop' }).click();
     await page.getByText(/^Ended: /).waitFor();
     await page.close();
+    assert.ok(!svc.logs.some((line) => line.includes(key)), 'the key (sign-in header, subprotocol item) is in no log line');
   });
 
   test('the console is served with a strict Content-Security-Policy', async () => {
