@@ -36,6 +36,8 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     key = await svc.apiKey(token, OWNER_SCOPES);
     fn = await deploy(svc, token, echoBody({ name: 'console-echo', health }), { minInstances: 1, maxInstances: 2 });
     await waitFor(svc, key, fn, running);
+    const idle = await svc.api('POST', '/v2/svc/functions', { bearer: token, body: echoBody({ name: 'console-idle', health }) });
+    assert.equal(idle.status, 200, idle.text);
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
   });
   after(async () => {
@@ -61,6 +63,9 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     const row = page.getByRole('row').filter({ hasText: 'console-echo' });
     await row.getByText('ACTIVE').waitFor();
     assert.equal(await row.getByRole('cell').nth(4).textContent(), '1', 'one running instance');
+    const idle = page.getByRole('row').filter({ hasText: 'console-idle' });
+    await idle.getByText('INACTIVE').waitFor();
+    assert.equal(await idle.getByRole('cell').nth(5).textContent(), 'Not deployed.', 'anything not ACTIVE says why');
     assert.equal(await page.evaluate('document.cookie'), '', 'no cookie');
     assert.ok(!page.url().includes(key), 'the key is in no URL');
     await shot(page, 'functions');
@@ -110,6 +115,8 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     await page.locator('#scopes').getByText('list_functions').waitFor();
     const { credentialId } = (await svc.api('GET', '/v2/svc/whoami', { bearer: revocable })).body;
     assert.equal((await svc.keys('DELETE', `/v1/keys/${credentialId}`, { bearer: token })).status, 204);
+    // A verified key is trusted for keys.recheckMs (500 ms) before it is read again.
+    await until('the revocation to take effect', async () => (await svc.api('GET', '/v2/svc/whoami', { bearer: revocable })).status === 401);
     await page.reload();
     assert.match(await page.locator('#sign-in-message .error').textContent() ?? '', /^Unauthorized: /);
     assert.equal(await page.evaluate('sessionStorage.length'), 0);
