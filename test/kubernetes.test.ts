@@ -54,7 +54,8 @@ const container = z.object({
 const volume = z.object({
   name,
   emptyDir: z.object({}).strict().optional(),
-  secret: z.object({ secretName: name }).strict().optional(),
+  secret: z.object({ secretName: name, defaultMode: z.number().int().min(0).max(0o777).optional() }).strict().optional(),
+  persistentVolumeClaim: z.object({ claimName: name }).strict().optional(),
   hostPath: z.object({ path: z.string().startsWith('/'), type: z.enum(['Socket', 'DirectoryOrCreate', 'Directory']) }).strict().optional(),
 }).strict();
 const podTemplate = z.object({
@@ -84,6 +85,28 @@ const objectSchema = z.discriminatedUnion('kind', [
     spec: z.object({ replicas: z.number().int().min(0), strategy: z.object({ type: z.enum(['Recreate', 'RollingUpdate']) }).strict().optional(), selector, template: podTemplate }).strict(),
   }).strict(),
   z.object({ apiVersion: z.literal('apps/v1'), kind: z.literal('DaemonSet'), metadata, spec: z.object({ selector, template: podTemplate }).strict() }).strict(),
+  z.object({
+    apiVersion: z.literal('v1'), kind: z.literal('PersistentVolumeClaim'), metadata,
+    spec: z.object({
+      accessModes: z.array(z.enum(['ReadWriteOnce', 'ReadOnlyMany', 'ReadWriteMany', 'ReadWriteOncePod'])).min(1),
+      resources: z.object({ requests: z.object({ storage: z.string().regex(/^\d+(Mi|Gi|Ti)$/) }).strict() }).strict(),
+    }).strict(),
+  }).strict(),
+  z.object({
+    apiVersion: z.literal('networking.k8s.io/v1'), kind: z.literal('Ingress'), metadata,
+    spec: z.object({
+      tls: z.array(z.object({ hosts: z.array(z.string()).min(1), secretName: name }).strict()).optional(),
+      rules: z.array(z.object({
+        host: z.string().regex(/^(\*\.)?[a-z0-9.-]+$/),
+        http: z.object({
+          paths: z.array(z.object({
+            path: z.string().startsWith('/'), pathType: z.enum(['Prefix', 'Exact', 'ImplementationSpecific']),
+            backend: z.object({ service: z.object({ name, port: z.object({ name: z.string() }).strict() }).strict() }).strict(),
+          }).strict()).min(1),
+        }).strict(),
+      }).strict()).min(1),
+    }).strict(),
+  }).strict(),
 ]);
 type K8sObject = z.infer<typeof objectSchema>;
 type Workload = Extract<K8sObject, { kind: 'Deployment' | 'DaemonSet' }>;
@@ -129,7 +152,7 @@ function settingsOf(workload: Workload) {
 describe('deploy/kubernetes', () => {
   test('every object has its kind\'s shape; selectors match their pods; volumes and ports are the ones declared', () => {
     assert.deepEqual(objects.map((object) => object.kind).sort(),
-      ['ConfigMap', 'ConfigMap', 'DaemonSet', 'DaemonSet', 'Deployment', 'Deployment', 'Deployment', 'Namespace', 'Service', 'Service', 'Service']);
+      ['ConfigMap', 'ConfigMap', 'DaemonSet', 'DaemonSet', 'Deployment', 'Deployment', 'Deployment', 'Ingress', 'Namespace', 'PersistentVolumeClaim', 'Service', 'Service', 'Service']);
     assert.ok(named('Namespace', kustomization.namespace), 'the namespace the kustomization puts everything in');
     for (const workload of workloads) {
       const pod = workload.spec.template;
@@ -195,6 +218,29 @@ describe('deploy/kubernetes', () => {
     const service = (wanted: string) => named('Service', wanted)!;
     assert.deepEqual(workloads.filter((workload) => selects(service('svc-platform'), workload)).map((workload) => workload.metadata.name).sort(), ['svc-api', 'svc-placement']);
     assert.deepEqual(workloads.filter((workload) => selects(service('svc-placement'), workload)).map((workload) => workload.metadata.name), ['svc-placement']);
+  });
+
+  test('the replicas share one admin signing key (a Secret) and one blob store (a ReadWriteMany claim); an Ingress brings API clients to any of them', () => {
+    const replicas = ['svc-placement', 'svc-api'].map((wanted) => named('Deployment', wanted) as Workload);
+    for (const workload of replicas) {
+      const config = settingsOf(workload);
+      const mounted = (file: string) => {
+        const mount = workload.spec.template.spec.containers[0].volumeMounts?.find((candidate) => file === candidate.mountPath || file.startsWith(`${candidate.mountPath}/`));
+        return workload.spec.template.spec.volumes?.find((volume) => volume.name === mount?.name);
+      };
+      assert.equal(mounted(config.admin.signingKeyFile!)?.secret?.secretName, 'svc-admin-signing-key', `${workload.metadata.name}: the admin key from the Secret`);
+      assert.equal(mounted(config.admin.signingKeyFile!)?.secret?.defaultMode, 0o400);
+      assert.equal(mounted(config.assets.dir!)?.persistentVolumeClaim?.claimName, 'svc-blobs', `${workload.metadata.name}: the shared blob store`);
+    }
+    const claim = named('PersistentVolumeClaim', 'svc-blobs') as Extract<K8sObject, { kind: 'PersistentVolumeClaim' }>;
+    assert.deepEqual(claim.spec.accessModes, ['ReadWriteMany'], 'every replica mounts it at once');
+    const ingress = named('Ingress', 'svc-platform') as Extract<K8sObject, { kind: 'Ingress' }>;
+    const address = settingsOf(replicas[1]).gateway.address;
+    assert.deepEqual(ingress.spec.rules.map((rule) => rule.host), [`api.${address}`, `api-keys.${address}`, `*.invocation.${address}`]);
+    for (const rule of ingress.spec.rules) {
+      assert.deepEqual(rule.http.paths.map((item) => item.backend.service), [{ name: 'svc-platform', port: { name: 'gateway' } }]);
+    }
+    assert.deepEqual(ingress.spec.tls?.[0].hosts, ingress.spec.rules.map((rule) => rule.host));
   });
 
   test('agents and the streaming proxy reach the placement replica (agent links, the session broker)', () => {

@@ -27,9 +27,31 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
 
 /** Output of a workload (an instance's or a task's last lines) with the values of its secrets redacted. */
 export function withoutSecrets(lines: string[], secrets: { value: unknown }[]): string[] {
-  const values = secrets.map((secret) => (typeof secret.value === 'string' ? secret.value : JSON.stringify(secret.value)))
-    .filter((value) => value.length >= 4);
-  return lines.map((line) => values.reduce((text, value) => text.split(value).join('[redacted]'), line));
+  const values = secretValues(secrets);
+  return lines.map((line) => redactValues(line, values));
+}
+
+/**
+ * What of some secrets must never be shown: each value (objects as JSON) and every string inside an
+ * object value, longest first so that a value is redacted whole before a shorter one inside it. Values
+ * under 4 characters are left alone: redacting them would garble the output and hide nothing.
+ */
+export function secretValues(secrets: { value: unknown }[]): string[] {
+  const values = new Set<string>();
+  const collect = (value: unknown): void => {
+    if (typeof value === 'string') values.add(value);
+    else if (Array.isArray(value)) value.forEach(collect);
+    else if (value && typeof value === 'object') Object.values(value).forEach(collect);
+  };
+  for (const secret of secrets) {
+    if (typeof secret.value !== 'string') values.add(JSON.stringify(secret.value));
+    collect(secret.value);
+  }
+  return [...values].filter((value) => value.length >= 4).sort((a, b) => b.length - a.length);
+}
+
+export function redactValues(line: string, values: string[]): string {
+  return values.reduce((text, value) => (text.includes(value) ? text.split(value).join('[redacted]') : text), line);
 }
 
 /** Query parameters whose values are credentials by name (over-matching is fine: the line keeps the name). */

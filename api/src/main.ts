@@ -38,6 +38,9 @@ import { createCredentialVerifier } from './control/keys/verifier.ts';
 import { AGENT_LINK_PATH } from './compute/protocol.ts';
 import { startWorker, type Isolation } from './compute/worker.ts';
 import { createAgentHub } from './control/agents/hub.ts';
+import { logRoutes } from './control/logs/routes.ts';
+import { relayLogAsks, serveLogAsks } from './control/logs/relay.ts';
+import { createLogsService } from './control/logs/service.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
 import { InstancesService } from './control/instances/service.ts';
 import { createGateway, hostsOf } from './gateway/gateway.ts';
@@ -216,6 +219,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     });
     instances.countTasks(taskPlane.scheduler.tasksOn);
     const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
+    // Agents link to the replica that runs placement: only it can ask them for logs, for the others too.
+    const logsLink = replicas && queue instanceof JetStreamQueue ? { nc: queue.connection, subject: queue.names.logs, signer: replicas.signer } : undefined;
+    if (config.compute.placement && logsLink) serveLogAsks(logsLink, agentHub.logs, log);
+    const logRelay = config.compute.placement ? agentHub.logs : logsLink && relayLogAsks(logsLink);
+    const logs = createLogsService({ functions, tasks: taskPlane.service, clusters, now, ...(logRelay ? { relay: logRelay } : {}) });
     const turn = await startTurn({
       ...config.turn, secret: config.turn.secret ?? await ensureSealedSecret(settings, box, 'turn.secret', startedAt), runDir: path.join(config.store.dataDir, 'run'),
     }, log);
@@ -261,6 +269,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...clusterRoutes(clusters),
       ...stats.routes,
       ...taskPlane.routes,
+      ...logRoutes(logs),
       ...autoscaler.routes,
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),

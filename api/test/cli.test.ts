@@ -189,7 +189,7 @@ describe('svc CLI against a server that is not svc', () => {
       const accounts = await svc(['account', 'list'], { ...env, SVC_SERVER: json.url });
       assert.equal(accounts.code, 1);
       assert.equal(accounts.stderr.trim().split('\n').length, 1, accounts.stderr);
-      assert.match(accounts.stderr, /^svc account list: GET \/v2\/svc\/accounts answered what svc does not \(accounts: .*expected array.*\); is http:\/\/127\.0\.0\.1:\d+ an svc gateway/);
+      assert.match(accounts.stderr, /^svc account list: GET \/v2\/svc\/accounts answered what svc does not \(accounts: is required\); is http:\/\/127\.0\.0\.1:\d+ an svc gateway/);
       const functions = await svc(['function', 'list'], { ...env, SVC_SERVER: html.url });
       assert.equal(functions.code, 1);
       assert.equal(functions.stderr.trim().split('\n').length, 1, functions.stderr);

@@ -107,3 +107,40 @@ function parseJson(text: string): { value: unknown } | undefined {
     return undefined;
   }
 }
+
+/**
+ * Follows a text/event-stream on the api host: each event's name and decoded data to onEvent, until the
+ * server ends the stream (or the command is interrupted). A refusal ends the command in one line.
+ */
+export async function followEvents<S extends z.ZodType>(state: CliState, path: string, data: S, bearer: string,
+  onEvent: (event: string, value: z.output<S> | undefined) => void): Promise<void> {
+  const url = new URL(path, state.server);
+  const headers = {
+    host: `api.${state.gatewayAddress}${url.port ? `:${url.port}` : ''}`, accept: 'text/event-stream', authorization: `Bearer ${bearer}`,
+  };
+  const transport = url.protocol === 'https:' ? https : http;
+  const response = await new Promise<http.IncomingMessage>((resolve, reject) => {
+    transport.get(url, { headers }, resolve).on('error', (error: NodeJS.ErrnoException) =>
+      reject(new CliError(`cannot reach ${state.server} (${error.code ?? error.message}); is \`svc serve\` running?`)));
+  });
+  if ((response.statusCode ?? 0) >= 400) {
+    const chunks: Buffer[] = [];
+    for await (const chunk of response) chunks.push(chunk as Buffer);
+    throw new CliError(`GET ${path} failed (${response.statusCode}): ${failureDetail(Buffer.concat(chunks).toString('utf8'))}`);
+  }
+  response.setEncoding('utf8');
+  let buffered = '';
+  for await (const chunk of response) {
+    buffered += chunk as string;
+    let end: number;
+    while ((end = buffered.indexOf('\n\n')) >= 0) {
+      const block = buffered.slice(0, end);
+      buffered = buffered.slice(end + 2);
+      const event = /^event: (.*)$/m.exec(block)?.[1] ?? 'message';
+      const text = /^data: (.*)$/m.exec(block)?.[1];
+      if (text === undefined) continue; // a keep-alive comment
+      const decoded = data.safeParse(parseJson(text)?.value);
+      onEvent(event, decoded.success ? decoded.data : undefined);
+    }
+  }
+}

@@ -4,13 +4,16 @@ import type { Command, CommandContext } from './command.ts';
 import { autoscalerCommands } from './commands/autoscaler.ts';
 import { foundationCommands } from './commands/foundation.ts';
 import { functionCommands } from './commands/functions.ts';
+import { logCommands } from './commands/logs.ts';
 import { statsCommands } from './commands/stats.ts';
 import { taskCommands } from './commands/tasks.ts';
 import { loadConfig } from '../config.ts';
 import { guardRole } from '../process/guard.ts';
 import { loadState } from './state.ts';
 
-const commands: Record<string, Command> = { ...foundationCommands, ...functionCommands, ...statsCommands, ...taskCommands, ...autoscalerCommands };
+const commands: Record<string, Command> = {
+  ...foundationCommands, ...functionCommands, ...statsCommands, ...taskCommands, ...autoscalerCommands, ...logCommands,
+};
 
 const globalOptions: ParseArgsOptionsConfig = {
   json: { type: 'boolean', default: false },

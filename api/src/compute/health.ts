@@ -109,11 +109,27 @@ export type StartupOutcome =
   | { outcome: 'timeout'; detail: string }
   | { outcome: 'aborted' };
 
-/** Probes every startupIntervalMs until the first success, or until graceMs has passed without one. */
+/** A probe and its answer in words, for owners: "GET /healthz → 404 (expected 200)", "TCP connect to :8000 → ECONNREFUSED". */
+export function describeProbe(target: HealthTarget, detail: string): string {
+  if (target.check === 'tcp') return `TCP connect to :${target.port} → ${detail}`;
+  const status = /^HTTP (\d+)$/.exec(detail)?.[1];
+  return `GET ${target.path} → ${status ? `${status} (expected ${target.expectedStatusCode})` : detail}`;
+}
+
+/** A failed start-up probe, as waitUntilHealthy tells its caller. */
+export interface StartupProbe {
+  detail: string;
+  tries: number;
+  elapsedMs: number;
+}
+
+/** Probes every startupIntervalMs until the first success, or until graceMs has passed without one; onFailure hears each failed probe. */
 export async function waitUntilHealthy(
-  target: HealthTarget, graceMs: number, settings: ProbeSettings, signal: AbortSignal,
+  target: HealthTarget, graceMs: number, settings: ProbeSettings, signal: AbortSignal, onFailure?: (probe: StartupProbe) => void,
 ): Promise<StartupOutcome> {
-  const deadline = Date.now() + graceMs;
+  const started = Date.now();
+  const deadline = started + graceMs;
+  let tries = 0;
   let detail: string | undefined;
   while (!signal.aborted) {
     const remaining = deadline - Date.now();
@@ -126,6 +142,7 @@ export async function waitUntilHealthy(
     // One the deadline cut short tells only that the time ran out; an earlier whole answer tells more.
     const cutShort = result.timedOut && timeoutMs < target.timeoutMs;
     if (!cutShort || detail === undefined) detail = result.detail;
+    onFailure?.({ detail: describeProbe(target, detail), tries: ++tries, elapsedMs: Date.now() - started });
     if (!await pause(Math.min(settings.startupIntervalMs, Math.max(0, deadline - Date.now())), signal)) break;
   }
   return { outcome: 'aborted' };

@@ -6,10 +6,12 @@
 // dropped (hello carries the current state). Reconnects back off from 250 ms to 5 s, forever, until
 // close(). A ping every pingIntervalMs; no pong by the next one means a dead link, which is dropped.
 // Tasks ride the same link: hello carries the task runner's reports, `tasks` messages its desired set,
-// and each task report goes up as a `task` message.
+// and each task report goes up as a `task` message. `logs` requests are answered from the instances' kept
+// output (output-logs.ts), followed until `logs-stop` or the link's end.
 import { WebSocket, type ClientOptions, type RawData } from 'ws';
 import type { Logger } from '../logger.ts';
 import type { Agent } from './agent.ts';
+import { serveLogs, type OutputLogs } from './output-logs.ts';
 import type { TaskRunner } from './task-runner.ts';
 import { backoffDelay, type BackoffSettings } from './backoff.ts';
 import { AGENT_LINK_PATH, controlMessageSchema, decodeMessage, type AgentMessage, type ControlMessage, type GpuOffer, type StageRequest } from './protocol.ts';
@@ -37,6 +39,8 @@ export interface AgentLinkOptions {
   onWelcome?(welcome: Extract<ControlMessage, { type: 'welcome' }>): void;
   /** Why instances here run without isolation (said in hello), when they do. */
   unisolated?: string;
+  /** The instances' kept output, for `logs` requests; without it they are answered with no lines. */
+  outputs?: OutputLogs;
 }
 
 export interface AgentLink {
@@ -62,6 +66,7 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
   const unsubscribeReports = options.agent.onReport((report) => send({ type: 'instance', report }));
   const unsubscribeProgress = options.agent.onProgress((progress) => send({ type: 'progress', progress }));
   const unsubscribeTasks = options.tasks?.onReport((report) => send({ type: 'task', report }));
+  const followed = logStreams(options.outputs, send);
 
   function connect(): void {
     const headers: Record<string, string> = { authorization: `Bearer ${options.credential}` };
@@ -106,6 +111,7 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
     });
     ws.on('close', () => {
       clearInterval(pingTimer);
+      followed.stopAll();
       const wasOpen = open && socket === ws;
       if (socket === ws) {
         open = false;
@@ -131,6 +137,8 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
     } else if (message.type === 'tasks') {
       if (options.tasks) options.tasks.applyDesired(message.desired, message.specs);
       else log.warn('agent link: tasks sent to an agent that runs none; ignored');
+    } else if (message.type === 'logs' || message.type === 'logs-stop') {
+      followed.answer(message);
     } else if (message.type === 'stage') {
       const staged = options.stage?.(message) ?? Promise.reject(new Error('this agent does not stage assets'));
       staged.then(() => send({ type: 'staged', requestId: message.requestId }), (error: Error) => {
@@ -158,6 +166,25 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
         ws.close(1000, 'agent stopping');
         setTimeout(() => ws.terminate(), 2000).unref();
       });
+    },
+  };
+}
+
+/** The `logs` requests this link follows, each until its `logs-stop` or the link's end. */
+function logStreams(outputs: OutputLogs | undefined, send: (message: AgentMessage) => void) {
+  const following = new Map<string, () => void>();
+  return {
+    answer(message: Extract<ControlMessage, { type: 'logs' | 'logs-stop' }>) {
+      following.get(message.streamId)?.();
+      following.delete(message.streamId);
+      if (message.type === 'logs-stop') return;
+      if (!outputs) return send({ type: 'log-lines', streamId: message.streamId, lines: [], caughtUp: true, done: true });
+      const stop = serveLogs(outputs, message, send);
+      if (message.follow) following.set(message.streamId, stop);
+    },
+    stopAll() {
+      for (const stop of following.values()) stop();
+      following.clear();
     },
   };
 }

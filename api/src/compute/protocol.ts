@@ -178,6 +178,43 @@ const stageSchema = z.object({
   assets: z.array(z.object({ assetId: z.string(), path: z.string() })),
 });
 
+/*
+ * Logs (docs/api.md, "Logs"): the output of the instances of one function version, or of one task (whose
+ * instance spec carries the task id as functionVersionId), as the agent keeps it (compute/output-logs.ts).
+ * The control plane asks with `logs`; the agent answers with `log-lines` for that streamId: the kept lines
+ * (oldest first, in batches, the last with `caughtUp`), then, when following, each new line as it is
+ * written, until `logs-stop` or the link's end. Not following, the last batch also has `done`.
+ */
+export const logLineSchema = z.object({
+  instanceId: z.string(),
+  timestamp,
+  stream: z.enum(['stdout', 'stderr']),
+  /** One line, without its newline; the values of the instance's secrets are [redacted]. */
+  text: z.string(),
+});
+const logsRequestSchema = z.object({
+  type: z.literal('logs'),
+  streamId: z.string(),
+  functionVersionId: z.string(),
+  instanceId: z.string().optional(),
+  /** Only lines written at or after this instant. */
+  since: timestamp.optional(),
+  /** Only the last N lines kept (then what follows). */
+  tail: z.number().int().positive().optional(),
+  follow: z.boolean(),
+});
+const logsStopSchema = z.object({ type: z.literal('logs-stop'), streamId: z.string() });
+const logLinesSchema = z.object({
+  type: z.literal('log-lines'),
+  streamId: z.string(),
+  lines: z.array(logLineSchema),
+  caughtUp: z.boolean().optional(),
+  done: z.boolean().optional(),
+});
+export type LogLine = z.infer<typeof logLineSchema>;
+export type LogsRequest = z.infer<typeof logsRequestSchema>;
+export type LogLinesMessage = z.infer<typeof logLinesSchema>;
+
 export const agentMessageSchema = z.discriminatedUnion('type', [
   z.object({
     type: z.literal('hello'), agentVersion: z.string(), runtime: z.string(), gpus: z.array(gpuOfferSchema),
@@ -193,6 +230,7 @@ export const agentMessageSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('task'), report: taskReportSchema }),
   /** The answer to `stage`: the files are in place, or why not. */
   z.object({ type: z.literal('staged'), requestId: z.string(), error: z.string().optional() }),
+  logLinesSchema,
 ]);
 
 export const controlMessageSchema = z.discriminatedUnion('type', [
@@ -207,6 +245,8 @@ export const controlMessageSchema = z.discriminatedUnion('type', [
    */
   z.object({ type: z.literal('tasks'), desired: z.array(z.string()), specs: z.array(taskSpecSchema) }),
   stageSchema,
+  logsRequestSchema,
+  logsStopSchema,
 ]);
 
 export type GpuOffer = z.infer<typeof gpuOfferSchema>;

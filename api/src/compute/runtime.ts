@@ -9,7 +9,11 @@ export interface RuntimeContext {
   /** Environment for the instance: containerEnvironment, secrets and the port contract, already merged. */
   env: Record<string, string>;
   log: Logger;
+  /** Each chunk of the instance's stdout and stderr as it comes (the agent's kept logs: output-logs.ts). */
+  output?(stream: OutputStream, chunk: Buffer): void;
 }
+
+export type OutputStream = 'stdout' | 'stderr';
 
 export interface ExitStatus {
   code: number | null;

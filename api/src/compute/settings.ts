@@ -79,6 +79,10 @@ export const agentSettingsSchema = z.object({
   healthFailureThreshold: z.coerce.number().int().min(1).default(3),
   /** How often the progress files of running tasks are checked (percentComplete, heartbeats). */
   taskProgressIntervalMs: z.coerce.number().int().min(50).default(500),
+  /** What the agent keeps of each instance's and task's output for its owner (logs): at most this much per instance… */
+  logBytesPerInstance: byteSize.default(1024 * 1024),
+  /** …for this long after the instance last exited. */
+  logRetentionMs: z.coerce.number().int().min(0).default(3_600_000),
   /** A remote agent (`svc agent`): the platform URL, the cluster's agent credential, the api host. */
   server: z.string().url().optional(),
   credential: z.string().optional(),
@@ -115,4 +119,6 @@ export const agentEnvSettings: Record<string, keyof AgentSettings> = {
   SVC_AGENT_DEFAULT_MEMORY: 'defaultMemory',
   SVC_AGENT_DEFAULT_CPU_CORES: 'defaultCpuCores',
   SVC_AGENT_PIDS_LIMIT: 'pidsLimit',
+  SVC_AGENT_LOG_BYTES_PER_INSTANCE: 'logBytesPerInstance',
+  SVC_AGENT_LOG_RETENTION_MS: 'logRetentionMs',
 };

@@ -19,7 +19,9 @@
 // restarting) the last failure is final.
 import { withoutSecrets, type Logger } from '../logger.ts';
 import { backoffDelay, type BackoffSettings } from './backoff.ts';
-import { healthTarget, livenessTarget, pause, waitUntilHealthy, watchUntilUnhealthy, type ProbeSettings } from './health.ts';
+import {
+  describeProbe, healthTarget, livenessTarget, pause, waitUntilHealthy, watchUntilUnhealthy, type ProbeSettings, type StartupProbe,
+} from './health.ts';
 import { prepareInstance } from './instance-env.ts';
 import type { InstanceReport, InstanceSpec } from './protocol.ts';
 import { describeExit, UnstartableError, type ExitStatus, type Runtime, type RuntimeInstance } from './runtime.ts';
@@ -57,6 +59,21 @@ const EXITING_GRACE_MS = 3000;
 const FAILING = new Set(['UNHEALTHY', 'RESTARTING', 'FAILED']);
 /** Lines of an instance's output a failure puts in the log (its report carries up to 50). */
 const LOGGED_LINES = 20;
+/** A failure's reason ends with the instance's last lines, at most this many and this long. */
+const REASON_LINES = 3;
+const REASON_OUTPUT_CHARS = 400;
+/** While starting, a failed health check is reported at once when it says something new, else this often. */
+const STARTUP_REPORT_MS = 5000;
+
+/** A failure in words, with the last lines the instance wrote: "exited with code 3; last output: fatal: …". */
+export function withLastOutput(reason: string, logTail: string[] | undefined): string {
+  const lines = (logTail ?? []).map((line) => line.trim()).filter(Boolean).slice(-REASON_LINES);
+  if (!lines.length) return reason;
+  const output = lines.join(' | ');
+  return `${reason}; last output: ${output.length > REASON_OUTPUT_CHARS ? `…${output.slice(-REASON_OUTPUT_CHARS)}` : output}`;
+}
+
+const seconds = (ms: number) => `${Math.round(ms / 1000)} s`;
 
 export class InstanceSupervisor {
   readonly spec: InstanceSpec;
@@ -65,6 +82,9 @@ export class InstanceSupervisor {
   readonly #done: Promise<void>;
   #report: InstanceReport;
   #runningSince: number | undefined;
+  /** Why the last run ended, said again while the next one starts. */
+  #lastFailure: string | undefined;
+  #startupReported: { detail: string; at: number } | undefined;
 
   constructor(options: SupervisorOptions) {
     this.spec = options.spec;
@@ -103,7 +123,7 @@ export class InstanceSupervisor {
     this.#emit();
 
     while (!signal.aborted) {
-      if (this.#report.state !== 'STARTING') this.#set({ state: 'STARTING' });
+      if (this.#report.state !== 'STARTING') this.#set({ state: 'STARTING', ...(this.#lastFailure ? { message: `restarting after: ${this.#lastFailure}` } : {}) });
       try {
         const prepared = await prepareInstance(spec, workDir);
         instance = await runtime.start(spec, { workDir, env: prepared.env, log });
@@ -131,7 +151,7 @@ export class InstanceSupervisor {
       if (outcome.kind === 'exited') {
         exitCode = outcome.status.code;
         if (exitCode === 0) {
-          this.#set({ state: 'EXITED', exitCode, message: 'exited on its own with code 0' });
+          this.#set({ state: 'EXITED', exitCode, message: this.#withLastOutput('exited on its own with code 0', instance.logTail()) });
           return;
         }
         reason = describeExit(outcome.status);
@@ -139,10 +159,12 @@ export class InstanceSupervisor {
         if (outcome.kind === 'unhealthy') this.#set({ state: 'UNHEALTHY', message: outcome.detail, logTail: instance.logTail() });
         reason = outcome.kind === 'unhealthy'
           ? `unhealthy: ${outcome.detail}`
-          : `not healthy within the start-up grace period of ${spec.startupGracePeriodMs} ms (last check: ${outcome.detail})`;
+          : `not healthy within its ${seconds(spec.startupGracePeriodMs)} start-up grace (last check: ${outcome.detail})`;
         await instance.stop(settings.stopGraceMs);
       }
       const logTail = instance.logTail();
+      reason = this.#withLastOutput(reason, logTail);
+      this.#lastFailure = reason;
       instance = undefined;
       if (this.#runningSince !== undefined && Date.now() - this.#runningSince >= settings.backoff.resetAfterMs) failuresInRow = 0;
       this.#runningSince = undefined;
@@ -165,9 +187,7 @@ export class InstanceSupervisor {
     try {
       const startup = await Promise.race([
         exited,
-        waitUntilHealthy(healthTarget(spec.health, instance.endpoint), spec.startupGracePeriodMs, settings.probe, watch.signal).then((result): Outcome =>
-          result.outcome === 'healthy' ? { kind: 'healthy' }
-            : result.outcome === 'timeout' ? { kind: 'never-healthy', detail: result.detail } : { kind: 'stopping' }),
+        this.#waitUntilHealthy(instance, watch.signal),
       ]);
       if (startup.kind !== 'healthy') return startup;
       this.#runningSince = Date.now();
@@ -186,6 +206,35 @@ export class InstanceSupervisor {
       watch.abort();
       stopping.removeEventListener('abort', onStop);
     }
+  }
+
+  /** The reason with the last lines (already redacted by the agent's kept logs; again here, for a runtime used bare). */
+  #withLastOutput(reason: string, logTail: string[]): string {
+    return withLastOutput(reason, withoutSecrets(logTail, this.spec.secrets));
+  }
+
+  /** The start-up checks; each failure said in the STARTING report (at once when it is news, else every few seconds). */
+  async #waitUntilHealthy(instance: RuntimeInstance, signal: AbortSignal): Promise<Outcome> {
+    const { spec, settings } = this.#options;
+    const target = healthTarget(spec.health, instance.endpoint);
+    this.#startupReported = undefined;
+    const result = await waitUntilHealthy(target, spec.startupGracePeriodMs, settings.probe, signal, (probe) => this.#startupProbeFailed(probe));
+    if (result.outcome === 'healthy') return { kind: 'healthy' };
+    return result.outcome === 'timeout' ? { kind: 'never-healthy', detail: describeProbe(target, result.detail) } : { kind: 'stopping' };
+  }
+
+  #startupProbeFailed(probe: StartupProbe): void {
+    if (this.#report.state !== 'STARTING') return;
+    const now = Date.now();
+    const last = this.#startupReported;
+    if (last && last.detail === probe.detail && now - last.at < STARTUP_REPORT_MS) return;
+    this.#startupReported = { detail: probe.detail, at: now };
+    const { startupGracePeriodMs } = this.spec;
+    const health = `${probe.detail}, ${probe.tries} ${probe.tries === 1 ? 'try' : 'tries'}, ${seconds(probe.elapsedMs)} of a ${seconds(startupGracePeriodMs)} grace`;
+    const message = this.#lastFailure ? `${health}; restarting after: ${this.#lastFailure}` : health;
+    // Not a state change: reported, not logged.
+    this.#report = { ...this.#report, message, updatedAt: new Date().toISOString() };
+    this.#options.onReport(this.#report);
   }
 
   /** A state change: failure details are kept only on failure states; the endpoint only while RUNNING. */

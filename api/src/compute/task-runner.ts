@@ -15,6 +15,7 @@ import type { Runtime } from './runtime.ts';
 import { taskDirName } from './task-env.ts';
 import { pollTaskProgress } from './task-progress.ts';
 import type { ResultUploader } from './task-results.ts';
+import type { OutputLogs } from './output-logs.ts';
 import { TaskRun } from './task-run.ts';
 
 export interface TaskRunnerOptions {
@@ -26,6 +27,8 @@ export interface TaskRunnerOptions {
   progressIntervalMs?: number;
   /** Back-off of start retries and result uploads; default 1 s doubling to 5 s. */
   retry?: { initialMs: number; maxMs: number };
+  /** The agent's kept output: a task's updated secrets are redacted there too. */
+  outputs?: Pick<OutputLogs, 'redactAlso'>;
 }
 
 export interface TaskRunner {
@@ -68,7 +71,10 @@ class WorkerTaskRunner implements TaskRunner {
     for (const spec of specs) {
       if (!wanted.has(spec.taskId) || this.#leaving.has(spec.taskId)) continue;
       const known = this.#runs.get(spec.taskId);
-      if (known) void known.update(spec);
+      if (known) {
+        this.#options.outputs?.redactAlso(spec.instanceId, spec.secrets);
+        void known.update(spec);
+      }
       else this.#add(spec);
     }
   }

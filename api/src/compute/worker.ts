@@ -10,6 +10,7 @@ import { startAgent, type Agent } from './agent.ts';
 import { httpAssetFetcher, stageAssets } from './assets.ts';
 import { discoverGpus } from './gpus.ts';
 import { connectAgentLink, type AgentLink } from './link.ts';
+import { keepingOutput, OutputLogs } from './output-logs.ts';
 import type { GpuOffer } from './protocol.ts';
 import { UnstartableError, type Runtime } from './runtime.ts';
 import { startTaskRunner, type TaskRunner } from './task-runner.ts';
@@ -38,6 +39,8 @@ export interface WorkerOptions {
 export interface Worker {
   agent: Agent;
   tasks: TaskRunner;
+  /** What the instances and tasks wrote (served over the link). */
+  outputs: OutputLogs;
   gpus: GpuOffer[];
   link?: AgentLink;
   isolation: Isolation;
@@ -72,7 +75,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const unisolated = isolation.kind === 'none' ? isolation.reason : undefined;
   if (unisolated) log.warn({ reason: unisolated }, 'instances run without a sandbox: only this cluster\'s own account may run here');
   if (isolation.kind === 'off') log.warn('the sandbox is off: every account\'s instances run as this agent\'s user (development only)');
-  const runtime = unisolated ? ownAccountOnly(chosen, () => owner, unisolated) : chosen;
+  const outputs = new OutputLogs({ maxBytesPerInstance: options.settings.logBytesPerInstance, retentionMs: options.settings.logRetentionMs });
+  const runtime = keepingOutput(unisolated ? ownAccountOnly(chosen, () => owner, unisolated) : chosen, outputs);
   const agent = await startAgent({
     runtime, stateDir, log,
     stopGraceMs: options.settings.stopGraceMs,
@@ -84,18 +88,19 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   });
   // After startAgent: its runtime.cleanup() has ended whatever an earlier run left, tasks included.
   const tasks = await startTaskRunner({
-    runtime, stateDir, log, progressIntervalMs: options.settings.taskProgressIntervalMs,
+    runtime, stateDir, log, outputs, progressIntervalMs: options.settings.taskProgressIntervalMs,
     uploader: options.link && httpResultUploader(options.link),
   });
   const server = options.link;
   const link = server && connectAgentLink({
-    ...server, agent, tasks, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log, unisolated,
+    ...server, agent, tasks, outputs, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log, unisolated,
     stage: (request) => stageAssets(agent.outputDirOf(request.instanceId), request, httpAssetFetcher(server)),
     onWelcome: (welcome) => { owner = welcome.ncaId; },
   });
   return {
     agent,
     tasks,
+    outputs,
     gpus: discovery.gpus,
     link,
     isolation,

@@ -17,6 +17,8 @@ export function natsNames(prefix: string) {
     replica: (replicaId: string, exchange: 'grant' | 'ping') => `${prefix}.replica.${replicaId}.${exchange}`,
     done: (requestId: string) => `${prefix}.done.${requestId}`,
     stage: `${prefix}.stage`,
+    /** Logs asked of the placement replica (control/logs/relay.ts); answers on logs.<uuid>. */
+    logs: `${prefix}.logs`,
     /** Replies come here: a server's permissions can give each installation its own. */
     inbox: `_INBOX_${prefix}`,
   };

@@ -23,6 +23,8 @@ type ChunkStep = 'size' | 'data' | 'data-end' | 'trailer';
 /** A chunk-size line: hex digits, then optional extensions. */
 const CHUNK_SIZE = /^[0-9a-fA-F]{1,12}\s*(?:;.*)?$/;
 const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: |\r|$)/;
+/** A header name is a token (RFC 9110 5.6.2): no space, no separator; as llhttp, anything else is refused. */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 /**
  * The status line and header lines of a response head, names lower-cased, repeated names as arrays. Lines
@@ -38,12 +40,14 @@ function parseHead(text: string): { status: number; keepAlive: boolean; headers:
     if (end < 0) end = text.length;
     const colon = text.indexOf(':', at);
     if (colon <= at || colon > end) throw new ProtocolError('the instance answered a malformed header line');
-    const name = text.slice(at, colon).toLowerCase();
+    const name = text.slice(at, colon);
+    if (!TOKEN.test(name)) throw new ProtocolError('the instance answered a header name that is not a token');
     const value = text.slice(colon + 1, end).trim();
-    const seen = headers[name];
-    if (seen === undefined) headers[name] = value;
+    const key = name.toLowerCase();
+    const seen = headers[key];
+    if (seen === undefined) headers[key] = value;
     else if (Array.isArray(seen)) seen.push(value);
-    else headers[name] = [seen, value];
+    else headers[key] = [seen, value];
     at = end + 2;
   }
   const connection = headers.connection === undefined ? '' : String(headers.connection).toLowerCase();
@@ -128,6 +132,8 @@ export class ResponseReader {
     if (this.#bodyless || status === 204 || status === 304) this.#framing = 'none';
     else if (coding !== undefined) {
       if (!/(^|,)\s*chunked\s*$/i.test(String(coding))) throw new ProtocolError('the instance answered a transfer coding other than chunked');
+      // Both framings at once is how responses are smuggled; llhttp refuses it too.
+      if (length !== undefined) throw new ProtocolError('the instance answered both content-length and transfer-encoding');
       this.#framing = 'chunked';
     } else if (length !== undefined) {
       if (Array.isArray(length) || !/^\d+$/.test(length)) throw new ProtocolError('the instance answered an invalid content-length');
@@ -177,7 +183,8 @@ export class ResponseReader {
     this.#line += part;
     if (this.#line.length > 8192) throw new ProtocolError('the instance sent a chunk line over 8 KiB');
     if (!complete) return undefined;
-    const line = this.#line.endsWith('\r') ? this.#line.slice(0, -1) : this.#line;
+    if (!this.#line.endsWith('\r')) throw new ProtocolError('the instance ended a chunk line with a bare LF (CRLF is required)');
+    const line = this.#line.slice(0, -1);
     this.#line = '';
     return line;
   }

@@ -85,7 +85,7 @@ describe('agent', () => {
       process.kill(family.pid, 'SIGKILL');
       const restarting = await reports.waitForState(spec.instanceId, 'RESTARTING', round);
       assert.equal(restarting.restarts, round);
-      assert.equal(restarting.message, 'killed by SIGKILL');
+      assert.match(restarting.message!, /^killed by SIGKILL; last output: .*family line 80$/, 'the reason ends with its last lines');
       assert.equal(restarting.exitCode, null);
       assert.ok(restarting.logTail!.includes('family line 80'), 'the report carries the last lines');
       const running = await reports.waitForState(spec.instanceId, 'RUNNING', round + 1);
@@ -123,7 +123,7 @@ describe('agent', () => {
     assert.equal(exited.exitCode, 0);
     const restarting = await reports.waitForState(crash.instanceId, 'RESTARTING');
     assert.equal(restarting.exitCode, 3);
-    assert.equal(restarting.message, 'exited with code 3');
+    assert.equal(restarting.message, 'exited with code 3; last output: exit fixture started | exit fixture leaving');
     assert.deepEqual(restarting.logTail, ['exit fixture started', 'exit fixture leaving']);
     await reports.waitForState(crash.instanceId, 'RUNNING', 2);
     assert.deepEqual(reports.states(session.instanceId), ['STARTING', 'RUNNING', 'EXITED']);
@@ -144,7 +144,11 @@ describe('agent', () => {
     const spec = instanceSpec('test/unhealthy', { startupGracePeriodMs: 3000 });
     want(spec);
     const first = await reports.waitForState(spec.instanceId, 'RESTARTING');
-    assert.match(first.message!, /^not healthy within the start-up grace period of 3000 ms \(last check: HTTP 503\)$/);
+    assert.match(first.message!, /^not healthy within its 3 s start-up grace \(last check: GET \/health → 503 \(expected 200\)\); last output: unhealthy fixture started$/);
+    const checking = reports.all.find((report) => report.instanceId === spec.instanceId && report.state === 'STARTING' && report.message?.includes('→ 503'));
+    assert.match(checking?.message ?? '', /^GET \/health → 503 \(expected 200\), \d+ tr(y|ies), \d+ s of a 3 s grace$/, 'while starting, the last check in words');
+    const again = await reports.waitFor((report) => report.instanceId === spec.instanceId && report.state === 'STARTING' && report.restarts === 1, 'the second start');
+    assert.match(again.message!, /^restarting after: not healthy within its 3 s start-up grace/);
     assert.equal(first.restarts, 1);
     const second = await reports.waitForState(spec.instanceId, 'RESTARTING', 2);
     assert.equal(second.restarts, 2);

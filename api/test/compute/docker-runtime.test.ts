@@ -217,7 +217,7 @@ describe('docker runtime', () => {
 
     engine.exit(container.id, 137, true);
     const killed = await reports.waitFor((report) => report.instanceId === spec.instanceId && report.state === 'RESTARTING', 'the restart after the kill');
-    assert.equal(killed.message, 'killed: out of memory (limit 512 MiB)');
+    assert.equal(killed.message, 'killed: out of memory (limit 512 MiB); last output: server starting | listening', 'the reason, then its last lines');
     assert.equal(killed.exitCode, 137);
     await agent.stop();
   });

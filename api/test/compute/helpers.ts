@@ -76,17 +76,20 @@ export async function tempDir(name: string): Promise<{ dir: string; remove(): Pr
 /** Records every report an agent emits, and waits for states. */
 export class ReportLog {
   readonly all: InstanceReport[] = [];
+  /** The reports that changed their instance's state (a starting instance also reports each new health check). */
+  readonly #changes: InstanceReport[] = [];
   readonly #waiters = new Set<() => void>();
 
   constructor(agent: Agent) {
     agent.onReport((report) => {
+      if (this.last(report.instanceId)?.state !== report.state) this.#changes.push(report);
       this.all.push(report);
       for (const waiter of this.#waiters) waiter();
     });
   }
 
   states(instanceId: string): InstanceState[] {
-    return this.all.filter((report) => report.instanceId === instanceId).map((report) => report.state);
+    return this.#changes.filter((report) => report.instanceId === instanceId).map((report) => report.state);
   }
 
   last(instanceId: string): InstanceReport | undefined {
@@ -113,10 +116,10 @@ export class ReportLog {
     });
   }
 
-  /** The n-th (1-based) report of `instanceId` in `state`. */
+  /** The n-th (1-based) time `instanceId` entered `state`. */
   waitForState(instanceId: string, state: InstanceState, nth = 1, timeoutMs?: number): Promise<InstanceReport> {
     return this.waitFor((report) => report.instanceId === instanceId && report.state === state
-      && this.all.filter((r) => r.instanceId === instanceId && r.state === state).indexOf(report) === nth - 1,
+      && this.#changes.filter((r) => r.instanceId === instanceId && r.state === state).indexOf(report) === nth - 1,
     `${instanceId} ${state} #${nth}`, timeoutMs);
   }
 }

@@ -153,6 +153,22 @@ test('failures say how: refused before reaching, protocol errors and a close mid
   assert.ok(started, 'the body had started when the connection closed');
 });
 
+test('what llhttp refuses is refused: a bare-LF chunk line, content-length with transfer-encoding, a header name with a space', async (t) => {
+  const answers: Record<string, string> = {
+    '/bare-lf': 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n',
+    '/both': 'HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n',
+    '/space': 'HTTP/1.1 200 OK\r\nx bad: 1\r\ncontent-length: 0\r\n\r\n',
+  };
+  const { origin } = await rawServer(t, (socket, request) => {
+    socket.write(answers[/^POST (\S+)/.exec(request)![1]]);
+  });
+  const pool = new UpstreamPool(origin, 60_000);
+  t.after(() => pool.close());
+  await assert.rejects(send(pool, { ...POST, path: '/bare-lf' }), { code: 'EPROTO', message: /bare LF/ });
+  await assert.rejects(send(pool, { ...POST, path: '/both' }), { code: 'EPROTO', message: /both content-length and transfer-encoding/ });
+  await assert.rejects(send(pool, { ...POST, path: '/space' }), { code: 'EPROTO', message: /not a token/ });
+});
+
 test('a consumer that asks to pause stops the reads until it resumes; an abort ends the exchange', async (t) => {
   const big = 'x'.repeat(4 * 1024 * 1024);
   const { origin } = await rawServer(t, (socket, request) => {

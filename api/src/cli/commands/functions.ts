@@ -94,7 +94,9 @@ const functionGet: Command = {
     }
     const { function: fn } = await call(context.state, 'api', 'GET', `/v2/svc/functions/${functionId}/versions/${encodeURIComponent(versionId)}`,
       functionResponse, { bearer: bearer(context, 'read') });
-    context.print(fields(fn), { function: fn });
+    // Why it is not running: its instances' failures with their last lines, or their last health check while starting.
+    const reason = fn.healthInfo?.map((issue) => issue.error).join('; ');
+    context.print(fields({ ...fn, ...(reason ? { reason } : {}) }), { function: fn });
   },
 };
 

@@ -173,7 +173,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
 
   function running(containerId: string, endpointPorts: PortMap, limits: Limits, context: RuntimeContext, release: () => void): RuntimeInstance {
     const tail = new LogTail();
-    const logsRead = followLogs(containerId, tail).catch((error: unknown) => context.log.warn({ err: error }, 'container logs unavailable'));
+    const logsRead = followLogs(containerId, tail, context).catch((error: unknown) => context.log.warn({ err: error }, 'container logs unavailable'));
     let ended = false;
     const exited = waitForExit(containerId).then(async (exit) => {
       ended = true;
@@ -200,11 +200,14 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
     };
   }
 
-  async function followLogs(containerId: string, tail: LogTail): Promise<void> {
+  async function followLogs(containerId: string, tail: LogTail, context: RuntimeContext): Promise<void> {
     const response = await api.stream('GET', `/containers/${containerId}/logs`, {
       query: { follow: 1, stdout: 1, stderr: 1, tail: 50 },
     });
-    const demuxer = new FrameDemuxer((_stream, payload) => tail.write(payload));
+    const demuxer = new FrameDemuxer((stream, payload) => {
+      tail.write(payload);
+      context.output?.(stream, payload);
+    });
     for await (const chunk of response) demuxer.push(chunk as Buffer);
   }
 

@@ -107,10 +107,11 @@ function captureOutput(child: ChildProcess, context: RuntimeContext, tailLines: 
   const tail = new LogTail(tailLines);
   const logFile = createWriteStream(path.join(context.workDir, 'output.log'), { flags: 'a' });
   logFile.on('error', (error) => context.log.warn({ err: error }, 'instance log file not writable'));
-  for (const stream of [child.stdout!, child.stderr!]) {
+  for (const [name, stream] of [['stdout', child.stdout!], ['stderr', child.stderr!]] as const) {
     stream.on('data', (chunk: Buffer) => {
       tail.write(chunk);
       logFile.write(chunk);
+      context.output?.(name, chunk);
     });
   }
   return {

@@ -1,7 +1,8 @@
 // The control plane's end of the agent link (compute/protocol.ts): authenticates a cluster's agent by
 // its credential, hands it the desired set, and feeds its reports to placement. One link per cluster;
 // a newer link replaces an older one. Tasks ride the same link: hello's task reports, `tasks` desired
-// sets and `task` reports go to the task scheduler when one is given.
+// sets and `task` reports go to the task scheduler when one is given. Logs are asked of agents through
+// `logs` (logs.ts: LogRelay).
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -13,6 +14,7 @@ import type { Logger } from '../../logger.ts';
 import type { ClustersService } from '../clusters/service.ts';
 import type { AgentChannel, InstancesService } from '../instances/service.ts';
 import type { TaskScheduler } from '../tasks/scheduler.ts';
+import { LogRelay } from './logs.ts';
 import { AssetStaging } from './staging.ts';
 
 /** What the hub needs of the task plane. */
@@ -24,6 +26,7 @@ const HELLO_TIMEOUT_MS = 10_000;
 export function createAgentHub(clusters: ClustersService, instances: InstancesService, log: Logger, tasks?: TaskAgents) {
   const server = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
   const staging = new AssetStaging();
+  const logs = new LogRelay();
 
   function serve(ws: WebSocket, clusterId: string) {
     const send = (message: ControlMessage) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(message));
@@ -57,6 +60,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
         send({ type: 'welcome', clusterId, clusterName: cluster.name, ncaId: cluster.nca_id });
         log.info({ clusterId, runtime: message.runtime, agentVersion: message.agentVersion, instances: message.instances.length }, 'agent connected');
         staging.linked(clusterId, send);
+        logs.linked(clusterId, send);
         await instances.agentConnected(cluster, channel, { gpus: message.gpus, instances: message.instances, unisolated: message.unisolated });
         await tasks?.agentConnected(cluster, taskChannel, message.tasks ?? []);
       } else if (!greeted) {
@@ -69,6 +73,8 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
         await tasks?.report(clusterId, message.report);
       } else if (message.type === 'staged') {
         staging.staged(message.requestId, message.error);
+      } else if (message.type === 'log-lines') {
+        logs.received(clusterId, message);
       }
     }
 
@@ -78,6 +84,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       instances.agentDisconnected(clusterId, channel);
       tasks?.agentDisconnected(clusterId, taskChannel);
       staging.unlinked(clusterId, send);
+      logs.unlinked(clusterId, send);
       log.info({ clusterId }, 'agent disconnected');
     });
   }
@@ -85,6 +92,9 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
   return {
     /** Puts a request's input assets in place on the instance's host (its cluster's agent fetches them). */
     stage: (clusterId: string, request: Omit<StageRequest, 'type'>) => staging.stage(clusterId, request),
+
+    /** Instances' logs, from the agents that keep them. */
+    logs,
 
     /** Handles GET /v1/agents/link upgrades: 401 problem before the upgrade unless the credential is a cluster's. */
     async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer) {

@@ -48,6 +48,21 @@ function minWithinMax(spec: { minInstances?: number; maxInstances?: number; auto
 
 export const MAX_REQUEST_CONCURRENCY = 16_384;
 
+/** The longest start-up grace a deployment may give its instances. */
+export const MAX_STARTUP_GRACE_MS = 24 * 3_600_000;
+
+/**
+ * The reference's Helm value overrides, kept as given; one key is ours: `startupGracePeriod` (ISO 8601,
+ * default PT10M), how long a starting instance may take to pass its first health check before it is
+ * restarted (docs/api.md, "Deployments").
+ */
+const configurationSchema = z.looseObject({
+  startupGracePeriod: isoDurationSchema.refine((value) => {
+    const ms = parseDuration(value);
+    return ms === undefined || (ms >= 1000 && ms <= MAX_STARTUP_GRACE_MS);
+  }, 'must be from PT1S to PT24H').optional(),
+});
+
 export const gpuSpecificationSchema = z.object({
   gpuSpecificationId: z.guid().optional(),
   gpu: z.string().min(1),
@@ -60,7 +75,7 @@ export const gpuSpecificationSchema = z.object({
   regions: z.array(z.string()).optional(),
   attributes: z.array(z.string()).optional(),
   preferredOrder: z.number().int().min(1).max(99).optional(),
-  configuration: z.record(z.string(), z.unknown()).optional(),
+  configuration: configurationSchema.optional(),
   autoscalingConfiguration: autoscalingConfigurationSchema.optional(),
   autoscalingConfigurationPolicy: z.enum(autoscalingPolicies).optional(),
 }).superRefine(minWithinMax);

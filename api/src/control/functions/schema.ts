@@ -172,6 +172,12 @@ export const instanceSchema = z.object({
   location: z.string().optional(),
   instanceCreatedAt: z.string(),
   instanceUpdatedAt: z.string(),
+  /**
+   * Why it is not running, while it is not: its failure with its last lines of output ("exited with code 3;
+   * last output: fatal: …"), or, starting, its last health check ("GET /health → 404 (expected 200), 12
+   * tries, 40 s of a 600 s grace"). Secret values are redacted.
+   */
+  reason: z.string().optional(),
 }).meta({ id: 'Instance' });
 
 /** Why a deployed version runs fewer instances than it should (placement's words; wire-reference 3 healthInfo). */

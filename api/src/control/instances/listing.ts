@@ -7,8 +7,13 @@ import type { ClusterRow } from '../clusters/repo.ts';
 import type { HealthInfo, Instance } from '../functions/schema.ts';
 import type { InstanceRow } from './repo.ts';
 
-/** Agent states whose report message says why the instance is not running. */
-const FAILING = new Set(['FAILED', 'UNHEALTHY', 'RESTARTING']);
+/**
+ * Agent states whose report message says why the instance is not running: a failure with the instance's
+ * last lines, or, while starting, its last health check ("GET /health → 404 (expected 200), 12 tries, …").
+ */
+const NOT_RUNNING = new Set(['FAILED', 'UNHEALTHY', 'RESTARTING', 'STARTING']);
+
+const reasonOf = (row: InstanceRow) => (row.message && NOT_RUNNING.has(row.state) ? row.message : undefined);
 
 const apiStatus: Record<string, Instance['instanceStatus']> = {
   PENDING: 'STARTING', STARTING: 'STARTING', RESTARTING: 'STARTING', RUNNING: 'RUNNING', UNHEALTHY: 'ERRORED',
@@ -20,6 +25,7 @@ function toInstance(row: InstanceRow, cluster: ClusterRow | undefined): Instance
     instanceId: row.instance_id, functionId: row.function_id, functionVersionId: row.version_id, instanceType: row.instance_type,
     instanceStatus: apiStatus[row.state] ?? 'STARTING', ncaId: row.nca_id, gpu: row.gpu,
     backend: cluster?.group_name ?? '', location: cluster?.name, instanceCreatedAt: row.created_at, instanceUpdatedAt: row.updated_at,
+    ...(reasonOf(row) ? { reason: reasonOf(row) } : {}),
   };
 }
 
@@ -40,8 +46,8 @@ export function instancesOf(versionIds: string[], held: Iterable<InstanceRow>, c
 export function healthInfoOf(versionId: string, unplaced: HealthInfo[], held: Iterable<InstanceRow>, backendOf: (clusterId: string) => string): HealthInfo[] | undefined {
   const info = [...unplaced];
   for (const row of held) {
-    if (row.version_id !== versionId || !row.message || !FAILING.has(row.state)) continue;
-    info.push({ gpu: row.gpu, backend: backendOf(row.cluster_id), instanceType: row.instance_type, error: row.message });
+    const reason = row.version_id === versionId ? reasonOf(row) : undefined;
+    if (reason) info.push({ gpu: row.gpu, backend: backendOf(row.cluster_id), instanceType: row.instance_type, error: reason });
   }
   return info.length ? info : undefined;
 }

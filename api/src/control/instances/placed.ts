@@ -111,8 +111,9 @@ export class PlacedInstances {
     const row = this.#rows.get(report.instanceId);
     if (!row || row.cluster_id !== clusterId) return false;
     const endpoint = report.endpoint ?? row.endpoint;
-    if (row.state === report.state && row.restarts === report.restarts && sameEndpoint(row.endpoint, endpoint)) return false;
-    const changes = { state: report.state, restarts: report.restarts, endpoint, message: report.message ?? null, updated_at: at };
+    const message = report.message ?? null;
+    if (row.state === report.state && row.restarts === report.restarts && row.message === message && sameEndpoint(row.endpoint, endpoint)) return false;
+    const changes = { state: report.state, restarts: report.restarts, endpoint, message, updated_at: at };
     Object.assign(row, changes);
     await this.#repo.update(row.instance_id, changes);
     return true;
