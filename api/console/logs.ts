@@ -1,18 +1,19 @@
-// A version's live log, behind one small module so the view does not care about the wire shape.
-// Assumed shape (issue 28, not on main yet): GET /v2/svc/functions/{f}/versions/{v}/logs?tail=&follow=true
-// answering Server-Sent Events (`data: <json or text>`) or plain lines, chunked. A 404 from the router
-// ("No route …") means this platform has no logs API: the view says so.
+// A version's live log, behind one small module so the view does not care about the wire shape
+// (docs/api.md, "Logs"): GET /v2/svc/functions/{f}/versions/{v}/logs?tail=&follow=true answers Server-Sent
+// Events, one `log` event per line (data: a LogLine), a `caught-up` event once the kept lines are sent,
+// then new lines as they are written. It is read with fetch(): EventSource cannot send the bearer. A 404
+// from the router ("No route …") means a platform without the logs API: the view says so.
 import { ApiError, enc, type ProblemBody } from './api.ts';
 import { credential } from './session.ts';
 
-export type LogLine = { at?: string; instanceId?: string; stream?: string; text: string };
-export type LogHandlers = { line(line: LogLine): void; unavailable(): void; failed(error: Error): void };
+export type LogLine = { timestamp?: string; instanceId?: string; stream?: string; text: string };
+export type LogHandlers = { line(line: LogLine): void; caughtUp?(): void; unavailable(): void; failed(error: Error): void };
 
 export const LOGS_UNAVAILABLE = 'Logs are not available on this platform.';
 
 export function logsPath(functionId: string, versionId: string, options: { instance?: string; tail?: number } = {}): string {
   const query = new URLSearchParams({ tail: String(options.tail ?? 200), follow: 'true' });
-  if (options.instance) query.set('instance', options.instance);
+  if (options.instance) query.set('instanceId', options.instance);
   return `/v2/svc/functions/${enc(functionId)}/versions/${enc(versionId)}/logs?${query}`;
 }
 
@@ -27,7 +28,7 @@ export function followLogs(functionId: string, versionId: string, handlers: LogH
 
 async function read(path: string, signal: AbortSignal, handlers: LogHandlers) {
   const response = await fetch(path, {
-    headers: { authorization: `Bearer ${credential.get() ?? ''}`, accept: 'text/event-stream, text/plain, application/x-ndjson' },
+    headers: { authorization: `Bearer ${credential.get() ?? ''}`, accept: 'text/event-stream' },
     credentials: 'omit', signal,
   });
   if (!response.ok) {
@@ -35,10 +36,10 @@ async function read(path: string, signal: AbortSignal, handlers: LogHandlers) {
     if (response.status === 404 && /^No route/.test(problem.detail ?? '')) return handlers.unavailable();
     throw new ApiError(response.status, problem);
   }
-  const sse = (response.headers.get('content-type') ?? '').includes('text/event-stream');
   const decoder = new TextDecoder();
   const reader = response.body!.getReader();
   let pending = '';
+  let event = 'message';
   for (;;) {
     const { value, done } = await reader.read();
     if (done) return;
@@ -46,22 +47,26 @@ async function read(path: string, signal: AbortSignal, handlers: LogHandlers) {
     const lines = pending.split('\n');
     pending = lines.pop() ?? '';
     for (const raw of lines) {
-      const line = sse ? (raw.startsWith('data:') ? raw.slice(5).trimStart() : undefined) : raw;
-      if (line) handlers.line(parse(line));
+      // Server-Sent Events: `event:` names what the next `data:` is; a blank line ends it; `:` is a comment.
+      if (raw.startsWith('event:')) event = raw.slice(6).trim();
+      else if (raw === '') event = 'message';
+      else if (raw.startsWith('data:') && event === 'caught-up') handlers.caughtUp?.();
+      else if (raw.startsWith('data:')) {
+        const line = parse(raw.slice(5).trimStart());
+        if (line) handlers.line(line);
+      }
     }
   }
 }
 
-/** A JSON line with `text` (or `line`/`message`) and optional instance and time, else the raw text. */
-function parse(line: string): LogLine {
-  if (!line.startsWith('{')) return { text: line };
+/** A LogLine; anything else (a newer event this console does not know) is skipped. */
+function parse(data: string): LogLine | undefined {
   try {
-    const value = JSON.parse(line) as Record<string, unknown>;
-    const text = value.text ?? value.line ?? value.message;
-    if (typeof text !== 'string') return { text: line };
+    const value = JSON.parse(data) as Record<string, unknown>;
+    if (typeof value.text !== 'string') return undefined;
     const str = (key: string) => (typeof value[key] === 'string' ? value[key] as string : undefined);
-    return { text, at: str('at') ?? str('time') ?? str('timestamp'), instanceId: str('instanceId'), stream: str('stream') };
+    return { text: value.text, timestamp: str('timestamp'), instanceId: str('instanceId'), stream: str('stream') };
   } catch {
-    return { text: line };
+    return undefined;
   }
 }

@@ -1,7 +1,7 @@
 // The web console (/console/) in headless Chromium against the real platform: sign in with a key and see
 // its scopes, the functions and one's status; scale a deployment and see the new instance; a plot with
 // points after traffic; another account's key sees none of the first's functions; a bad key reads as a
-// sentence; the log view says when the platform has no logs API; the files carry a strict CSP; and the
+// sentence; the live log follows a line the instance writes; the files carry a strict CSP; and the
 // console's JavaScript and CSS stay under 200 KB gzipped. With CONSOLE_SCREENSHOTS=<dir> each view is
 // also saved there as console-<view>.png (docs/images).
 import assert from 'node:assert/strict';
@@ -167,13 +167,34 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     assert.ok(Number(await plots.getAttribute('data-requests')) >= 5);
     await until('three drawn charts', async () => await page.locator('.plots canvas').count() === 3);
     assert.match(await page.locator('.totals').textContent() ?? '', /\d+ requests/);
-    // Until the logs API lands, the log view says so rather than failing.
-    await page.getByText('Logs are not available on this platform.').waitFor();
     await shot(page, 'numbers');
     await page.setViewportSize({ width: 360, height: 800 });
     const overflow = await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth') as number;
     assert.ok(overflow <= 1, `no sideways scrolling at 360 px: ${overflow}`);
     await shot(page, 'narrow');
+    await page.close();
+  });
+
+  test('the live log: kept lines, then a line the instance writes while the page follows; secrets redacted', async () => {
+    const secret = 'tok-console-never-shown';
+    const talker = await deploy(svc, await svc.token(), echoBody({
+      name: 'console-talker', containerImage: 'test/talker:1', inferenceUrl: '/say', health, secrets: [{ name: 'API_TOKEN', value: secret }],
+    }));
+    await waitFor(svc, key, talker, running);
+    const page = await signedIn(key);
+    await page.goto(`${svc.url}/console/#/functions/${talker.id}/${talker.versionId}`);
+    const log = page.locator('#log');
+    await log.getByText('talker starting with token [redacted]').waitFor();
+    await log.getByText('talker warming up').waitFor();
+    assert.equal(await log.locator('.stderr').filter({ hasText: 'talker warming up' }).count(), 1, 'stderr is marked');
+    await page.getByText('Following: new lines appear as they are written.').waitFor();
+    const marker = `hello-${Date.now()}`;
+    const said = await svc.api('POST', `/v2/svc/pexec/functions/${talker.id}`, { bearer: key, body: { say: marker } });
+    assert.equal(said.status, 200, said.text);
+    // The issue's bound is 1 s (bench/logs measures it); the test only waits for the line.
+    await log.getByText(`said: ${marker}`).waitFor({ timeout: 10_000 });
+    assert.ok(!(await page.content()).includes(secret), 'the secret\'s value is nowhere in the page');
+    await shot(page, 'log');
     await page.close();
   });
 

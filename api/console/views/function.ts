@@ -2,7 +2,7 @@
 // numbers as plots, the live log, and for a STREAMING function who streams and who waits.
 import { call, enc, get } from '../api.ts';
 import { badge, errorBox, h, table, when } from '../dom.ts';
-import { followLogs, LOGS_UNAVAILABLE } from '../logs.ts';
+import { followLogs, LOGS_UNAVAILABLE, type LogLine } from '../logs.ts';
 import { statsPlots, type Stats } from '../plot.ts';
 import { reasonOf, type FunctionVersion } from './functions.ts';
 
@@ -120,14 +120,11 @@ async function statsPanel(versionPath: string): Promise<HTMLElement> {
 }
 
 function logPanel(functionId: string, versionId: string, onLeave: (stop: () => void) => void): HTMLElement {
-  const lines = h('pre', { class: 'log', id: 'log', tabindex: 0, 'aria-label': 'Log', 'aria-live': 'off' });
-  const state = h('p', { class: 'hint', id: 'log-state' }, 'Following…');
+  const lines = h('pre', { class: 'log', id: 'log', tabindex: 0, 'aria-label': 'Log' });
+  const state = h('p', { class: 'hint', id: 'log-state' }, 'Reading the kept lines…');
   const stop = followLogs(functionId, versionId, {
-    line: (line) => {
-      lines.append(h('span', {}, [line.at ? `${line.at} ` : '', line.instanceId ? `[${line.instanceId.slice(0, 8)}] ` : '', line.text].join(''), '\n'));
-      if (lines.childElementCount > 2000) lines.firstElementChild?.remove();
-      lines.scrollTop = lines.scrollHeight;
-    },
+    line: (line) => appendLine(lines, line),
+    caughtUp: () => state.replaceChildren(lines.childElementCount ? 'Following: new lines appear as they are written.' : 'No lines yet; following.'),
     unavailable: () => {
       state.replaceChildren(LOGS_UNAVAILABLE);
       lines.hidden = true;
@@ -136,6 +133,16 @@ function logPanel(functionId: string, versionId: string, onLeave: (stop: () => v
   });
   onLeave(stop);
   return h('div', {}, state, lines);
+}
+
+/** One line: time, instance, stderr marked; the last 2000 lines kept; scrolled to the end unless the reader scrolled up. */
+export function appendLine(box: HTMLElement, line: LogLine) {
+  const atEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 24;
+  const time = line.timestamp ? new Date(line.timestamp).toLocaleTimeString() : '';
+  box.append(h('span', { class: line.stream === 'stderr' ? 'stderr' : 'stdout' },
+    h('span', { class: 'log-meta' }, [time, line.instanceId?.slice(0, 8)].filter(Boolean).join(' '), ' '), line.text, '\n'));
+  if (box.childElementCount > 2000) box.firstElementChild?.remove();
+  if (atEnd) box.scrollTop = box.scrollHeight;
 }
 
 async function streamingPanel(fn: FunctionVersion): Promise<HTMLElement> {

@@ -6,6 +6,7 @@ import { credential } from '../session.ts';
 import { StreamClient } from '../stream/stream-client.ts';
 import { followLogs, LOGS_UNAVAILABLE } from '../logs.ts';
 import { statsPlots, type Stats } from '../plot.ts';
+import { appendLine } from './function.ts';
 import type { FunctionVersion } from './functions.ts';
 
 export async function watchView(functionId: string, versionId: string, onLeave: (stop: () => void) => void): Promise<HTMLElement> {
@@ -52,7 +53,8 @@ export async function watchView(functionId: string, versionId: string, onLeave: 
   const log = h('pre', { class: 'log', tabindex: 0, 'aria-label': 'Log' });
   const logState = h('p', { class: 'hint' }, 'Following…');
   onLeave(followLogs(functionId, versionId, {
-    line: (line) => { log.append(line.text, '\n'); log.scrollTop = log.scrollHeight; },
+    line: (line) => appendLine(log, line),
+    caughtUp: () => logState.replaceChildren('Following.'),
     unavailable: () => { logState.replaceChildren(LOGS_UNAVAILABLE); log.hidden = true; },
     failed: (error) => logState.replaceChildren(errorBox(error)),
   }));
