@@ -1,5 +1,6 @@
-// A version's live log, behind one small module so the view does not care about the wire shape
-// (docs/api.md, "Logs"): GET /v2/svc/functions/{f}/versions/{v}/logs?tail=&follow=true answers Server-Sent
+// A version's or a task's live log, behind one small module so the view does not care about the wire shape
+// (docs/api.md, "Logs"): GET /v2/svc/functions/{f}/versions/{v}/logs?tail=&follow=true (or
+// /v1/svct/tasks/{t}/logs) answers Server-Sent
 // Events, one `log` event per line (data: a LogLine), a `caught-up` event once the kept lines are sent,
 // then new lines as they are written. It is read with fetch(): EventSource cannot send the bearer. A 404
 // from the router ("No route …") means a platform without the logs API: the view says so.
@@ -11,16 +12,19 @@ export type LogHandlers = { line(line: LogLine): void; caughtUp?(): void; unavai
 
 export const LOGS_UNAVAILABLE = 'Logs are not available on this platform.';
 
-export function logsPath(functionId: string, versionId: string, options: { instance?: string; tail?: number } = {}): string {
-  const query = new URLSearchParams({ tail: String(options.tail ?? 200), follow: 'true' });
-  if (options.instance) query.set('instanceId', options.instance);
-  return `/v2/svc/functions/${enc(functionId)}/versions/${enc(versionId)}/logs?${query}`;
+export type LogSource = { functionId: string; versionId: string; instanceId?: string } | { taskId: string };
+
+export function logsPath(source: LogSource, tail = 200): string {
+  const query = new URLSearchParams({ tail: String(tail), follow: 'true' });
+  if ('taskId' in source) return `/v1/svct/tasks/${enc(source.taskId)}/logs?${query}`;
+  if (source.instanceId) query.set('instanceId', source.instanceId);
+  return `/v2/svc/functions/${enc(source.functionId)}/versions/${enc(source.versionId)}/logs?${query}`;
 }
 
-/** Follows the log until the returned function is called. */
-export function followLogs(functionId: string, versionId: string, handlers: LogHandlers, options: { instance?: string } = {}): () => void {
+/** Follows a version's or a task's log until the returned function is called. */
+export function followLogs(source: LogSource, handlers: LogHandlers): () => void {
   const abort = new AbortController();
-  void read(logsPath(functionId, versionId, options), abort.signal, handlers).catch((error: unknown) => {
+  void read(logsPath(source), abort.signal, handlers).catch((error: unknown) => {
     if (!abort.signal.aborted) handlers.failed(error instanceof Error ? error : new Error(String(error)));
   });
   return () => abort.abort();

@@ -31,7 +31,7 @@ async function viewFor(path: string[]): Promise<HTMLElement> {
   switch (path[0]) {
     case 'functions': return path[2] ? functionView(path[1], path[2], onLeave) : functionsView();
     case 'watch': return watchView(path[1], path[2], onLeave);
-    case 'tasks': return path[1] ? taskView(path[1]) : tasksView();
+    case 'tasks': return path[1] ? taskView(path[1], onLeave) : tasksView();
     case 'admin': return adminView();
     default: return session.get()?.kind === 'admin' ? adminView() : functionsView();
   }

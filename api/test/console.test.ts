@@ -86,7 +86,7 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     await page.close();
   });
 
-  test('tasks: progress, events, and results downloaded with the tab\'s key', async () => {
+  test('tasks: progress, events, the log, and results downloaded with the tab\'s key', async () => {
     const taskKey = await svc.apiKey(await svc.token(), TASK_KEY_SCOPES, { task: true });
     const launched = await svc.api('POST', '/v1/svct/tasks', { bearer: taskKey, body: taskBody({ name: 'console-count' }) });
     assert.equal(launched.status, 200, launched.text);
@@ -96,6 +96,7 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     await page.getByRole('row').filter({ hasText: 'console-count' }).getByText('COMPLETED').waitFor();
     await page.getByRole('link', { name: 'console-count' }).click();
     await page.getByRole('cell', { name: "Changing status from 'RUNNING' to 'COMPLETED'" }).waitFor();
+    await page.locator('#log').getByText('done: counted to 3').waitFor();
     const [download] = await Promise.all([
       page.waitForEvent('download'),
       page.getByRole('row').filter({ hasText: 'result.txt' }).getByRole('button', { name: 'Download' }).click(),

@@ -2,7 +2,7 @@
 // numbers as plots, the live log, and for a STREAMING function who streams and who waits.
 import { call, enc, get } from '../api.ts';
 import { badge, errorBox, h, table, when } from '../dom.ts';
-import { followLogs, LOGS_UNAVAILABLE, type LogLine } from '../logs.ts';
+import { logPanel } from './log-panel.ts';
 import { statsPlots, type Stats } from '../plot.ts';
 import { reasonOf, type FunctionVersion } from './functions.ts';
 
@@ -44,7 +44,7 @@ export async function functionView(functionId: string, versionId: string, onLeav
     h('h2', {}, 'Deployment'), await deploymentPanel(functionId, versionId),
     h('h2', {}, 'Instances'), instances,
     h('h2', {}, 'Numbers'), await statsPanel(versionPath),
-    h('h2', {}, 'Log'), logPanel(functionId, versionId, onLeave),
+    h('h2', {}, 'Log'), logPanel({ functionId, versionId }, onLeave),
     fn.functionType === 'STREAMING' ? await streamingPanel(fn) : '',
     h('h2', {}, 'Versions'), await versionsPanel(functionId));
   return view;
@@ -117,32 +117,6 @@ async function statsPanel(versionPath: string): Promise<HTMLElement> {
     h('button', { type: 'button', onclick: () => void load() }, 'Refresh')), body);
   await load();
   return box;
-}
-
-function logPanel(functionId: string, versionId: string, onLeave: (stop: () => void) => void): HTMLElement {
-  const lines = h('pre', { class: 'log', id: 'log', tabindex: 0, 'aria-label': 'Log' });
-  const state = h('p', { class: 'hint', id: 'log-state' }, 'Reading the kept lines…');
-  const stop = followLogs(functionId, versionId, {
-    line: (line) => appendLine(lines, line),
-    caughtUp: () => state.replaceChildren(lines.childElementCount ? 'Following: new lines appear as they are written.' : 'No lines yet; following.'),
-    unavailable: () => {
-      state.replaceChildren(LOGS_UNAVAILABLE);
-      lines.hidden = true;
-    },
-    failed: (error) => state.replaceChildren(errorBox(error)),
-  });
-  onLeave(stop);
-  return h('div', {}, state, lines);
-}
-
-/** One line: time, instance, stderr marked; the last 2000 lines kept; scrolled to the end unless the reader scrolled up. */
-export function appendLine(box: HTMLElement, line: LogLine) {
-  const atEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 24;
-  const time = line.timestamp ? new Date(line.timestamp).toLocaleTimeString() : '';
-  box.append(h('span', { class: line.stream === 'stderr' ? 'stderr' : 'stdout' },
-    h('span', { class: 'log-meta' }, [time, line.instanceId?.slice(0, 8)].filter(Boolean).join(' '), ' '), line.text, '\n'));
-  if (box.childElementCount > 2000) box.firstElementChild?.remove();
-  if (atEnd) box.scrollTop = box.scrollHeight;
 }
 
 async function streamingPanel(fn: FunctionVersion): Promise<HTMLElement> {

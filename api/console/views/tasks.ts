@@ -2,6 +2,7 @@
 import { enc, get } from '../api.ts';
 import { badge, errorBox, h, table, when } from '../dom.ts';
 import { credential } from '../session.ts';
+import { logPanel } from './log-panel.ts';
 
 type Task = { id: string; name: string; status: string; percentComplete?: number; createdAt?: string; lastUpdatedAt?: string; containerImage?: string };
 type TaskEvent = { message?: string; createdAt?: string };
@@ -20,13 +21,14 @@ export async function tasksView(): Promise<HTMLElement> {
   return view;
 }
 
-export async function taskView(taskId: string): Promise<HTMLElement> {
+export async function taskView(taskId: string, onLeave: (stop: () => void) => void): Promise<HTMLElement> {
   const base = `/v1/svct/tasks/${enc(taskId)}`;
   const { task } = await get<{ task: Task }>(base);
   const view = h('section', { 'aria-labelledby': 'task-title' },
     h('p', { class: 'crumbs' }, h('a', { href: '#/tasks' }, 'Tasks'), ' / ', task.name),
     h('h1', { id: 'task-title' }, task.name),
-    h('p', {}, 'Status ', badge(task.status), ' ', progress(task.percentComplete)));
+    h('p', {}, 'Status ', badge(task.status), ' ', progress(task.percentComplete)),
+    h('h2', {}, 'Log'), logPanel({ taskId }, onLeave));
   try {
     const { events } = await get<{ events: TaskEvent[] }>(`${base}/events?limit=100`);
     view.append(h('h2', {}, 'Events'), table('Events, oldest first', ['When', 'Message'], events.map((event) => [when(event.createdAt), event.message ?? ''])));

@@ -4,9 +4,8 @@ import { enc, get } from '../api.ts';
 import { badge, errorBox, h } from '../dom.ts';
 import { credential } from '../session.ts';
 import { StreamClient } from '../stream/stream-client.ts';
-import { followLogs, LOGS_UNAVAILABLE } from '../logs.ts';
 import { statsPlots, type Stats } from '../plot.ts';
-import { appendLine } from './function.ts';
+import { logPanel } from './log-panel.ts';
 import type { FunctionVersion } from './functions.ts';
 
 export async function watchView(functionId: string, versionId: string, onLeave: (stop: () => void) => void): Promise<HTMLElement> {
@@ -50,14 +49,6 @@ export async function watchView(functionId: string, versionId: string, onLeave: 
   stop.addEventListener('click', end);
   onLeave(end);
 
-  const log = h('pre', { class: 'log', tabindex: 0, 'aria-label': 'Log' });
-  const logState = h('p', { class: 'hint' }, 'Following…');
-  onLeave(followLogs(functionId, versionId, {
-    line: (line) => appendLine(log, line),
-    caughtUp: () => logState.replaceChildren('Following.'),
-    unavailable: () => { logState.replaceChildren(LOGS_UNAVAILABLE); log.hidden = true; },
-    failed: (error) => logState.replaceChildren(errorBox(error)),
-  }));
   const numbers = h('div', {});
   get<{ stats: Stats }>(`${versionPath}/stats?since=PT1H&step=PT1M`).then(({ stats }) => numbers.replaceChildren(statsPlots(stats)),
     (error: unknown) => numbers.replaceChildren(errorBox(error)));
@@ -68,5 +59,5 @@ export async function watchView(functionId: string, versionId: string, onLeave: 
     h('h1', { id: 'watch-title' }, `Watch ${fn.name} `, badge(fn.status)),
     h('div', { class: 'watch' },
       h('div', { class: 'watch-stream' }, video, h('p', { class: 'controls' }, start, ' ', stop), status),
-      h('div', { class: 'watch-side' }, h('h2', {}, 'Log'), logState, log, h('h2', {}, 'Numbers'), numbers)));
+      h('div', { class: 'watch-side' }, h('h2', {}, 'Log'), logPanel({ functionId, versionId }, onLeave), h('h2', {}, 'Numbers'), numbers)));
 }
