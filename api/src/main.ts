@@ -69,6 +69,7 @@ import { isSignIn } from './streaming/request.ts';
 import { signInHandler } from './streaming/sign-in.ts';
 import { startTurn, type TurnService } from './turn/server.ts';
 import { createApp } from './http/app.ts';
+import { withConsole } from './console/server.ts';
 import { createPathSigner } from './domain/signed-paths.ts';
 import { createLocalBlobStore } from './store/blobs.ts';
 import { ensurePrivateDir } from './store/store.ts';
@@ -308,7 +309,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const serveLean = leanServer({ ...appOptions, host: 'invocation' });
     const gateway = createGateway({
       address: config.gateway.address,
-      api,
+      api: withConsole(api),
       keys: createApp({ ...appOptions, routes: keyServiceRoutes, host: 'keys' }),
       invocation: invocationHostHandler({
         invocationHost: hostsOf(config.gateway.address).invocation,

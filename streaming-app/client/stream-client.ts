@@ -18,6 +18,12 @@ export type PlaceInLine = { position: number; estimatedWaitSeconds?: number };
 
 export type StreamClientOptions = {
   signalUrl: string;
+  /**
+   * For a page that talks to the platform itself (the console) rather than through a proxy: headers for the
+   * sign-in (Authorization, svc-function-id) and WebSocket subprotocol items (authorization.<key>,
+   * function-id.<id>), the only place a browser can put them on a WebSocket.
+   */
+  platform?: { headers: Record<string, string>; protocols: string[] };
   /** iceTransportPolicy "relay": only TURN-relayed paths (for restrictive networks and for testing). */
   relayOnly: boolean;
   onVideo(stream: MediaStream, receiver: RTCRtpReceiver): void;
@@ -113,7 +119,9 @@ export class StreamClient {
       const sentAt = performance.now();
       let response: Response;
       try {
-        const headers: Record<string, string> = { 'x-svc-absorb': 'true', ...(this.#sessionId ? { [SESSION_ID]: this.#sessionId } : {}) };
+        const headers: Record<string, string> = {
+          'x-svc-absorb': 'true', ...this.#options.platform?.headers, ...(this.#sessionId ? { [SESSION_ID]: this.#sessionId } : {}),
+        };
         response = await fetch(this.#signInUrl, { method: 'POST', headers, credentials: 'include', signal: this.#polls.signal });
       } catch {
         if (this.#ended) return false;
@@ -157,7 +165,7 @@ export class StreamClient {
   #signOut(): void {
     if (!this.#sessionId) return;
     void fetch(this.#signInUrl, {
-      method: 'DELETE', keepalive: true, credentials: 'include', headers: { 'x-svc-absorb': 'true', [SESSION_ID]: this.#sessionId },
+      method: 'DELETE', keepalive: true, credentials: 'include', headers: { 'x-svc-absorb': 'true', ...this.#options.platform?.headers, [SESSION_ID]: this.#sessionId },
     }).catch(() => undefined);
   }
 
@@ -166,7 +174,7 @@ export class StreamClient {
     this.#options.onConnecting?.(resuming);
     const url = new URL(this.#options.signalUrl);
     if (this.#sessionId) url.searchParams.set(SESSION_ID, this.#sessionId);
-    const ws = new WebSocket(url);
+    const ws = new WebSocket(url, this.#options.platform?.protocols);
     this.#ws = ws;
     ws.onopen = () => {
       this.#lastHeard = performance.now();

@@ -34,6 +34,7 @@ function banner(platform: Platform, proxy: DemoProxy | undefined, components: St
     `  API            ${platform.url}   (Host ${platform.hosts.api})`,
     `  Key service    Host ${platform.hosts.keys} on port ${platform.port}`,
     `  Invocation     Host <function id>.${platform.hosts.invocation} on port ${platform.port} (any method and path)`,
+    `  Console        ${platform.url}/console/   (sign in with an API key or management token)`,
     `  OpenAPI        ${platform.url}/v3/openapi`,
     `  Health         ${platform.url}/health`,
     `  Metrics        ${platform.url}/metrics${platform.metricsToken ? `   (bearer ${platform.metricsToken}; again: ${SVC_COMMAND} metrics token)` : ''}`,

@@ -1,0 +1,282 @@
+// The web console (/console/) in headless Chromium against the real platform: sign in with a key and see
+// its scopes, the functions and one's status; scale a deployment and see the new instance; a plot with
+// points after traffic; another account's key sees none of the first's functions; a bad key reads as a
+// sentence; the live log follows a line the instance writes; the files carry a strict CSP; and the
+// console's JavaScript and CSS stay under 200 KB gzipped. With CONSOLE_SCREENSHOTS=<dir> each view is
+// also saved there as console-<view>.png (docs/images).
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { gzipSync } from 'node:zlib';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
+import { echoBody, streamingBody } from './helpers/fixtures.ts';
+import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
+import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
+import { until } from './helpers/wait.ts';
+
+const CHROMIUM = '/usr/bin/chromium';
+const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
+const health = { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT2S', expectedStatusCode: 200 };
+const OWNER_SCOPES = ['list_functions', 'list_functions_details', 'deploy_function', 'invoke_function', 'queue_details', 'list_tasks'];
+
+describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/chromium' }, () => {
+  let svc: TestPlatform;
+  let browser: Browser;
+  let key: string;
+  let fn: Deployed;
+
+  before(async () => {
+    svc = await startTestPlatform({ config: { stats: { intervalSeconds: 1 }, tasks: { schedulerIntervalMs: 100 } } });
+    const token = await svc.token();
+    key = await svc.apiKey(token, OWNER_SCOPES);
+    fn = await deploy(svc, token, echoBody({ name: 'console-echo', health }), { minInstances: 1, maxInstances: 2 });
+    await waitFor(svc, key, fn, running);
+    const idle = await svc.api('POST', '/v2/svc/functions', { bearer: token, body: echoBody({ name: 'console-idle', health }) });
+    assert.equal(idle.status, 200, idle.text);
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
+  });
+  after(async () => {
+    await browser?.close();
+    await svc?.close();
+  });
+
+  /** A fresh tab (its own session storage) signed in with `credential`. */
+  async function signedIn(credential: string, width = 1100): Promise<Page> {
+    const page = await browser.newPage({ viewport: { width, height: 900 } });
+    await page.goto(`${svc.url}/console/`);
+    await page.getByLabel('API key or management token').fill(credential);
+    await page.keyboard.press('Enter');
+    return page;
+  }
+  const shot = async (page: Page, name: string) => {
+    if (SCREENSHOTS) await page.screenshot({ path: join(SCREENSHOTS, `console-${name}.png`), fullPage: true });
+  };
+
+  test('signing in with a key shows its scopes and the functions with their status; sign-out forgets the key', async () => {
+    const page = await signedIn(key);
+    await page.locator('#scopes').getByText('deploy_function').waitFor();
+    const row = page.getByRole('row').filter({ hasText: 'console-echo' });
+    await row.getByText('ACTIVE').waitFor();
+    assert.equal(await row.getByRole('cell').nth(4).textContent(), '1', 'one running instance');
+    const idle = page.getByRole('row').filter({ hasText: 'console-idle' });
+    await idle.getByText('INACTIVE').waitFor();
+    assert.equal(await idle.getByRole('cell').nth(5).textContent(), 'Not deployed.', 'anything not ACTIVE says why');
+    assert.equal(await page.evaluate('document.cookie'), '', 'no cookie');
+    assert.ok(!page.url().includes(key), 'the key is in no URL');
+    await shot(page, 'functions');
+    // The keyboard alone reaches a function: Tab to its link, Enter.
+    await page.locator('body').focus();
+    for (let presses = 0; presses < 20 && await page.evaluate('document.activeElement.textContent') !== 'console-echo'; presses++) await page.keyboard.press('Tab');
+    assert.equal(await page.evaluate('getComputedStyle(document.activeElement).outlineStyle'), 'solid', 'focus is visible');
+    await page.keyboard.press('Enter');
+    await page.getByRole('heading', { name: 'console-echo', level: 1 }).waitFor();
+    await page.goBack();
+    await page.getByRole('link', { name: 'Tasks' }).click();
+    await page.getByRole('heading', { name: 'Tasks' }).waitFor();
+    // A function key may not list tasks: the refusal is the API's, in a sentence.
+    assert.match(await page.locator('main .error').textContent() ?? '', /^Forbidden: This endpoint accepts SVC_TASK_API_KEY/);
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel('API key or management token').waitFor();
+    assert.equal(await page.evaluate('sessionStorage.length'), 0);
+    await page.close();
+  });
+
+  test('tasks: progress, events, the log, and results downloaded with the tab\'s key', async () => {
+    const taskKey = await svc.apiKey(await svc.token(), TASK_KEY_SCOPES, { task: true });
+    const launched = await svc.api('POST', '/v1/svct/tasks', { bearer: taskKey, body: taskBody({ name: 'console-count' }) });
+    assert.equal(launched.status, 200, launched.text);
+    await waitForTask(svc.api, taskKey, launched.body.task.id, hasStatus('COMPLETED'));
+    const page = await signedIn(taskKey);
+    await page.getByRole('link', { name: 'Tasks' }).click();
+    await page.getByRole('row').filter({ hasText: 'console-count' }).getByText('COMPLETED').waitFor();
+    await page.getByRole('link', { name: 'console-count' }).click();
+    await page.getByRole('cell', { name: "Changing status from 'RUNNING' to 'COMPLETED'" }).waitFor();
+    await page.locator('#log').getByText('done: counted to 3').waitFor();
+    const [download] = await Promise.all([
+      page.waitForEvent('download'),
+      page.getByRole('row').filter({ hasText: 'result.txt' }).getByRole('button', { name: 'Download' }).click(),
+    ]);
+    assert.equal(download.suggestedFilename(), 'result.txt');
+    assert.equal(await readFile(await download.path(), 'utf8'), 'counted to 3 of 3\n');
+    await shot(page, 'task');
+    await page.close();
+  });
+
+  test('a reload keeps the tab signed in; a key revoked meanwhile is dropped with the API\'s sentence', async () => {
+    const token = await svc.token();
+    const revocable = await svc.apiKey(token, ['list_functions']);
+    const page = await signedIn(revocable);
+    await page.locator('#scopes').getByText('list_functions').waitFor();
+    await page.reload();
+    await page.locator('#scopes').getByText('list_functions').waitFor();
+    const { credentialId } = (await svc.api('GET', '/v2/svc/whoami', { bearer: revocable })).body;
+    assert.equal((await svc.keys('DELETE', `/v1/keys/${credentialId}`, { bearer: token })).status, 204);
+    // A verified key is trusted for keys.recheckMs (500 ms) before it is read again.
+    await until('the revocation to take effect', async () => (await svc.api('GET', '/v2/svc/whoami', { bearer: revocable })).status === 401);
+    await page.reload();
+    assert.match(await page.locator('#sign-in-message .error').textContent() ?? '', /^Unauthorized: /);
+    assert.equal(await page.evaluate('sessionStorage.length'), 0);
+    await page.close();
+  });
+
+  test('a bad key reads as the API\'s problem in a sentence', async () => {
+    const page = await signedIn('nvapi-not-a-real-key');
+    const message = await page.locator('#sign-in-message .error').textContent();
+    assert.match(message ?? '', /^Unauthorized: .+\./);
+    await shot(page, 'sign-in');
+    await page.close();
+  });
+
+  test('scaling a deployment from the page brings up the new instance', async () => {
+    const page = await signedIn(key);
+    await page.getByRole('link', { name: 'console-echo' }).click();
+    await page.getByLabel('Min instances').fill('2');
+    await page.getByLabel('Max instances').fill('2');
+    await page.getByRole('button', { name: 'Scale' }).click();
+    await page.getByText('Saved; instances follow within seconds.').waitFor();
+    await until('two running instances on the page', async () =>
+      await page.locator('#instances tbody tr').filter({ hasText: 'RUNNING' }).count() === 2, 30_000);
+    const deployment = await svc.api('GET', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, { bearer: key });
+    assert.equal(deployment.body.deployment.deploymentSpecifications[0].minInstances, 2);
+    // Bad input is the API's problem detail, in a sentence.
+    await page.getByLabel('Min instances').fill('3');
+    await page.getByRole('button', { name: 'Scale' }).click();
+    assert.match(await page.locator('.scale .error').textContent() ?? '', /maxInstances.*must be at least minInstances/);
+    await shot(page, 'function');
+    await page.close();
+  });
+
+  test('after traffic the version\'s numbers are plotted with points', async () => {
+    for (let i = 0; i < 5; i++) {
+      const answer = await svc.api('POST', `/v2/svc/pexec/functions/${fn.id}`, { bearer: key, body: { hello: i } });
+      assert.equal(answer.status, 200, answer.text);
+    }
+    await until('the stats to count the requests', async () => {
+      const stats = await svc.api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}/stats?since=PT1H&step=PT1M`, { bearer: key });
+      return stats.body.stats?.totals.requests >= 5;
+    });
+    const page = await signedIn(key);
+    await page.goto(`${svc.url}/console/#/functions/${fn.id}/${fn.versionId}`);
+    const plots = page.locator('.plots');
+    await plots.waitFor();
+    assert.ok(Number(await plots.getAttribute('data-points')) > 0);
+    assert.ok(Number(await plots.getAttribute('data-requests')) >= 5);
+    await until('three drawn charts', async () => await page.locator('.plots canvas').count() === 3);
+    assert.match(await page.locator('.totals').textContent() ?? '', /\d+ requests/);
+    await shot(page, 'numbers');
+    await page.setViewportSize({ width: 360, height: 800 });
+    const overflow = await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth') as number;
+    assert.ok(overflow <= 1, `no sideways scrolling at 360 px: ${overflow}`);
+    await shot(page, 'narrow');
+    await page.close();
+  });
+
+  test('the live log: kept lines, then a line the instance writes while the page follows; secrets redacted', async () => {
+    const secret = 'tok-console-never-shown';
+    const talker = await deploy(svc, await svc.token(), echoBody({
+      name: 'console-talker', containerImage: 'test/talker:1', inferenceUrl: '/say', health, secrets: [{ name: 'API_TOKEN', value: secret }],
+    }));
+    await waitFor(svc, key, talker, running);
+    const page = await signedIn(key);
+    await page.goto(`${svc.url}/console/#/functions/${talker.id}/${talker.versionId}`);
+    const log = page.locator('#log');
+    await log.getByText('talker starting with token [redacted]').waitFor();
+    await log.getByText('talker warming up').waitFor();
+    assert.equal(await log.locator('.stderr').filter({ hasText: 'talker warming up' }).count(), 1, 'stderr is marked');
+    await page.getByText('Following: new lines appear as they are written.').waitFor();
+    const marker = `hello-${Date.now()}`;
+    const said = await svc.api('POST', `/v2/svc/pexec/functions/${talker.id}`, { bearer: key, body: { say: marker } });
+    assert.equal(said.status, 200, said.text);
+    // The issue's bound is 1 s (bench/logs measures it); the test only waits for the line.
+    await log.getByText(`said: ${marker}`).waitFor({ timeout: 10_000 });
+    assert.ok(!(await page.content()).includes(secret), 'the secret\'s value is nowhere in the page');
+    await shot(page, 'log');
+    await page.close();
+  });
+
+  test('another account\'s key sees none of the first\'s functions, and a direct link is a 404 sentence', async () => {
+    await svc.api('POST', '/v2/svc/accounts/console-other', { bearer: await svc.adminToken(), body: {} });
+    const other = await svc.apiKey(await svc.token({ ncaId: 'console-other' }), OWNER_SCOPES);
+    const page = await signedIn(other);
+    await page.locator('#scopes').waitFor();
+    await page.locator('tbody td.empty').first().waitFor();
+    assert.equal(await page.getByText('console-echo').count(), 0);
+    await page.goto(`${svc.url}/console/#/functions/${fn.id}/${fn.versionId}`);
+    assert.match(await page.locator('main .error').textContent() ?? '', /^Not Found: /);
+    await page.close();
+  });
+
+  test('operators see accounts and their limits (admin token), clusters and their agents\' state (cluster-management)', async () => {
+    const admin = await signedIn(await svc.adminToken());
+    const account = admin.getByRole('row').filter({ hasText: 'svc-default' });
+    await account.waitFor();
+    assert.ok(Number(await account.getByRole('cell').nth(2).textContent()) > 0, 'its function limit');
+    await shot(admin, 'operators');
+    await admin.close();
+    const page = await signedIn(await svc.token());
+    await page.getByRole('link', { name: 'Operators' }).click();
+    await page.getByRole('row').filter({ hasText: 'svc-local' }).getByText('CONNECTED').waitFor();
+    await page.close();
+  });
+
+  test('watch: a STREAMING function plays in the page, signed in with the tab\'s key', { skip: existsSync('/usr/bin/ffmpeg') ? false : 'needs ffmpeg' }, async () => {
+    const token = await svc.token();
+    const stream = await deploy(svc, token, streamingBody({
+      name: 'console-stream', containerEnvironment: [{ key: 'STREAMING_VIDEO_SIZE', value: '640x360' }, { key: 'STREAMING_VIDEO_FPS', value: '30' }],
+    }), { minInstances: 1, maxInstances: 1 });
+    await waitFor(svc, key, stream, running, 60_000);
+    const page = await signedIn(key);
+    await page.goto(`${svc.url}/console/#/functions/${stream.id}/${stream.versionId}`);
+    await page.getByText(/1 instances, 1 free, 0 waiting in line\./).waitFor();
+    await page.getByRole('link', { name: 'Watch the stream' }).click();
+    await page.getByRole('button', { name: 'Start' }).click();
+    await until('frames decoded in the page', async () =>
+      await page.evaluate('document.getElementById("watch-video").getVideoPlaybackQuality().totalVideoFrames') as number >= 30, 30_000);
+    assert.ok(await page.evaluate('document.getElementById("watch-video").videoWidth') as number > 0);
+    await shot(page, 'watch');
+    await page.getByRole('button', { name: 'Stop' }).click();
+    await page.getByText(/^Ended: /).waitFor();
+    await page.close();
+    assert.ok(!svc.logs.some((line) => line.includes(key)), 'the key (sign-in header, subprotocol item) is in no log line');
+  });
+
+  test('the console is served with a strict Content-Security-Policy', async () => {
+    const response = await fetch(`${svc.url}/console/`);
+    assert.equal(response.status, 200);
+    const csp = response.headers.get('content-security-policy') ?? '';
+    assert.match(csp, /default-src 'none'/);
+    assert.match(csp, /script-src 'self'(;|$)/);
+    assert.match(csp, /frame-ancestors 'none'/);
+    const script = await fetch(`${svc.url}/console/main.ts`);
+    assert.equal(script.headers.get('content-type'), 'text/javascript; charset=utf-8');
+    assert.doesNotMatch(await script.text(), /: HTMLElement\b/, 'types are stripped');
+    assert.equal((await fetch(`${svc.url}/console/tsconfig.json`)).status, 404);
+    assert.equal((await fetch(`${svc.url}/console/stream/stream-client.d.ts`)).status, 404);
+    assert.equal((await fetch(`${svc.url}/console/stream/main.ts`)).status, 404, 'only the client\'s session modules are borrowed');
+    assert.equal((await fetch(`${svc.url}/console/..%2f..%2fpackage.json`)).status, 404);
+    assert.equal((await fetch(`${svc.url}/console`, { redirect: 'manual' })).headers.get('location'), '/console/');
+  });
+
+  test('the console\'s JavaScript and CSS together are under 200 KB gzipped', async () => {
+    const page = await browser.newPage();
+    const sizes = new Map<string, number>();
+    page.on('response', async (response) => {
+      const type = response.headers()['content-type'] ?? '';
+      if (/javascript|css/.test(type)) sizes.set(response.url(), gzipSync(await response.body()).length);
+    });
+    await page.goto(`${svc.url}/console/`);
+    await page.getByLabel('API key or management token').waitFor();
+    // Every module, including the views and uPlot, loads at start: nothing is left out of the count.
+    await until('the modules to load', async () => sizes.size >= 10);
+    const total = [...sizes.values()].reduce((sum, size) => sum + size, 0);
+    assert.ok([...sizes.keys()].some((url) => url.endsWith('vendor/uplot.js')));
+    assert.ok(total < 200 * 1024, `${total} bytes gzipped`);
+    console.log(`console JS+CSS: ${sizes.size} files, ${(total / 1024).toFixed(1)} KB gzipped`);
+    await page.close();
+  });
+});
