@@ -14,11 +14,11 @@ import { ensureLocalCluster, ensureSealedSecret, loadBootstrapSecret, loadSecret
 import { createNodesRepo } from './control/clusters/nodes.ts';
 import { createClustersRepo } from './control/clusters/repo.ts';
 import { clusterRoutes } from './control/clusters/routes.ts';
-import { createClustersService } from './control/clusters/service.ts';
+import { createClustersService, usableBy } from './control/clusters/service.ts';
 import { createDeploymentsRepo } from './control/deployments/repo.ts';
 import { deploymentRoutes } from './control/deployments/routes.ts';
 import { createDeploymentsService } from './control/deployments/service.ts';
-import { createFunctionsRepo } from './control/functions/repo.ts';
+import { createFunctionsRepo, documentOf } from './control/functions/repo.ts';
 import { functionRoutes } from './control/functions/routes.ts';
 import { createFunctionsService } from './control/functions/service.ts';
 import type { AssetsDatabase } from './control/assets/migration.ts';
@@ -35,6 +35,7 @@ import { createTelemetriesRepo } from './control/telemetries/repo.ts';
 import { telemetryRoutes } from './control/telemetries/routes.ts';
 import { createTelemetriesService } from './control/telemetries/service.ts';
 import { TelemetryExport } from './telemetry/export.ts';
+import { LogFeed } from './telemetry/log-feed.ts';
 import { telemetrySources } from './telemetry/sources.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
@@ -235,8 +236,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
     instances.onProgress((progress) => invocation.progress(progress));
-    // Log lines reach the export from the agents' reports (a failed instance's last lines) until a log store streams them.
-    instances.onOutput((report) => telemetryExport?.exportLogLines(report.functionVersionId, (report.logTail ?? []).map((text) => ({ text, instanceId: report.instanceId }))));
+    // A failed instance's last lines (its report's logTail) reach the export unless its version's lines stream (logFeed below).
+    let logFeed: LogFeed | undefined;
+    instances.onOutput((report) => logFeed?.follows(report.functionVersionId) || telemetryExport?.exportLogLines(
+      report.functionVersionId, (report.logTail ?? []).map((text) => ({ text, instanceId: report.instanceId }))));
     const taskPlane = createTasksPlane({
       db: store.db, box, accounts, clusters, log, now, dataDir: config.store.dataDir, registry, settings: config.tasks,
       capacityInUse: { of: instances.instancesOn }, checkTelemetries: telemetries.checkReferences,
@@ -249,6 +252,19 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     if (config.compute.placement && logsLink) serveLogAsks(logsLink, agentHub.logs, log);
     const logRelay = config.compute.placement ? agentHub.logs : logsLink && relayLogAsks(logsLink);
     const logs = createLogsService({ functions, tasks: taskPlane.service, clusters, now, ...(logRelay ? { relay: logRelay } : {}) });
+    if (config.compute.placement && telemetryExport) {
+      const feed = logFeed = new LogFeed({
+        logsOwner: async (versionId) => {
+          const row = await functionsRepo.findVersionById(versionId);
+          return row && documentOf(row).telemetries?.logsTelemetryId ? row.nca_id : undefined;
+        },
+        clustersOf: async (ncaId) => (await clusters.all()).filter((row) => usableBy(ncaId, row)).map((row) => row.id),
+        follow: (clusterIds, query, follower) => agentHub.logs.follow(clusterIds, query, follower),
+        exportLines: (versionId, lines) => telemetryExport.exportLogLines(versionId, lines), now, log,
+      });
+      instances.onReady((versionId, ready) => feed.ready(versionId, ready));
+      closers.push(() => feed.close());
+    }
     const turn = await startTurn({
       ...config.turn, secret: config.turn.secret ?? await ensureSealedSecret(settings, box, 'turn.secret', startedAt), runDir: path.join(config.store.dataDir, 'run'),
     }, log);

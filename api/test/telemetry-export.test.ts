@@ -115,6 +115,25 @@ describe('telemetry export', () => {
     assert.ok(records.every((record) => typeof record.body.stringValue === 'string'));
   });
 
+  test('every line a running function writes reaches its LOGS telemetry, not only a failure\'s last lines', async () => {
+    const logs = await telemetry({ name: 'otlp-lines', endpoint: `${receiver.url}/`, provider: 'GRAFANA_CLOUD', types: ['LOGS'] });
+    const talker = await deploy(svc, token, {
+      name: 'talker-logs', inferenceUrl: '/', inferencePort: 8000, containerImage: 'test/talker:1', telemetries: { logsTelemetryId: logs },
+      health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT5S', expectedStatusCode: 200 },
+    });
+    await waitFor(svc, token, talker, running);
+    const said = async (say: string) => {
+      const response = await svc.api('POST', `/v2/svc/pexec/functions/${talker.id}/versions/${talker.versionId}`, { bearer: key, body: { say } });
+      assert.equal(response.status, 200, response.text);
+      return until(`"${say}" at the receiver`, async () => logRecordsOf(receiver).find((record) =>
+        attributesOf(record.attributes)['svc.function.version.id'] === talker.versionId && record.body.stringValue === `said: ${say}`), 20_000);
+    };
+    const first = await said('hello telemetry');
+    assert.equal(attributesOf(first.attributes)['svc.function.id'], talker.id);
+    assert.ok(attributesOf(first.attributes)['svc.instance.id']);
+    await said('and again');
+  });
+
   test('OTLP/gRPC: spans with their request ids and the version\'s counter reach a gRPC collector, the secret as metadata', async () => {
     const grpc = await startOtlpGrpcReceiver();
     try {

@@ -4,10 +4,8 @@
 // counts a drop or does nothing); a timer hands the queue to each telemetry's exporter in batches. Nothing
 // here is awaited by a request.
 //
-// Log lines: exportLogLines takes them from wherever they arrive. Today that is the agent's instance
-// reports (their logTail, sent when an instance fails: main.ts wires InstancesService.onOutput here);
-// a continuous source, such as an agent-side log store streaming each instance's lines, calls the same
-// method with each new batch.
+// Log lines: exportLogLines takes them from wherever they arrive: each followed version's new lines
+// (log-feed.ts), a failed instance's last lines from its report, a failed task's (wired in main.ts).
 import { Counter, type Registry } from 'prom-client';
 import type { ExportTarget } from '../control/telemetries/service.ts';
 import type { TelemetryReferences } from '../control/telemetries/schema.ts';
