@@ -39,7 +39,7 @@ export class PacketPacer<P> {
   }
 
   #now(): number {
-    return (this.#options.now ?? performance.now)();
+    return this.#options.now ? this.#options.now() : performance.now();
   }
 
   get rateKbps(): number {

@@ -11,7 +11,7 @@ import { CloseCode, PROTOCOL_VERSION } from '../client/protocol.ts';
 import { AudioCapture, type PulseServer } from './audio.ts';
 import type { Config } from './config.ts';
 import { iceServersFor, type CredentialStore } from './credentials.ts';
-import type { EncodedFrame, VideoEncoder } from './encoder.ts';
+import type { EncodedFrame, FrameEncoder } from './encoder.ts';
 import type { FrameSource } from './frame-source.ts';
 import type { Logger } from './logger.ts';
 import { PeerLink, type PeerState } from './peer.ts';
@@ -31,7 +31,7 @@ export type SessionOptions = {
   config: Config;
   log: Logger;
   credentials: CredentialStore;
-  encoder: VideoEncoder;
+  encoder: FrameEncoder;
   source: FrameSource;
   /** The app's sound server, when the session streams audio. */
   audio?: PulseServer;
@@ -244,6 +244,7 @@ export class StreamingSession {
   async #newPeer(why: string): Promise<void> {
     const old = this.#peer;
     this.#peer = undefined;
+    this.#rtp?.close();
     this.#rtp = undefined;
     this.#rtpAudio = undefined;
     if (this.#connectTimer) clearTimeout(this.#connectTimer);
@@ -285,7 +286,8 @@ export class StreamingSession {
     if (state === 'connected') {
       if (this.#connectTimer) clearTimeout(this.#connectTimer);
       this.#connectTimer = undefined;
-      this.#rtp = new RtpVideoSender(this.#options.encoder.codec, peer.videoSender, this.#log, this.#clockOriginMs, peer.playoutDelayExtensionId);
+      this.#rtp?.close();
+      this.#rtp = this.#videoSender(peer);
       // The browser may decline the audio track; the session goes on without it.
       if (peer.audioSender?.codec) this.#rtpAudio = new RtpAudioSender(peer.audioSender, this.#log, this.#clockOriginMs);
       const { encoder } = this.#options;
@@ -297,6 +299,24 @@ export class StreamingSession {
     } else if (state === 'failed' || state === 'closed') {
       this.end(`peer connection ${state}`);
     }
+  }
+
+  /**
+   * The video sender of a connected peer. With transport-wide feedback its bandwidth estimate drives the
+   * encoder's rate (from a low start, probing up); without it the encoder keeps the configured rate.
+   */
+  #videoSender(peer: PeerLink): RtpVideoSender {
+    const { config, encoder } = this.#options;
+    const rtp = new RtpVideoSender(encoder.codec, peer.videoSender, this.#log, this.#clockOriginMs, {
+      transportCc: peer.transportCc,
+      startKbps: config.startBitrateKbps,
+      minKbps: config.minBitrateKbps,
+      maxKbps: config.bitrateKbps,
+      onTargetKbps: (kbps) => { if (rtp === this.#rtp) encoder.setBitrate(kbps); },
+    }, peer.playoutDelayExtensionId);
+    encoder.setBitrate(rtp.targetKbps);
+    this.#log.info({ transportCc: peer.transportCc, startKbps: rtp.targetKbps }, 'video rate control');
+    return rtp;
   }
 
   /** Encoded frames from the encoder, forwarded to the peer that is connected now (if any). */
@@ -368,6 +388,8 @@ export class StreamingSession {
     }
     const peer = this.#peer;
     this.#peer = undefined;
+    const rtp = this.#rtp;
+    rtp?.close();
     this.#rtp = undefined;
     this.#rtpAudio = undefined;
     const encodeMsP50 = median(this.#options.encoder.stats.recentEncodeMs);
