@@ -188,6 +188,17 @@ const api = {
   sendText: (text: string) => input.sendText(text),
   bye: (reason?: string) => client?.bye(reason),
   dropSocket: () => client?.dropSocket(),
+  /** The video receiver's own counters (inbound-rtp), for link tests and benchmarks. */
+  async receiverStats() {
+    const report = await client?.peerConnection?.getStats();
+    let video: Record<string, any> | undefined;
+    report?.forEach((s: Record<string, any>) => { if (s.type === 'inbound-rtp' && s.kind === 'video') video = s; });
+    if (!video) return undefined;
+    const { framesDecoded, framesDropped, freezeCount, totalFreezesDuration, pliCount, nackCount, packetsLost, packetsReceived, bytesReceived,
+      keyFramesDecoded, frameWidth, frameHeight, jitterBufferDelay, jitterBufferEmittedCount } = video;
+    return { framesDecoded, framesDropped, freezeCount, totalFreezesDuration, pliCount, nackCount, packetsLost, packetsReceived, bytesReceived,
+      keyFramesDecoded, frameWidth, frameHeight, jitterBufferDelay, jitterBufferEmittedCount };
+  },
   async snapshot() {
     const timeline = Object.fromEntries(Object.entries(client?.timeline ?? {}).map(([k, v]) => [k, Math.round(v - (client?.timeline.connect ?? 0))]));
     return { ...meter.snapshot(), metrics: { ...(await overlay.refresh()) }, timeline, inputReady: input.ready, ended, state, status: overlay.status };

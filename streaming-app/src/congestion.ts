@@ -49,6 +49,7 @@ export class BandwidthEstimator {
   #lastThresholdUpdateMs: number | undefined;
   #overuseSinceMs: number | undefined;
   #previousTrend = 0;
+  #lastModified = 0;
   #usage: Usage = 'normal';
   #lastUpdateMs: number | undefined;
   #lastDecreaseMs = -Infinity;
@@ -74,6 +75,11 @@ export class BandwidthEstimator {
 
   get usage(): Usage {
     return this.#usage;
+  }
+
+  /** The detector's latest modified trend against its threshold, ms (for logs). */
+  get detector(): { trendMs: number; thresholdMs: number } {
+    return { trendMs: Math.round(this.#lastModified * 100) / 100, thresholdMs: Math.round(this.#thresholdMs * 100) / 100 };
   }
 
   /** The rate the receiver confirmed over the last half second, kbit/s. */
@@ -140,6 +146,13 @@ export class BandwidthEstimator {
     const sendDelta = group.lastSendMs - previous.lastSendMs;
     const arrivalDelta = group.lastArrivalMs - previous.lastArrivalMs;
     if (sendDelta < 0) return; // reordered
+    // A jump this large is a receiver clock or report glitch, not queuing: start the trend over.
+    if (Math.abs(arrivalDelta - sendDelta) > 3000) {
+      this.#accumulatedDelayMs = 0;
+      this.#smoothedDelayMs = 0;
+      this.#trend = [];
+      return;
+    }
     this.#accumulatedDelayMs += arrivalDelta - sendDelta;
     this.#smoothedDelayMs = TREND_SMOOTHING * this.#smoothedDelayMs + (1 - TREND_SMOOTHING) * this.#accumulatedDelayMs;
     this.#trend.push({ x: group.lastArrivalMs, y: this.#smoothedDelayMs });
@@ -150,6 +163,7 @@ export class BandwidthEstimator {
 
   #detect(trendSlope: number, nowMs: number): void {
     const modified = trendSlope * Math.min(this.#deltaCount, 60) * TREND_GAIN;
+    this.#lastModified = modified;
     if (modified > this.#thresholdMs) {
       this.#overuseSinceMs ??= nowMs;
       if (nowMs - this.#overuseSinceMs >= OVERUSE_MIN_MS && trendSlope >= this.#previousTrend) this.#usage = 'overuse';

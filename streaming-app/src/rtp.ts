@@ -14,6 +14,7 @@ import type { Logger } from './logger.ts';
 import { BandwidthEstimator, type CongestionSettings } from './congestion.ts';
 import { reportCaptureTime, RtpClock } from './media-clock.ts';
 import { PACING_FACTOR, PacketPacer } from './pacer.ts';
+import { transportFeedbackResults } from './transport-feedback.ts';
 
 /** Leaves room for SRTP, the RTP header and header extensions inside a 1280-byte path MTU. */
 const MAX_PAYLOAD_BYTES = 1160;
@@ -36,7 +37,7 @@ type WeriftSenderInternals = {
   rtxPayloadType?: number;
   rtxSequenceNumber: number;
   readonly rtxSsrc: number;
-  dtlsTransport: { transportSequenceNumber: number; sendRtp(payload: Buffer, header: RtpHeader): Promise<number> };
+  dtlsTransport: RTCRtpSender['dtlsTransport'] & { transportSequenceNumber: number };
 };
 const WERIFT_HISTORY = 128;
 
@@ -52,6 +53,7 @@ export class RtpVideoSender {
   readonly #history = new Map<number, { packet: RtpPacket; sentMs: number }>();
   #unsubscribe: (() => void) | undefined;
   #lastTargetKbps: number;
+  #loggedKbps: number;
   packetsSent = 0;
   bytesSent = 0;
   framesSent = 0;
@@ -76,13 +78,18 @@ export class RtpVideoSender {
       : new Vp8Packetizer(common);
     this.estimator = rate.transportCc ? new BandwidthEstimator(rate) : undefined;
     this.#lastTargetKbps = this.targetKbps;
+    this.#loggedKbps = this.targetKbps;
     this.#pacer = new PacketPacer<RtpPacket>(PACING_FACTOR * this.targetKbps, {
       send: (packet) => this.#transmit(packet),
       sizeOf: (packet) => packet.payload.length + 12,
     });
-    const rtcp = sender.onRtcp.subscribe((packet) => this.#onRtcp(packet));
+    // Transport-wide feedback names whatever media SSRC the browser picks (Chrome: not always ours), which
+    // werift's router then drops; it is taken from the transport itself. REMB is routed to the sender.
+    const transportRtcp = sender.dtlsTransport.onRtcp.subscribe((packet) => this.#onRtcp(packet, 'transport'));
+    const rtcp = sender.onRtcp.subscribe((packet) => this.#onRtcp(packet, 'sender'));
     const nack = sender.onGenericNack.subscribe((feedback) => this.#onNack(feedback.lost));
     this.#unsubscribe = () => {
+      transportRtcp.unSubscribe();
       rtcp.unSubscribe();
       nack.unSubscribe();
     };
@@ -130,12 +137,12 @@ export class RtpVideoSender {
     }
   }
 
-  #onRtcp(packet: RtcpPacket): void {
+  #onRtcp(packet: RtcpPacket, from: 'transport' | 'sender'): void {
     const estimator = this.estimator;
     if (!estimator) return;
-    if (packet instanceof RtcpTransportLayerFeedback && packet.feedback instanceof TransportWideCC) {
-      estimator.feedback(packet.feedback.packetResults, performance.now());
-    } else if (packet instanceof RtcpPayloadSpecificFeedback && packet.feedback instanceof ReceiverEstimatedMaxBitrate) {
+    if (from === 'transport' && packet instanceof RtcpTransportLayerFeedback && packet.feedback instanceof TransportWideCC) {
+      estimator.feedback(transportFeedbackResults(packet.feedback), performance.now());
+    } else if (from === 'sender' && packet instanceof RtcpPayloadSpecificFeedback && packet.feedback instanceof ReceiverEstimatedMaxBitrate) {
       estimator.remb(Number(packet.feedback.bitrate));
     } else {
       return;
@@ -146,6 +153,16 @@ export class RtpVideoSender {
       this.#lastTargetKbps = target;
       this.#rate.onTargetKbps(target);
     }
+    this.#logRate(target, estimator);
+  }
+
+  /** A line per change of a tenth or more, so a log shows how the rate followed the link. */
+  #logRate(target: number, estimator: BandwidthEstimator): void {
+    if (Math.abs(target - this.#loggedKbps) < this.#loggedKbps * 0.1) return;
+    this.#loggedKbps = target;
+    const now = performance.now();
+    this.#log.debug({ targetKbps: target, ackedKbps: Math.round(estimator.ackedKbps(now)), loss: Math.round(estimator.lossFraction(now) * 1000) / 1000,
+      usage: estimator.usage, ...estimator.detector, overuses: estimator.overuseEvents, lossBackoffs: estimator.lossBackoffs, pacerQueueMs: Math.round(this.#pacer.queuedMs) }, 'video rate');
   }
 
   /** werift answers NACKs from its last 128 packets; older ones (up to a second) are resent from here, over RTX when negotiated. */
