@@ -206,8 +206,11 @@ export class BandwidthEstimator {
     }
     if (this.#usage === 'underuse') return; // the queue is draining: hold
     const capacity = this.#capacityKbps;
-    const nearCapacity = capacity !== undefined && Math.abs(this.#delayKbps - capacity.mean) < 3 * Math.sqrt(capacity.variance * capacity.mean);
-    if (capacity && this.#delayKbps > capacity.mean + 3 * Math.sqrt(capacity.variance * capacity.mean)) this.#capacityKbps = undefined;
+    // Near the rate where the link last pushed back, grow additively; once more than that gets through,
+    // the link has changed and growth is multiplicative again.
+    const spread = capacity ? 3 * Math.sqrt(capacity.variance * capacity.mean) : 0;
+    if (capacity && ackedKbps > capacity.mean + spread) this.#capacityKbps = undefined;
+    const nearCapacity = this.#capacityKbps !== undefined && capacity !== undefined && this.#delayKbps < capacity.mean + spread;
     const grown = nearCapacity
       ? this.#delayKbps + ADDITIVE_KBPS_PER_SECOND * dtS
       : this.#delayKbps * GROWTH_PER_SECOND ** dtS;
