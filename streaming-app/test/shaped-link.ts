@@ -58,6 +58,9 @@ export class ShapedLink {
       await run('ip', ['-n', link.namespace, 'addr', 'add', `${link.peerAddress}/30`, 'dev', peer]);
       await run('ip', ['-n', link.namespace, 'link', 'set', peer, 'up']);
       await run('ip', ['-n', link.namespace, 'link', 'set', 'lo', 'up']);
+      // A default route through the host: a browser gathers candidates on its default route's interface,
+      // and reaches the host's other local addresses this way (no forwarding involved).
+      await run('ip', ['-n', link.namespace, 'route', 'add', 'default', 'via', link.hostAddress]);
       await run('tc', ['qdisc', 'add', 'dev', link.hostDevice, 'root', ...tbfArgs(rateKbit)]);
     } catch (error) {
       await link.destroy();
