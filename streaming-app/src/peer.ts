@@ -83,6 +83,9 @@ export class PeerLink {
       bundlePolicy: 'max-bundle',
       // A STUN server that does not answer must not hold the offer back for long.
       iceStunGatherTimeout: 2,
+      // werift applies the answer only once gathering is over, and its TURN client waits 8 s for a server
+      // that does not answer (one on a loopback that is not the platform's): the first frame would wait too.
+      iceTurnConnectTimeout: 1,
       codecs: { video: videoCodecs(options.codec), audio: options.audio ? [useOPUS()] : [] },
       // Zero playout delay shows frames as they come, which also keeps the browser from holding them back
       // to meet the sound: with lip-sync it is not asked for.

@@ -251,10 +251,13 @@ export class StreamingSession {
     if (old) await old.close();
     if (this.#state === 'ended') return;
     const { config, credentials, encoder } = this.#options;
+    const usable = await credentials.usable();
+    if (this.state === 'ended') return;
+    if (credentials.current && !usable) this.#log.warn({ stunPort: credentials.current.stunPort }, 'the STUN/TURN server on the loopback does not answer here: host candidates only');
     let peer: PeerLink;
     try {
       peer = new PeerLink({
-        iceServers: iceServersFor(credentials.current),
+        iceServers: iceServersFor(usable),
         portRange: config.portRange,
         bindAddress: config.bindAddress,
         codec: encoder.codec,
@@ -271,7 +274,7 @@ export class StreamingSession {
       const sdp = await peer.createOffer();
       if (peer !== this.#peer) return;
       this.#channel?.send({ type: 'offer', sdp });
-      this.#log.info({ why, withStunTurn: credentials.current !== undefined }, 'offer sent');
+      this.#log.info({ why, withStunTurn: usable !== undefined }, 'offer sent');
       this.#connectTimer = setTimeout(() => {
         if (peer === this.#peer && peer.pc.connectionState !== 'connected') this.end('peer connection did not connect in time');
       }, config.connectTimeoutMs);
