@@ -67,6 +67,8 @@ export class PeerLink {
   playoutDelayExtensionId: number | undefined;
   /** Whether the answer accepted transport-wide congestion control (extension and feedback). */
   transportCc = false;
+  /** Whether the browser asked for Opus in-band FEC (useinbandfec=1 in its answer). */
+  opusInbandFec = false;
   #closed = false;
 
   constructor(options: PeerOptions) {
@@ -148,6 +150,7 @@ export class PeerLink {
     const extmap = new RegExp(`^a=extmap:(\\d+)(?:/\\w+)? ${PLAYOUT_DELAY_URI.replaceAll('.', '\\.')}\\s*$`, 'm').exec(sdp);
     this.playoutDelayExtensionId = extmap ? Number(extmap[1]) : undefined;
     this.transportCc = sdp.includes(TRANSPORT_CC_URI) && /^a=rtcp-fb:\S+ transport-cc/m.test(sdp);
+    this.opusInbandFec = /^a=fmtp:\d+ .*useinbandfec=1/m.test(sdp);
   }
 
   async addCandidate(candidate: IceCandidateJson | null): Promise<void> {

@@ -8,7 +8,7 @@ import {
   H264Packetizer, ReceiverEstimatedMaxBitrate, RtcpPayloadSpecificFeedback, RtcpTransportLayerFeedback, RtpHeader, RtpPacket, TransportWideCC, Vp8Packetizer,
   wrapRtx, type RtcpPacket, type RTCRtpSender,
 } from 'werift';
-import { AUDIO_CLOCK_HZ, AUDIO_FRAME_MS, type EncodedAudio } from './audio.ts';
+import { AUDIO_CLOCK_HZ, type EncodedAudio } from './audio.ts';
 import type { EncodedFrame, VideoCodec } from './encoder.ts';
 import type { Logger } from './logger.ts';
 import { BandwidthEstimator, type CongestionSettings } from './congestion.ts';
@@ -204,7 +204,8 @@ export class RtpAudioSender {
   readonly #clock: RtpClock;
   readonly #payloadType: number;
   #sequence = randomInt(0, 2 ** 16);
-  #anchor: { captureMs: number; packets: number } | undefined;
+  /** Capture time the next packet continues from: one frame after the last. */
+  #nextMs: number | undefined;
   packetsSent = 0;
 
   constructor(sender: RTCRtpSender, log: Logger, clockOriginMs: number) {
@@ -217,12 +218,11 @@ export class RtpAudioSender {
   }
 
   send(audio: EncodedAudio): void {
-    let anchor = this.#anchor;
-    const expectedMs = anchor ? anchor.captureMs + (this.packetsSent - anchor.packets) * AUDIO_FRAME_MS : audio.captureMs;
-    if (!anchor || Math.abs(expectedMs - audio.captureMs) > AUDIO_RESYNC_MS) {
-      anchor = this.#anchor = { captureMs: audio.captureMs, packets: this.packetsSent };
-    }
-    const captureMs = anchor.captureMs + (this.packetsSent - anchor.packets) * AUDIO_FRAME_MS;
+    const expectedMs = this.#nextMs ?? audio.captureMs;
+    // Timestamps advance by exactly the frame's length; a capture hiccup or a new encoder (another frame
+    // length) re-anchors them to the capture clock.
+    const captureMs = Math.abs(expectedMs - audio.captureMs) > AUDIO_RESYNC_MS ? audio.captureMs : expectedMs;
+    this.#nextMs = captureMs + audio.durationMs;
     const timestamp = this.#clock.timestamp(captureMs);
     const header = new RtpHeader({ payloadType: this.#payloadType, sequenceNumber: this.#sequence, timestamp, ssrc: this.#sender.ssrc, marker: false });
     this.#sequence = (this.#sequence + 1) & 0xffff;

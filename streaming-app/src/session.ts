@@ -8,7 +8,7 @@
 import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { AppClipboardMessage, AppStatsMessage, ClientMessage, IceCandidateJson, ServerMessage } from '../client/protocol.ts';
 import { CloseCode, PROTOCOL_VERSION } from '../client/protocol.ts';
-import { AudioCapture, type PulseServer } from './audio.ts';
+import { AudioCapture, type AudioMode, type PulseServer } from './audio.ts';
 import type { Config } from './config.ts';
 import { iceServersFor, type CredentialStore } from './credentials.ts';
 import type { EncodedFrame, FrameEncoder } from './encoder.ts';
@@ -40,6 +40,10 @@ export type SessionOptions = {
 };
 
 const STATS_INTERVAL_MS = 1000;
+/** Above this loss the sound switches to in-band FEC; back after this many seconds below the clean mark. */
+const AUDIO_LOSSY_LOSS = 0.02;
+const AUDIO_CLEAN_LOSS = 0.005;
+const AUDIO_CLEAN_SECONDS = 10;
 
 function median(values: number[]): number {
   if (values.length === 0) return 0;
@@ -68,6 +72,7 @@ export class StreamingSession {
   #statsTimer: NodeJS.Timeout | undefined;
   #lastStats = { at: 0, frames: 0, bytes: 0 };
   #endReason: string | undefined;
+  #cleanSeconds = 0;
 
   constructor(options: SessionOptions) {
     this.#options = options;
@@ -155,13 +160,36 @@ export class StreamingSession {
     this.#sendConfig(false);
     void this.#newPeer('session start');
     this.#source.prime();
+    this.#startAudio('low-delay');
+  }
+
+  #startAudio(mode: AudioMode): void {
     const { audio, config } = this.#options;
-    if (audio) {
-      this.#audioCapture = new AudioCapture(audio, config.ffmpegPath, this.#log, (packet) => this.#rtpAudio?.send(packet), (reason) => {
-        this.#log.error({ reason }, 'audio capture failed');
-        this.end(reason, true);
-      });
-    }
+    if (!audio) return;
+    const capture: AudioCapture = new AudioCapture(audio, config.ffmpegPath, this.#log, (packet) => this.#rtpAudio?.send(packet), (reason) => {
+      if (capture !== this.#audioCapture) return;
+      this.#log.error({ reason }, 'audio capture failed');
+      this.end(reason, true);
+    }, mode);
+    this.#audioCapture = capture;
+  }
+
+  /**
+   * Opus in-band FEC only while the link loses packets (the browser asked for it): 20 ms hybrid frames cost
+   * 15 ms of delay, so a clean link keeps the 5 ms low-delay mode. Loss is the video's transport-wide loss.
+   */
+  #adaptAudio(): void {
+    const capture = this.#audioCapture;
+    const loss = this.#rtp?.estimator?.lossFraction(performance.now());
+    if (!capture || loss === undefined || !this.#peer?.opusInbandFec) return;
+    this.#cleanSeconds = loss < AUDIO_CLEAN_LOSS ? this.#cleanSeconds + 1 : 0;
+    const want: AudioMode = capture.mode === 'low-delay'
+      ? (loss > AUDIO_LOSSY_LOSS ? 'resilient' : 'low-delay')
+      : (this.#cleanSeconds >= AUDIO_CLEAN_SECONDS ? 'low-delay' : 'resilient');
+    if (want === capture.mode) return;
+    this.#log.info({ from: capture.mode, to: want, loss: Math.round(loss * 1000) / 1000 }, 'audio mode changed');
+    capture.stop();
+    this.#startAudio(want);
   }
 
   #resume(channel: SignalingChannel, clientHasPeer: boolean): void {
@@ -298,7 +326,10 @@ export class StreamingSession {
       if (!encoder.running) encoder.start();
       else encoder.requestKeyframe('peer connected');
       this.#source.start();
-      this.#statsTimer ??= setInterval(() => this.#sendStats(), STATS_INTERVAL_MS);
+      this.#statsTimer ??= setInterval(() => {
+        this.#sendStats();
+        this.#adaptAudio();
+      }, STATS_INTERVAL_MS);
     } else if (state === 'failed' || state === 'closed') {
       this.end(`peer connection ${state}`);
     }
