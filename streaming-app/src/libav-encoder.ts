@@ -16,8 +16,12 @@ type Context = InstanceType<NodeAv['CodecContext']>;
 /** Loads node-av once; undefined (with the reason) where its native part cannot load on this machine. */
 let loaded: Promise<{ av: NodeAv; constants: Constants } | { error: string }> | undefined;
 export function loadNodeAv(): Promise<{ av: NodeAv; constants: Constants } | { error: string }> {
-  loaded ??= Promise.all([import('node-av'), import('node-av/constants')])
-    .then(([av, constants]) => ({ av, constants }), (error: unknown) => ({ error: (error as Error).message.split('\n')[0].slice(0, 200) }));
+  loaded ??= Promise.all([import('node-av'), import('node-av/constants')]).then(([av, constants]) => {
+    // FFmpeg's own log goes to stderr, which is reserved for the one start-up failure line; its errors
+    // reach us as return codes and are logged from there.
+    av.Log.setLevel(constants.AV_LOG_QUIET);
+    return { av, constants };
+  }, (error: unknown) => ({ error: (error as Error).message.split('\n')[0].slice(0, 200) }));
   return loaded;
 }
 
