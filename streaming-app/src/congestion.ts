@@ -29,6 +29,7 @@ const DECREASE_FACTOR = 0.85;
 /** Multiplicative growth per second far from the last congestion point; additive close to it. */
 const GROWTH_PER_SECOND = 1.4;
 const ADDITIVE_KBPS_PER_SECOND = 150;
+/** Throughput is measured over this much of the receiver's own clock: at a bottleneck, arrivals are paced by the link. */
 const ACKED_WINDOW_MS = 500;
 const LOSS_WINDOW_MS = 1000;
 const HISTORY = 1 << 16;
@@ -55,7 +56,8 @@ export class BandwidthEstimator {
   #lastDecreaseMs = -Infinity;
   /** Acknowledged rate at recent decreases: near it, growth is additive. */
   #capacityKbps: { mean: number; variance: number } | undefined;
-  #acked: { atMs: number; bytes: number }[] = [];
+  /** Received packets by receive time (the receiver's clock), newest last. */
+  #acked: { receivedAtMs: number; bytes: number }[] = [];
   #lossSamples: { atMs: number; received: boolean }[] = [];
   /** Counters for stats and tests. */
   overuseEvents = 0;
@@ -82,9 +84,11 @@ export class BandwidthEstimator {
     return { trendMs: Math.round(this.#lastModified * 100) / 100, thresholdMs: Math.round(this.#thresholdMs * 100) / 100 };
   }
 
-  /** The rate the receiver confirmed over the last half second, kbit/s. */
-  ackedKbps(nowMs: number): number {
-    this.#acked = this.#acked.filter((a) => a.atMs > nowMs - ACKED_WINDOW_MS);
+  /** The rate at which packets arrived over the receiver's last ACKED_WINDOW_MS, kbit/s. */
+  get ackedKbps(): number {
+    const newest = this.#acked.at(-1)?.receivedAtMs;
+    if (newest === undefined) return 0;
+    this.#acked = this.#acked.filter((a) => a.receivedAtMs > newest - ACKED_WINDOW_MS);
     const bytes = this.#acked.reduce((sum, a) => sum + a.bytes, 0);
     return (bytes * 8) / ACKED_WINDOW_MS;
   }
@@ -120,7 +124,7 @@ export class BandwidthEstimator {
       this.#sent.delete(result.sequenceNumber & 0xffff);
       this.#lossSamples.push({ atMs: nowMs, received: result.received });
       if (!result.received) continue;
-      this.#acked.push({ atMs: nowMs, bytes: sent.bytes });
+      this.#acked.push({ receivedAtMs: result.receivedAtMs, bytes: sent.bytes });
       this.#addToGroup(sent, result.receivedAtMs);
     }
     this.#updateRate(nowMs);
@@ -188,7 +192,7 @@ export class BandwidthEstimator {
   #updateRate(nowMs: number): void {
     const dtS = this.#lastUpdateMs === undefined ? 0 : Math.min((nowMs - this.#lastUpdateMs) / 1000, 1);
     this.#lastUpdateMs = nowMs;
-    const acked = this.ackedKbps(nowMs);
+    const acked = this.ackedKbps;
     this.#updateDelayBased(acked, dtS, nowMs);
     this.#updateLossBased(this.lossFraction(nowMs), dtS, nowMs);
   }

@@ -161,7 +161,7 @@ export class RtpVideoSender {
     if (Math.abs(target - this.#loggedKbps) < this.#loggedKbps * 0.1) return;
     this.#loggedKbps = target;
     const now = performance.now();
-    this.#log.debug({ targetKbps: target, ackedKbps: Math.round(estimator.ackedKbps(now)), loss: Math.round(estimator.lossFraction(now) * 1000) / 1000,
+    this.#log.debug({ targetKbps: target, ackedKbps: Math.round(estimator.ackedKbps), loss: Math.round(estimator.lossFraction(now) * 1000) / 1000,
       usage: estimator.usage, ...estimator.detector, overuses: estimator.overuseEvents, lossBackoffs: estimator.lossBackoffs, pacerQueueMs: Math.round(this.#pacer.queuedMs) }, 'video rate');
   }
 
