@@ -429,7 +429,9 @@ export class StreamingSession {
     const encodeMsP50 = median(this.#options.encoder.stats.recentEncodeMs);
     const feed = this.#source.feed;
     this.#log.info({ reason, error, wasIdle, source: this.#source.kind, framesSubmitted: feed.framesSubmitted, framesSkipped: feed.framesSkipped, framesUnchanged: feed.framesUnchanged, inputDropped: this.inputDropped,
-      audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 } }, 'session ended');
+      audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 },
+      video: rtp && { targetKbps: rtp.targetKbps, overuses: rtp.estimator?.overuseEvents, lossBackoffs: rtp.estimator?.lossBackoffs,
+        pacerMaxQueueMs: Math.round(rtp.pacer.maxQueueMs), retransmittedFromHistory: rtp.retransmittedFromHistory } }, 'session ended');
     const finish = (): void => this.#options.onEnded(reason, error);
     if (peer) peer.close().then(finish, finish);
     else finish();

@@ -16,6 +16,8 @@ const run = promisify(execFile);
 
 /** Why a shaped link cannot be made here, or false: root, ip and tc are needed. */
 export function shapedLinkUnavailable(): string | false {
+  // CI runs as root with iproute2: there the test runs, and a missing piece fails it instead of skipping it.
+  if (process.env.CI) return false;
   if (process.getuid?.() !== 0) return 'needs root (network namespaces)';
   for (const tool of ['ip', 'tc']) if (!which(tool)) return `${tool} not installed (Debian package iproute2)`;
   return false;
