@@ -31,6 +31,7 @@ const GROWTH_PER_SECOND = 1.4;
 const ADDITIVE_KBPS_PER_SECOND = 150;
 /** Throughput is measured over this much of the receiver's own clock: at a bottleneck, arrivals are paced by the link. */
 const ACKED_WINDOW_MS = 500;
+const RECENT_ARRIVALS_MS = 150;
 const LOSS_WINDOW_MS = 1000;
 const HISTORY = 1 << 16;
 
@@ -89,8 +90,16 @@ export class BandwidthEstimator {
     const newest = this.#acked.at(-1)?.receivedAtMs;
     if (newest === undefined) return 0;
     this.#acked = this.#acked.filter((a) => a.receivedAtMs > newest - ACKED_WINDOW_MS);
-    const bytes = this.#acked.reduce((sum, a) => sum + a.bytes, 0);
-    return (bytes * 8) / ACKED_WINDOW_MS;
+    return this.#arrivalKbps(ACKED_WINDOW_MS);
+  }
+
+  /** Arrival rate over the receiver's last `windowMs`. */
+  #arrivalKbps(windowMs: number): number {
+    const newest = this.#acked.at(-1)?.receivedAtMs;
+    if (newest === undefined) return 0;
+    let bytes = 0;
+    for (const a of this.#acked) if (a.receivedAtMs > newest - windowMs) bytes += a.bytes;
+    return (bytes * 8) / windowMs;
   }
 
   /** Fraction of packets reported lost over the last second. */
@@ -201,7 +210,10 @@ export class BandwidthEstimator {
     if (this.#usage === 'overuse') {
       // At most one decrease per ~RTT-ish interval: the queue needs time to drain before it shows.
       if (nowMs - this.#lastDecreaseMs < 200 || ackedKbps === 0) return;
-      this.#delayKbps = Math.min(this.#delayKbps, DECREASE_FACTOR * ackedKbps);
+      // While a queue builds, the latest arrivals are paced by the bottleneck: their rate is the link's
+      // now, where the longer average still remembers the rate before a drop.
+      const linkKbps = Math.min(ackedKbps, this.#arrivalKbps(RECENT_ARRIVALS_MS) || ackedKbps);
+      this.#delayKbps = Math.min(this.#delayKbps, DECREASE_FACTOR * linkKbps);
       this.#lastDecreaseMs = nowMs;
       this.overuseEvents++;
       this.#noteCapacity(ackedKbps);
