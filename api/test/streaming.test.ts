@@ -87,7 +87,7 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
   }
 
   before(async () => {
-    svc = await startTestPlatform({ config: { streaming: { resumeWindowSeconds: 30, answerWithinSeconds: 1, grantSeconds: 2 } } });
+    svc = await startTestPlatform({ config: { streaming: { resumeWindowSeconds: 30, busyResumeWindowSeconds: 2, answerWithinSeconds: 1, grantSeconds: 2 } } });
     token = await svc.token();
     key = await svc.apiKey(token, ['invoke_function', 'list_functions']);
     fn = await deploy(svc, token, streamingBody({
@@ -206,6 +206,27 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
     assert.equal((await signIn('DELETE', { ...headers(), 'svc-reqid': c.body.sessionId })).status, 200, 'leaving the line');
     session.ws.send(JSON.stringify({ type: 'bye' }));
     await session.next('bye');
+  });
+
+  test('a browser that quits without a bye while someone waits holds its instance for the short resume window, not the full one', async () => {
+    const holder = await waitInLine(await signIn('POST', headers()), 60_000);
+    assert.equal(holder.status, 200);
+    const live = await open(svc, headers(), undefined, `svc-reqid=${holder.body.sessionId}`);
+    live.ws.send(JSON.stringify({ type: 'hello', protocol: 1 }));
+    await live.next('config');
+    const instance = await instanceNow();
+    const next = await signIn('POST', headers());
+    assert.equal(next.status, 202);
+    // The whole browser quits: no pagehide, no bye, the socket just goes.
+    live.ws.terminate();
+    // The full window is 30 s; with someone in line the instance is retired after 2 s and a fresh one serves them.
+    const granted = await waitInLine(next, 25_000);
+    assert.equal(granted.status, 200);
+    assert.equal(granted.body.sessionId, next.body.sessionId);
+    assert.notEqual(await instanceNow(), instance, 'the dropped session\'s container was retired (one session per container)');
+    const gone = await open(svc, { ...headers(), cookie: `svc-request-id=${holder.body.sessionId}` }).then(() => undefined, (error) => error);
+    assert.equal(gone?.status, 404, 'the dropped session is over');
+    await signIn('DELETE', { ...headers(), 'svc-reqid': granted.body.sessionId });
   });
 
   test('a WebSocket that never says hello, and a grant nobody takes, give the same instance to the next in line at once', async () => {

@@ -75,6 +75,14 @@ function waiting(where: PlaceInLine) {
     'The stream starts by itself when an instance frees up; keep this tab open.');
 }
 
+/** What the page waits for after a client status, in words a person can act on (or at least follow). */
+function waitingFor(status: string): string {
+  if (status.startsWith('connecting') || status.startsWith('reconnecting')) return 'the streaming server';
+  if (status === 'negotiating…' || status === 'resumed' || status === 'peer new' || status === 'peer connecting') return 'the media connection (ICE, DTLS)';
+  if (status === 'peer connected') return 'the first video frame';
+  return status;
+}
+
 function start() {
   if (state === 'connecting' || state === 'waiting' || state === 'streaming') return;
   ended = undefined;
@@ -92,12 +100,19 @@ function start() {
       void video.play().catch(() => { /* a muted video may always play; nothing else to do */ });
       meter.start();
       overlay.watch(client?.peerConnection);
-      show('streaming');
-      // Typing reaches the app at once, without a click into the picture first.
-      video.focus();
+      // "Streaming" only once a picture is shown: until then the page says what it is waiting for.
+      show('connecting', 'Connected, waiting for the first picture…', '', 'Waiting for the first video frame');
+      const shown = () => {
+        if (state !== 'connecting' || video.srcObject !== stream) return;
+        show('streaming');
+        // Typing reaches the app at once, without a click into the picture first.
+        video.focus();
+      };
+      video.requestVideoFrameCallback(shown);
     },
     onStatus: (status) => {
       overlay.status = status;
+      if (state === 'connecting') detail.textContent = `Waiting for ${waitingFor(status)}`;
       void overlay.refresh();
     },
     onAudio: (stream) => {
@@ -188,6 +203,17 @@ const api = {
   sendText: (text: string) => input.sendText(text),
   bye: (reason?: string) => client?.bye(reason),
   dropSocket: () => client?.dropSocket(),
+  /** The video receiver's own counters (inbound-rtp), for link tests and benchmarks. */
+  async receiverStats() {
+    const report = await client?.peerConnection?.getStats();
+    let video: Record<string, any> | undefined;
+    report?.forEach((s: Record<string, any>) => { if (s.type === 'inbound-rtp' && s.kind === 'video') video = s; });
+    if (!video) return undefined;
+    const { framesDecoded, framesDropped, freezeCount, totalFreezesDuration, pliCount, nackCount, packetsLost, packetsReceived, bytesReceived,
+      keyFramesDecoded, frameWidth, frameHeight, jitterBufferDelay, jitterBufferEmittedCount } = video;
+    return { framesDecoded, framesDropped, freezeCount, totalFreezesDuration, pliCount, nackCount, packetsLost, packetsReceived, bytesReceived,
+      keyFramesDecoded, frameWidth, frameHeight, jitterBufferDelay, jitterBufferEmittedCount };
+  },
   async snapshot() {
     const timeline = Object.fromEntries(Object.entries(client?.timeline ?? {}).map(([k, v]) => [k, Math.round(v - (client?.timeline.connect ?? 0))]));
     return { ...meter.snapshot(), metrics: { ...(await overlay.refresh()) }, timeline, inputReady: input.ready, ended, state, status: overlay.status };

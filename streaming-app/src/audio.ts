@@ -1,8 +1,11 @@
 // The application's sound. At start-up the container runs its own PulseAudio server (no daemon, no
 // system files: a private runtime directory, anonymous access on a private socket) with one null sink;
 // the application plays into it (PULSE_SERVER and PULSE_SINK in its environment). Each session captures
-// the sink's monitor with ffmpeg and encodes Opus: 48 kHz stereo, 5 ms frames, low-delay mode, one
-// packet per Ogg page, so every packet leaves the moment it is encoded.
+// the sink's monitor with ffmpeg and encodes Opus, one packet per Ogg page, so every packet leaves the
+// moment it is encoded: on a clean link 48 kHz stereo, 5 ms frames, low-delay (CELT-only) mode; on a
+// lossy one 20 ms frames in hybrid mode with in-band FEC (each packet carries a coarse copy of the one
+// before, which a browser that lost it decodes instead of concealing), as Chrome asks (useinbandfec=1).
+// CELT cannot carry FEC, and 5 ms frames are too short for SILK.
 import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -15,16 +18,18 @@ import { OggOpusReader } from './ogg-reader.ts';
 
 const SINK = 'svc';
 const START_TIMEOUT_MS = 10_000;
-export const AUDIO_FRAME_MS = 5;
 export const AUDIO_CLOCK_HZ = 48_000;
-/**
- * How long before its arrival a packet's first sample entered the sink: the frame it fills, half a
- * PulseAudio fragment (one frame long) on average before the monitor hands it on, and Opus's 2.5 ms
- * low-delay look-ahead.
- */
-const CAPTURE_DELAY_MS = AUDIO_FRAME_MS * 1.5 + 2.5;
 
-export type EncodedAudio = { data: Buffer; captureMs: number };
+/** low-delay: the clean-link default; resilient: in-band FEC for a lossy link, at 15 ms more delay. */
+export type AudioMode = 'low-delay' | 'resilient';
+
+/** Encoder settings per mode; a 20 ms hybrid frame at 64 kbit/s stereo is where libopus adds FEC. */
+export const AUDIO_MODES: Record<AudioMode, { frameMs: number; args: string[] }> = {
+  'low-delay': { frameMs: 5, args: ['-b:a', '128k', '-application', 'lowdelay', '-frame_duration', '5'] },
+  resilient: { frameMs: 20, args: ['-b:a', '64k', '-application', 'audio', '-frame_duration', '20', '-fec', '1', '-packet_loss', '10'] },
+};
+
+export type EncodedAudio = { data: Buffer; captureMs: number; durationMs: number };
 
 export class PulseServer {
   readonly #child: ChildProcess;
@@ -83,19 +88,27 @@ export class AudioCapture {
   #stopped = false;
   packets = 0;
 
-  constructor(server: PulseServer, ffmpegPath: string, log: Logger, onPacket: (audio: EncodedAudio) => void, onFailure: (reason: string) => void) {
-    const fragmentBytes = (AUDIO_CLOCK_HZ / 1000) * AUDIO_FRAME_MS * 2 * 2; // s16 stereo
+  readonly mode: AudioMode;
+
+  constructor(server: PulseServer, ffmpegPath: string, log: Logger, onPacket: (audio: EncodedAudio) => void, onFailure: (reason: string) => void,
+    mode: AudioMode = 'low-delay') {
+    this.mode = mode;
+    const { frameMs, args } = AUDIO_MODES[mode];
+    const fragmentBytes = (AUDIO_CLOCK_HZ / 1000) * frameMs * 2 * 2; // s16 stereo
+    // How long before its arrival a packet's first sample entered the sink: the frame it fills, half a
+    // PulseAudio fragment (one frame long) on average before the monitor hands it on, and Opus's 2.5 ms look-ahead.
+    const captureDelayMs = frameMs * 1.5 + 2.5;
     this.#child = spawnChild(ffmpegPath, [
       '-hide_banner', '-loglevel', 'error', '-nostdin',
       '-f', 'pulse', '-server', server.socket, '-fragment_size', String(fragmentBytes), '-sample_rate', String(AUDIO_CLOCK_HZ), '-channels', '2',
       '-i', `${SINK}.monitor`,
-      '-c:a', 'libopus', '-b:a', '128k', '-application', 'lowdelay', '-frame_duration', String(AUDIO_FRAME_MS),
-      '-f', 'ogg', '-page_duration', String(AUDIO_FRAME_MS * 1000), '-flush_packets', '1', 'pipe:1',
+      '-c:a', 'libopus', ...args,
+      '-f', 'ogg', '-page_duration', String(frameMs * 1000), '-flush_packets', '1', 'pipe:1',
     ], { stdio: ['ignore', 'pipe', 'pipe'] });
     const stderr = new LineTail(this.#child.stderr);
     const reader = new OggOpusReader((data) => {
-      if (this.packets++ === 0) log.info('first audio packet encoded');
-      onPacket({ data, captureMs: performance.now() - CAPTURE_DELAY_MS });
+      if (this.packets++ === 0) log.info({ mode }, 'first audio packet encoded');
+      onPacket({ data, captureMs: performance.now() - captureDelayMs, durationMs: frameMs });
     });
     this.#child.stdout?.on('data', (chunk: Buffer) => reader.push(chunk));
     void exited(this.#child).then(({ code, signal }) => {

@@ -52,6 +52,9 @@ const envSchema = z.object({
   /** How long the control server keeps answering 500 after the session before the process exits. */
   STREAMING_EXIT_DELAY_MS: z.coerce.number().int().min(0).max(60_000).default(1000),
   STREAMING_ENCODER: z.enum(['auto', 'h264_nvenc', 'libx264', 'libvpx']).default('auto'),
+  STREAMING_ENCODER_BACKEND: z.enum(['auto', 'libav', 'ffmpeg']).default('auto'),
+  STREAMING_MIN_BITRATE_KBPS: z.coerce.number().int().min(50).max(100_000).default(300),
+  STREAMING_START_BITRATE_KBPS: z.coerce.number().int().min(50).max(100_000).default(1500),
   STREAMING_VIDEO_SIZE: videoSize.default({ width: 1280, height: 720 }),
   STREAMING_VIDEO_FPS: z.coerce.number().int().min(1).max(240).default(60),
   STREAMING_VIDEO_BITRATE_KBPS: z.coerce.number().int().min(100).max(100_000).default(6000),
@@ -91,6 +94,11 @@ export type Config = {
   connectTimeoutMs: number;
   exitDelayMs: number;
   encoder: 'auto' | 'h264_nvenc' | 'libx264' | 'libvpx';
+  /** In-process libavcodec (rate follows the link), the ffmpeg CLI (fixed rate), or the first that works. */
+  encoderBackend: 'auto' | 'libav' | 'ffmpeg';
+  /** The bandwidth estimate's floor and starting point, kbit/s (capped at bitrateKbps). */
+  minBitrateKbps: number;
+  startBitrateKbps: number;
   width: number;
   height: number;
   fps: number;
@@ -157,6 +165,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     connectTimeoutMs: e.STREAMING_CONNECT_TIMEOUT_SECONDS * 1000,
     exitDelayMs: e.STREAMING_EXIT_DELAY_MS,
     encoder: e.STREAMING_ENCODER,
+    encoderBackend: e.STREAMING_ENCODER_BACKEND,
+    minBitrateKbps: Math.min(e.STREAMING_MIN_BITRATE_KBPS, e.STREAMING_VIDEO_BITRATE_KBPS),
+    startBitrateKbps: Math.min(e.STREAMING_START_BITRATE_KBPS, e.STREAMING_VIDEO_BITRATE_KBPS),
     width: e.STREAMING_VIDEO_SIZE.width,
     height: e.STREAMING_VIDEO_SIZE.height,
     fps: e.STREAMING_VIDEO_FPS,

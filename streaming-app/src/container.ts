@@ -10,7 +10,8 @@ import { createControlServer, type Readiness } from './control-server.ts';
 import { CredentialStore } from './credentials.ts';
 import { PulseServer } from './audio.ts';
 import { killAllChildren } from './children.ts';
-import { chooseEncoder, VideoEncoder } from './encoder.ts';
+import { chooseEncoder, VideoEncoder, type EncodedFrame, type EncoderSettings, type FrameEncoder } from './encoder.ts';
+import { openInProcessEncoder } from './libav-encoder.ts';
 import type { FrameSource, SourceEvents } from './frame-source.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { countFreePorts, PORTS_PER_SESSION } from './port-budget.ts';
@@ -39,16 +40,37 @@ function failStartup(message: string): never {
   process.exit(1);
 }
 
-async function openSource(config: Config, encoder: VideoEncoder, log: Logger, appEnv: Record<string, string>, events: SourceEvents): Promise<FrameSource> {
+async function openSource(config: Config, encoder: FrameEncoder, log: Logger, appEnv: Record<string, string>, events: SourceEvents): Promise<FrameSource> {
   if (config.source.kind === 'scene') return new SceneSource(encoder, config.width, config.height, config.fps, config.barcode);
   if (config.source.kind === 'x11') return X11Source.open(config, encoder, log, appEnv, events);
   return PipeSource.open(config, encoder, log, appEnv, events);
 }
 
+/**
+ * The in-process encoder first (its rate follows the bandwidth estimate), else the ffmpeg CLI at the
+ * configured rate; STREAMING_ENCODER_BACKEND picks one of them outright.
+ */
+async function openEncoder(config: Config, log: Logger, onFrame: (frame: EncodedFrame) => void, onFatal: (reason: string) => void): Promise<FrameEncoder> {
+  const base: Omit<EncoderSettings, 'encoder'> = {
+    width: config.width, height: config.height, fps: config.fps, bitrateKbps: config.bitrateKbps,
+    keyframeIntervalFrames: config.fps * config.keyframeIntervalSeconds, ffmpegPath: config.ffmpegPath,
+  };
+  if (config.encoderBackend !== 'ffmpeg') {
+    try {
+      return await openInProcessEncoder(config.encoder, base, log, onFrame, onFatal);
+    } catch (error) {
+      if (config.encoderBackend === 'libav') throw error;
+      log.warn({ reason: (error as Error).message }, 'in-process encoder unavailable: the ffmpeg CLI encodes at a fixed rate');
+    }
+  }
+  const settings = await chooseEncoder(config.encoder, base, log);
+  return new VideoEncoder(settings, log, onFrame, onFatal);
+}
+
 async function main(): Promise<void> {
   const config = readConfig();
   const log = createLogger(config.logLevel);
-  let encoder: VideoEncoder | undefined;
+  let encoder: FrameEncoder | undefined;
   log.info({ source: config.source.kind, why: config.source.reason, audio: config.audio.enabled, audioWhy: config.audio.reason }, 'frame source chosen');
   const crash = (kind: string) => (error: unknown): void => {
     log.fatal({ err: error }, kind);
@@ -59,21 +81,19 @@ async function main(): Promise<void> {
   process.on('uncaughtException', crash('uncaught exception'));
   process.on('unhandledRejection', crash('unhandled rejection'));
 
-  // The certificate is made while the encoder's trial runs in its own process.
-  const [, settings] = await Promise.all([RTCDtlsTransport.SetupCertificate(), chooseEncoder(config.encoder, {
-    width: config.width, height: config.height, fps: config.fps, bitrateKbps: config.bitrateKbps,
-    keyframeIntervalFrames: config.fps * config.keyframeIntervalSeconds, ffmpegPath: config.ffmpegPath,
-  }, log).catch((error: unknown) => {
+  const credentials = new CredentialStore();
+  let session: StreamingSession | undefined;
+  const onFrame = (frame: EncodedFrame): void => session?.deliver(frame);
+  const onFatal = (reason: string): void => {
+    log.error({ reason }, 'encoder failed');
+    session?.end(`encoder failed: ${reason}`, true);
+  };
+  // The certificate is made while the encoder opens (or its trial runs in its own process).
+  const [, opened] = await Promise.all([RTCDtlsTransport.SetupCertificate(), openEncoder(config, log, onFrame, onFatal).catch((error: unknown) => {
     log.fatal({ err: error }, 'no video encoder');
     process.exit(1);
   })]);
-
-  const credentials = new CredentialStore();
-  let session: StreamingSession | undefined;
-  encoder = new VideoEncoder(settings, log, (frame) => session?.deliver(frame), (reason) => {
-    log.error({ reason }, 'encoder failed');
-    session?.end(`encoder failed: ${reason}`, true);
-  });
+  encoder = opened;
   encoder.prepare();
 
   // The sound server comes first: the application finds it in its environment. Without STREAMING_AUDIO=true

@@ -36,6 +36,30 @@ export type EncodedFrame = {
   encodeMs: number;
 };
 
+/**
+ * What the frame sources and the session need from an encoder: the CLI one here (a bitrate fixed per
+ * process, keyframes by switching to a warm spare) or the in-process one (libav-encoder.ts).
+ */
+export type FrameEncoder = {
+  readonly settings: EncoderSettings;
+  readonly codec: VideoCodec;
+  readonly stats: EncoderStats;
+  readonly running: boolean;
+  readonly awaitingFrame: boolean;
+  readonly pids: number[];
+  /** The rate the encoder aims at now, kbit/s. */
+  readonly bitrateKbps: number;
+  onAwaitingFrame: (() => void) | undefined;
+  prepare(): void;
+  prime(frame: Buffer, frameNumber: number, captureMs: number, done: () => void): boolean;
+  start(): void;
+  submit(frame: Buffer, frameNumber: number, captureMs: number, done: () => void): boolean;
+  requestKeyframe(reason: string): void;
+  /** Follow the bandwidth estimate; an encoder that cannot change its rate keeps its own. */
+  setBitrate(kbps: number): void;
+  stop(): void;
+};
+
 export function codecOf(encoder: EncoderName): VideoCodec {
   return encoder === 'libvpx' ? 'VP8' : 'H264';
 }
@@ -101,7 +125,7 @@ export function probeEncoder(settings: EncoderSettings, timeoutMs = 10_000): Pro
 }
 
 /** Device nodes of NVIDIA's driver (Linux, and WSL's GPU): without one, NVENC cannot answer. */
-const NVIDIA_DEVICES = ['/dev/nvidiactl', '/dev/dxg'];
+export const NVIDIA_DEVICES = ['/dev/nvidiactl', '/dev/dxg'];
 
 /**
  * Picks the encoder: the configured one, or the first of h264_nvenc, libx264, libvpx that encodes a
@@ -209,7 +233,7 @@ const MAX_BACKLOG = 2;
 const RECENT_SAMPLES = 120;
 const SPARE_DELAY_MS = 500;
 
-export class VideoEncoder {
+export class VideoEncoder implements FrameEncoder {
   readonly settings: EncoderSettings;
   readonly codec: VideoCodec;
   readonly #log: Logger;
@@ -235,6 +259,15 @@ export class VideoEncoder {
     this.#onFrame = onFrame;
     this.#onFatal = onFatal;
     this.stats = { encoder: settings.encoder, framesIn: 0, framesOut: 0, framesSkipped: 0, keyframes: 0, bytesOut: 0, restarts: 0, recentEncodeMs: [] };
+  }
+
+  get bitrateKbps(): number {
+    return this.settings.bitrateKbps;
+  }
+
+  /** The ffmpeg CLI cannot change its rate without a new process and a keyframe: it keeps the configured one. */
+  setBitrate(kbps: number): void {
+    void kbps;
   }
 
   /** Spawns the warm spare so that the first session frame does not pay for process start-up. */

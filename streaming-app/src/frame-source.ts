@@ -7,7 +7,7 @@ import { barcodeLayout, encodeBarcode, LUMA_ONE, LUMA_ZERO } from '../client/bar
 import type { InputMessage } from '../client/protocol.ts';
 import type { Application } from './app.ts';
 import type { SourceKind } from './config.ts';
-import type { VideoEncoder } from './encoder.ts';
+import type { FrameEncoder } from './encoder.ts';
 
 export interface FrameSource {
   readonly kind: SourceKind;
@@ -44,7 +44,7 @@ const UNCHANGED_REFRESH_MS = 1000;
  */
 export class FrameFeed {
   readonly frameBytes: number;
-  readonly #encoder: VideoEncoder;
+  readonly #encoder: FrameEncoder;
   readonly #free: Buffer[] = [];
   readonly #stamp: ((frame: Buffer, frameNumber: number, inputSeq: number) => void) | undefined;
   /** The last frame sent to the encoder (before its barcode), when unchanged frames are skipped. */
@@ -63,7 +63,7 @@ export class FrameFeed {
    * encoded (except to answer a keyframe request, and once a second), which leaves the encoder idle and
    * the CPU free for the frames that carry a change.
    */
-  constructor(encoder: VideoEncoder, width: number, height: number, barcode: boolean, skipUnchanged = false) {
+  constructor(encoder: FrameEncoder, width: number, height: number, barcode: boolean, skipUnchanged = false) {
     this.#encoder = encoder;
     this.frameBytes = (width * height * 3) / 2;
     this.#stamp = barcode ? barcodeStamper(width, height) : undefined;

@@ -2,7 +2,8 @@
 // the app has sound, and the "input" DataChannel, bundled on a single ICE transport whose sockets all come from STREAMING_PORT_BINDING_RANGE.
 // The app is always the offerer (see docs/streaming-protocol.md).
 import {
-  MediaStream, RTCPeerConnection, RTCRtpHeaderExtensionParameters, useH264, useOPUS, useVP8, type RTCDataChannel, type RTCRtpSender, type RTCIceCandidate,
+  MediaStream, RTCPeerConnection, RTCRtpCodecParameters, RTCRtpHeaderExtensionParameters, useH264, useNACK, useOPUS, usePLI, useREMB, useTWCC, useVP8,
+  type RTCDataChannel, type RTCRtpSender, type RTCIceCandidate,
 } from 'werift';
 import type { IceCandidateJson } from '../client/protocol.ts';
 import { INPUT_CHANNEL_LABEL } from '../client/protocol.ts';
@@ -18,6 +19,21 @@ import type { PortRange } from './port-budget.ts';
  */
 export const PLAYOUT_DELAY_URI = 'http://www.webrtc.org/experiments/rtp-hdrext/playout-delay';
 const PLAYOUT_DELAY_ID = 6;
+/** Transport-wide sequence numbers (draft-holmer-rmcat-transport-wide-cc-extensions-01) for send-side estimation. */
+export const TRANSPORT_CC_URI = 'http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01';
+const TRANSPORT_CC_ID = 3;
+
+/**
+ * The video codec with what the sender acts on: NACK (retransmission, over RTX when the browser takes it),
+ * PLI, transport-wide feedback (the estimator's input) and REMB (for a receiver that offers only that).
+ */
+function videoCodecs(codec: VideoCodec): RTCRtpCodecParameters[] {
+  const rtcpFeedback = [useNACK(), usePLI(), useTWCC(), useREMB()];
+  const primary = codec === 'H264' ? useH264({ rtcpFeedback }) : useVP8({ rtcpFeedback });
+  // werift gives RTX the payload type after its primary's and sets apt= to it.
+  const rtx = new RTCRtpCodecParameters({ mimeType: 'video/rtx', clockRate: 90_000 });
+  return [primary, rtx];
+}
 
 const MDNS_CANDIDATE = /^(?:candidate:)?\S+ \d+ \S+ \d+ \S+\.local /i;
 
@@ -49,11 +65,14 @@ export class PeerLink {
   #localDescriptionApplied: Promise<unknown> = Promise.resolve();
   /** Header extension id of playout-delay if the answer accepted it. */
   playoutDelayExtensionId: number | undefined;
+  /** Whether the answer accepted transport-wide congestion control (extension and feedback). */
+  transportCc = false;
+  /** Whether the browser asked for Opus in-band FEC (useinbandfec=1 in its answer). */
+  opusInbandFec = false;
   #closed = false;
 
   constructor(options: PeerOptions) {
     this.#log = options.log;
-    const codec = options.codec === 'H264' ? useH264() : useVP8();
     this.pc = new RTCPeerConnection({
       // Exactly the platform's STUN/TURN server, or nothing: never werift's default public STUN server.
       iceServers: options.iceServers,
@@ -66,10 +85,19 @@ export class PeerLink {
       bundlePolicy: 'max-bundle',
       // A STUN server that does not answer must not hold the offer back for long.
       iceStunGatherTimeout: 2,
-      codecs: { video: [codec], audio: options.audio ? [useOPUS()] : [] },
+      // werift applies the answer only once gathering is over, and its TURN client waits 8 s for a server
+      // that does not answer (one on a loopback that is not the platform's): the first frame would wait too.
+      iceTurnConnectTimeout: 1,
+      codecs: { video: videoCodecs(options.codec), audio: options.audio ? [useOPUS()] : [] },
       // Zero playout delay shows frames as they come, which also keeps the browser from holding them back
       // to meet the sound: with lip-sync it is not asked for.
-      headerExtensions: { video: options.lipSync ? [] : [new RTCRtpHeaderExtensionParameters({ id: PLAYOUT_DELAY_ID, uri: PLAYOUT_DELAY_URI })], audio: [] },
+      headerExtensions: {
+        video: [
+          new RTCRtpHeaderExtensionParameters({ id: TRANSPORT_CC_ID, uri: TRANSPORT_CC_URI }),
+          ...(options.lipSync ? [] : [new RTCRtpHeaderExtensionParameters({ id: PLAYOUT_DELAY_ID, uri: PLAYOUT_DELAY_URI })]),
+        ],
+        audio: [],
+      },
     });
     // Browsers line up (lip-sync) only the tracks of one stream, by holding the picture back to meet the
     // sound: one stream with lip-sync, else a stream each, so the picture never waits.
@@ -121,6 +149,8 @@ export class PeerLink {
     await this.pc.setRemoteDescription({ type: 'answer', sdp });
     const extmap = new RegExp(`^a=extmap:(\\d+)(?:/\\w+)? ${PLAYOUT_DELAY_URI.replaceAll('.', '\\.')}\\s*$`, 'm').exec(sdp);
     this.playoutDelayExtensionId = extmap ? Number(extmap[1]) : undefined;
+    this.transportCc = sdp.includes(TRANSPORT_CC_URI) && /^a=rtcp-fb:\S+ transport-cc/m.test(sdp);
+    this.opusInbandFec = /^a=fmtp:\d+ .*useinbandfec=1/m.test(sdp);
   }
 
   async addCandidate(candidate: IceCandidateJson | null): Promise<void> {

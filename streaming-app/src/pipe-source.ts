@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import type { InputMessage } from '../client/protocol.ts';
 import { Application } from './app.ts';
 import type { Config } from './config.ts';
-import type { VideoEncoder } from './encoder.ts';
+import type { FrameEncoder } from './encoder.ts';
 import { FrameFeed, type FrameSource, type SourceEvents } from './frame-source.ts';
 import type { Logger } from './logger.ts';
 import { RawFrameReader } from './raw-frames.ts';
@@ -42,7 +42,7 @@ export class PipeSource implements FrameSource {
   }
 
   /** Listens, starts the application and waits for its first frame; rejects with one readable line. */
-  static async open(config: Config, encoder: VideoEncoder, log: Logger, appEnv: Record<string, string>, events: SourceEvents): Promise<PipeSource> {
+  static async open(config: Config, encoder: FrameEncoder, log: Logger, appEnv: Record<string, string>, events: SourceEvents): Promise<PipeSource> {
     const ownDir = config.framePipe ? undefined : await mkdtemp(join(tmpdir(), 'svc-frames-'));
     const path = config.framePipe ?? join(ownDir ?? '', 'frames.sock');
     rmSync(path, { force: true }); // a socket left by an earlier run

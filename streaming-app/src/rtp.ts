@@ -1,12 +1,20 @@
 // Encoded media to RTP on the negotiated senders. Video packetization is werift's (RFC 6184 mode 1 for
 // H.264: single NAL, STAP-A for SPS+PPS, FU-A; RFC 7741 for VP8); an Opus packet is one RTP packet
-// (RFC 7587). This file adds timing (media-clock.ts) and the negotiated payload types.
+// (RFC 7587). This file adds timing (media-clock.ts), the negotiated payload types, and for video the
+// pacing (pacer.ts), the bandwidth estimate from the receiver's feedback (congestion.ts) and a second of
+// retransmission history.
 import { randomInt } from 'node:crypto';
-import { H264Packetizer, RtpHeader, RtpPacket, Vp8Packetizer, type RTCRtpSender } from 'werift';
-import { AUDIO_CLOCK_HZ, AUDIO_FRAME_MS, type EncodedAudio } from './audio.ts';
+import {
+  H264Packetizer, ReceiverEstimatedMaxBitrate, RtcpPayloadSpecificFeedback, RtcpTransportLayerFeedback, RtpHeader, RtpPacket, TransportWideCC, Vp8Packetizer,
+  wrapRtx, type RtcpPacket, type RTCRtpSender,
+} from 'werift';
+import { AUDIO_CLOCK_HZ, type EncodedAudio } from './audio.ts';
 import type { EncodedFrame, VideoCodec } from './encoder.ts';
 import type { Logger } from './logger.ts';
+import { BandwidthEstimator, type CongestionSettings } from './congestion.ts';
 import { reportCaptureTime, RtpClock } from './media-clock.ts';
+import { PACING_FACTOR, PacketPacer } from './pacer.ts';
+import { transportFeedbackResults } from './transport-feedback.ts';
 
 /** Leaves room for SRTP, the RTP header and header extensions inside a 1280-byte path MTU. */
 const MAX_PAYLOAD_BYTES = 1160;
@@ -14,22 +22,53 @@ const VIDEO_CLOCK_HZ = 90_000;
 /** playout-delay payload: 12-bit minimum and 12-bit maximum delay, both 0. */
 const ZERO_PLAYOUT_DELAY = Buffer.from([0, 0, 0]);
 
+/** About a second of video at the highest rate: what NACKs can still repair (werift itself keeps 128 packets). */
+const RETRANSMIT_HISTORY_MS = 1000;
+
+export type VideoRate = CongestionSettings & {
+  /** The answer accepted transport-wide feedback: estimate and follow the link. Otherwise send maxKbps. */
+  transportCc: boolean;
+  onTargetKbps: (kbps: number) => void;
+};
+
+/** The werift sender's fields this file reads or writes beyond its public API (kept private in its types). */
+type WeriftSenderInternals = {
+  rtpCache: (RtpPacket | undefined)[];
+  rtxPayloadType?: number;
+  rtxSequenceNumber: number;
+  readonly rtxSsrc: number;
+  dtlsTransport: RTCRtpSender['dtlsTransport'] & { transportSequenceNumber: number };
+};
+const WERIFT_HISTORY = 128;
+
 export class RtpVideoSender {
   readonly #sender: RTCRtpSender;
+  readonly #internals: WeriftSenderInternals;
   readonly #packetizer: { packetize(data: Buffer, timestamp: number): RtpPacket[] };
   readonly #log: Logger;
   readonly #clock: RtpClock;
+  readonly #pacer: PacketPacer<RtpPacket>;
+  readonly #rate: VideoRate;
+  readonly estimator: BandwidthEstimator | undefined;
+  readonly #history = new Map<number, { packet: RtpPacket; sentMs: number }>();
+  #unsubscribe: (() => void) | undefined;
+  #lastTargetKbps: number;
+  #loggedKbps: number;
   packetsSent = 0;
   bytesSent = 0;
   framesSent = 0;
+  /** Packets resent from this file's history because werift's had already lost them. */
+  retransmittedFromHistory = 0;
 
   readonly #playoutDelayExtensionId: number | undefined;
 
-  constructor(codec: VideoCodec, sender: RTCRtpSender, log: Logger, clockOriginMs: number, playoutDelayExtensionId?: number) {
+  constructor(codec: VideoCodec, sender: RTCRtpSender, log: Logger, clockOriginMs: number, rate: VideoRate, playoutDelayExtensionId?: number) {
     this.#clock = new RtpClock(VIDEO_CLOCK_HZ, clockOriginMs, randomInt(0, 2 ** 31));
     this.#playoutDelayExtensionId = playoutDelayExtensionId;
     this.#sender = sender;
+    this.#internals = sender as unknown as WeriftSenderInternals;
     this.#log = log;
+    this.#rate = rate;
     // The payload type the browser accepted in its answer; werift also enforces it on the way out.
     const payloadType = sender.codec?.payloadType;
     if (payloadType === undefined) throw new Error('video sender has no negotiated codec');
@@ -37,6 +76,32 @@ export class RtpVideoSender {
     this.#packetizer = codec === 'H264'
       ? new H264Packetizer({ ...common, inputFormat: 'length-prefixed', naluLengthSize: 4 })
       : new Vp8Packetizer(common);
+    this.estimator = rate.transportCc ? new BandwidthEstimator(rate) : undefined;
+    this.#lastTargetKbps = this.targetKbps;
+    this.#loggedKbps = this.targetKbps;
+    this.#pacer = new PacketPacer<RtpPacket>(PACING_FACTOR * this.targetKbps, {
+      send: (packet) => this.#transmit(packet),
+      sizeOf: (packet) => packet.payload.length + 12,
+    });
+    // Transport-wide feedback names whatever media SSRC the browser picks (Chrome: not always ours), which
+    // werift's router then drops; it is taken from the transport itself. REMB is routed to the sender.
+    const transportRtcp = sender.dtlsTransport.onRtcp.subscribe((packet) => this.#onRtcp(packet, 'transport'));
+    const rtcp = sender.onRtcp.subscribe((packet) => this.#onRtcp(packet, 'sender'));
+    const nack = sender.onGenericNack.subscribe((feedback) => this.#onNack(feedback.lost));
+    this.#unsubscribe = () => {
+      transportRtcp.unSubscribe();
+      rtcp.unSubscribe();
+      nack.unSubscribe();
+    };
+  }
+
+  /** The rate the encoder should produce now, kbit/s. */
+  get targetKbps(): number {
+    return this.estimator?.targetKbps ?? this.#rate.maxKbps;
+  }
+
+  get pacer(): PacketPacer<RtpPacket> {
+    return this.#pacer;
   }
 
   send(frame: EncodedFrame): void {
@@ -45,17 +110,84 @@ export class RtpVideoSender {
     const timestamp = this.#clock.timestamp(frame.captureMs);
     const packets = this.#packetizer.packetize(frame.data, timestamp);
     const extensionId = this.#playoutDelayExtensionId;
-    for (const packet of packets) {
-      // Every packet carries it, so that a receiver joining mid-stream or losing packets still sees it.
-      if (extensionId !== undefined) packet.header.extensions.push({ id: extensionId, payload: ZERO_PLAYOUT_DELAY });
-      this.packetsSent++;
-      this.bytesSent += packet.payload.length;
-      this.#sender.sendRtp(packet).catch((error: unknown) => {
-        this.#log.debug({ err: error }, 'rtp send failed');
-      });
-    }
+    // Every packet carries it, so that a receiver joining mid-stream or losing packets still sees it.
+    if (extensionId !== undefined) for (const packet of packets) packet.header.extensions.push({ id: extensionId, payload: ZERO_PLAYOUT_DELAY });
+    this.#pacer.enqueue(packets);
     reportCaptureTime(this.#sender, frame.captureMs, timestamp);
     this.framesSent++;
+  }
+
+  #transmit(packet: RtpPacket): void {
+    const now = performance.now();
+    this.packetsSent++;
+    this.bytesSent += packet.payload.length;
+    this.#sender.sendRtp(packet).catch((error: unknown) => {
+      this.#log.debug({ err: error }, 'rtp send failed');
+    });
+    // werift stamps the transport-wide sequence number synchronously, before its first await.
+    if (this.estimator) this.estimator.packetSent(this.#internals.dtlsTransport.transportSequenceNumber, packet.payload.length + 40, now);
+    this.#remember(packet, now);
+  }
+
+  #remember(packet: RtpPacket, now: number): void {
+    this.#history.set(packet.header.sequenceNumber, { packet, sentMs: now });
+    for (const [seq, entry] of this.#history) {
+      if (now - entry.sentMs <= RETRANSMIT_HISTORY_MS) break;
+      this.#history.delete(seq);
+    }
+  }
+
+  #onRtcp(packet: RtcpPacket, from: 'transport' | 'sender'): void {
+    const estimator = this.estimator;
+    if (!estimator) return;
+    if (from === 'transport' && packet instanceof RtcpTransportLayerFeedback && packet.feedback instanceof TransportWideCC) {
+      estimator.feedback(transportFeedbackResults(packet.feedback), performance.now());
+    } else if (from === 'sender' && packet instanceof RtcpPayloadSpecificFeedback && packet.feedback instanceof ReceiverEstimatedMaxBitrate) {
+      estimator.remb(Number(packet.feedback.bitrate));
+    } else {
+      return;
+    }
+    const target = estimator.targetKbps;
+    this.#pacer.rateKbps = PACING_FACTOR * target;
+    if (target !== this.#lastTargetKbps) {
+      this.#lastTargetKbps = target;
+      this.#rate.onTargetKbps(target);
+    }
+    this.#logRate(target, estimator);
+  }
+
+  /** A line per change of a tenth or more, so a log shows how the rate followed the link. */
+  #logRate(target: number, estimator: BandwidthEstimator): void {
+    if (Math.abs(target - this.#loggedKbps) < this.#loggedKbps * 0.1) return;
+    this.#loggedKbps = target;
+    const now = performance.now();
+    this.#log.debug({ targetKbps: target, ackedKbps: Math.round(estimator.ackedKbps), loss: Math.round(estimator.lossFraction(now) * 1000) / 1000,
+      usage: estimator.usage, ...estimator.detector, overuses: estimator.overuseEvents, lossBackoffs: estimator.lossBackoffs, pacerQueueMs: Math.round(this.#pacer.queuedMs) }, 'video rate');
+  }
+
+  /** werift answers NACKs from its last 128 packets; older ones (up to a second) are resent from here, over RTX when negotiated. */
+  #onNack(lost: number[]): void {
+    const werift = this.#internals;
+    for (const seq of lost) {
+      const cached = werift.rtpCache[seq % WERIFT_HISTORY];
+      if (cached?.header.sequenceNumber === seq) continue;
+      const entry = this.#history.get(seq);
+      if (!entry) continue;
+      let packet = entry.packet;
+      if (werift.rtxPayloadType !== undefined) {
+        packet = wrapRtx(packet, werift.rtxPayloadType, werift.rtxSequenceNumber, werift.rtxSsrc);
+        werift.rtxSequenceNumber = (werift.rtxSequenceNumber + 1) & 0xffff;
+      }
+      this.retransmittedFromHistory++;
+      werift.dtlsTransport.sendRtp(packet.payload, packet.header).catch((error: unknown) => this.#log.debug({ err: error }, 'retransmission failed'));
+    }
+  }
+
+  close(): void {
+    this.#pacer.stop();
+    this.#unsubscribe?.();
+    this.#unsubscribe = undefined;
+    this.#history.clear();
   }
 }
 
@@ -72,7 +204,8 @@ export class RtpAudioSender {
   readonly #clock: RtpClock;
   readonly #payloadType: number;
   #sequence = randomInt(0, 2 ** 16);
-  #anchor: { captureMs: number; packets: number } | undefined;
+  /** Capture time the next packet continues from: one frame after the last. */
+  #nextMs: number | undefined;
   packetsSent = 0;
 
   constructor(sender: RTCRtpSender, log: Logger, clockOriginMs: number) {
@@ -85,12 +218,11 @@ export class RtpAudioSender {
   }
 
   send(audio: EncodedAudio): void {
-    let anchor = this.#anchor;
-    const expectedMs = anchor ? anchor.captureMs + (this.packetsSent - anchor.packets) * AUDIO_FRAME_MS : audio.captureMs;
-    if (!anchor || Math.abs(expectedMs - audio.captureMs) > AUDIO_RESYNC_MS) {
-      anchor = this.#anchor = { captureMs: audio.captureMs, packets: this.packetsSent };
-    }
-    const captureMs = anchor.captureMs + (this.packetsSent - anchor.packets) * AUDIO_FRAME_MS;
+    const expectedMs = this.#nextMs ?? audio.captureMs;
+    // Timestamps advance by exactly the frame's length; a capture hiccup or a new encoder (another frame
+    // length) re-anchors them to the capture clock.
+    const captureMs = Math.abs(expectedMs - audio.captureMs) > AUDIO_RESYNC_MS ? audio.captureMs : expectedMs;
+    this.#nextMs = captureMs + audio.durationMs;
     const timestamp = this.#clock.timestamp(captureMs);
     const header = new RtpHeader({ payloadType: this.#payloadType, sequenceNumber: this.#sequence, timestamp, ssrc: this.#sender.ssrc, marker: false });
     this.#sequence = (this.#sequence + 1) & 0xffff;

@@ -2,7 +2,7 @@
 // I420 buffer each tick. Input renders a frame at once when the next tick is more than half an interval
 // away, so the scene measures the pipeline, not the frame clock.
 import type { InputMessage } from '../client/protocol.ts';
-import type { VideoEncoder } from './encoder.ts';
+import type { FrameEncoder } from './encoder.ts';
 import { FrameFeed, type FrameSource } from './frame-source.ts';
 import { Scene, type SceneInput } from './scene.ts';
 
@@ -16,7 +16,7 @@ export class SceneSource implements FrameSource {
   #ticks = 0;
   #lastTickMs = -Infinity;
 
-  constructor(encoder: VideoEncoder, width: number, height: number, fps: number, barcode: boolean) {
+  constructor(encoder: FrameEncoder, width: number, height: number, fps: number, barcode: boolean) {
     // The scene draws its own barcode (it knows the input it applied); the feed must not draw it again.
     this.#scene = new Scene(width, height, barcode);
     this.feed = new FrameFeed(encoder, width, height, false);

@@ -8,10 +8,10 @@
 import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { AppClipboardMessage, AppStatsMessage, ClientMessage, IceCandidateJson, ServerMessage } from '../client/protocol.ts';
 import { CloseCode, PROTOCOL_VERSION } from '../client/protocol.ts';
-import { AudioCapture, type PulseServer } from './audio.ts';
+import { AudioCapture, type AudioMode, type PulseServer } from './audio.ts';
 import type { Config } from './config.ts';
 import { iceServersFor, type CredentialStore } from './credentials.ts';
-import type { EncodedFrame, VideoEncoder } from './encoder.ts';
+import type { EncodedFrame, FrameEncoder } from './encoder.ts';
 import type { FrameSource } from './frame-source.ts';
 import type { Logger } from './logger.ts';
 import { PeerLink, type PeerState } from './peer.ts';
@@ -31,7 +31,7 @@ export type SessionOptions = {
   config: Config;
   log: Logger;
   credentials: CredentialStore;
-  encoder: VideoEncoder;
+  encoder: FrameEncoder;
   source: FrameSource;
   /** The app's sound server, when the session streams audio. */
   audio?: PulseServer;
@@ -40,6 +40,10 @@ export type SessionOptions = {
 };
 
 const STATS_INTERVAL_MS = 1000;
+/** Above this loss the sound switches to in-band FEC; back after this many seconds below the clean mark. */
+const AUDIO_LOSSY_LOSS = 0.02;
+const AUDIO_CLEAN_LOSS = 0.005;
+const AUDIO_CLEAN_SECONDS = 10;
 
 function median(values: number[]): number {
   if (values.length === 0) return 0;
@@ -68,6 +72,7 @@ export class StreamingSession {
   #statsTimer: NodeJS.Timeout | undefined;
   #lastStats = { at: 0, frames: 0, bytes: 0 };
   #endReason: string | undefined;
+  #cleanSeconds = 0;
 
   constructor(options: SessionOptions) {
     this.#options = options;
@@ -155,13 +160,36 @@ export class StreamingSession {
     this.#sendConfig(false);
     void this.#newPeer('session start');
     this.#source.prime();
+    this.#startAudio('low-delay');
+  }
+
+  #startAudio(mode: AudioMode): void {
     const { audio, config } = this.#options;
-    if (audio) {
-      this.#audioCapture = new AudioCapture(audio, config.ffmpegPath, this.#log, (packet) => this.#rtpAudio?.send(packet), (reason) => {
-        this.#log.error({ reason }, 'audio capture failed');
-        this.end(reason, true);
-      });
-    }
+    if (!audio) return;
+    const capture: AudioCapture = new AudioCapture(audio, config.ffmpegPath, this.#log, (packet) => this.#rtpAudio?.send(packet), (reason) => {
+      if (capture !== this.#audioCapture) return;
+      this.#log.error({ reason }, 'audio capture failed');
+      this.end(reason, true);
+    }, mode);
+    this.#audioCapture = capture;
+  }
+
+  /**
+   * Opus in-band FEC only while the link loses packets (the browser asked for it): 20 ms hybrid frames cost
+   * 15 ms of delay, so a clean link keeps the 5 ms low-delay mode. Loss is the video's transport-wide loss.
+   */
+  #adaptAudio(): void {
+    const capture = this.#audioCapture;
+    const loss = this.#rtp?.estimator?.lossFraction(performance.now());
+    if (!capture || loss === undefined || !this.#peer?.opusInbandFec) return;
+    this.#cleanSeconds = loss < AUDIO_CLEAN_LOSS ? this.#cleanSeconds + 1 : 0;
+    const want: AudioMode = capture.mode === 'low-delay'
+      ? (loss > AUDIO_LOSSY_LOSS ? 'resilient' : 'low-delay')
+      : (this.#cleanSeconds >= AUDIO_CLEAN_SECONDS ? 'low-delay' : 'resilient');
+    if (want === capture.mode) return;
+    this.#log.info({ from: capture.mode, to: want, loss: Math.round(loss * 1000) / 1000 }, 'audio mode changed');
+    capture.stop();
+    this.#startAudio(want);
   }
 
   #resume(channel: SignalingChannel, clientHasPeer: boolean): void {
@@ -244,16 +272,20 @@ export class StreamingSession {
   async #newPeer(why: string): Promise<void> {
     const old = this.#peer;
     this.#peer = undefined;
+    this.#rtp?.close();
     this.#rtp = undefined;
     this.#rtpAudio = undefined;
     if (this.#connectTimer) clearTimeout(this.#connectTimer);
     if (old) await old.close();
     if (this.#state === 'ended') return;
     const { config, credentials, encoder } = this.#options;
+    const usable = await credentials.usable();
+    if (this.state === 'ended') return;
+    if (credentials.current && !usable) this.#log.warn({ stunPort: credentials.current.stunPort }, 'the STUN/TURN server on the loopback does not answer here: host candidates only');
     let peer: PeerLink;
     try {
       peer = new PeerLink({
-        iceServers: iceServersFor(credentials.current),
+        iceServers: iceServersFor(usable),
         portRange: config.portRange,
         bindAddress: config.bindAddress,
         codec: encoder.codec,
@@ -270,7 +302,7 @@ export class StreamingSession {
       const sdp = await peer.createOffer();
       if (peer !== this.#peer) return;
       this.#channel?.send({ type: 'offer', sdp });
-      this.#log.info({ why, withStunTurn: credentials.current !== undefined }, 'offer sent');
+      this.#log.info({ why, withStunTurn: usable !== undefined }, 'offer sent');
       this.#connectTimer = setTimeout(() => {
         if (peer === this.#peer && peer.pc.connectionState !== 'connected') this.end('peer connection did not connect in time');
       }, config.connectTimeoutMs);
@@ -285,7 +317,8 @@ export class StreamingSession {
     if (state === 'connected') {
       if (this.#connectTimer) clearTimeout(this.#connectTimer);
       this.#connectTimer = undefined;
-      this.#rtp = new RtpVideoSender(this.#options.encoder.codec, peer.videoSender, this.#log, this.#clockOriginMs, peer.playoutDelayExtensionId);
+      this.#rtp?.close();
+      this.#rtp = this.#videoSender(peer);
       // The browser may decline the audio track; the session goes on without it.
       if (peer.audioSender?.codec) this.#rtpAudio = new RtpAudioSender(peer.audioSender, this.#log, this.#clockOriginMs);
       const { encoder } = this.#options;
@@ -293,10 +326,31 @@ export class StreamingSession {
       if (!encoder.running) encoder.start();
       else encoder.requestKeyframe('peer connected');
       this.#source.start();
-      this.#statsTimer ??= setInterval(() => this.#sendStats(), STATS_INTERVAL_MS);
+      this.#statsTimer ??= setInterval(() => {
+        this.#sendStats();
+        this.#adaptAudio();
+      }, STATS_INTERVAL_MS);
     } else if (state === 'failed' || state === 'closed') {
       this.end(`peer connection ${state}`);
     }
+  }
+
+  /**
+   * The video sender of a connected peer. With transport-wide feedback its bandwidth estimate drives the
+   * encoder's rate (from a low start, probing up); without it the encoder keeps the configured rate.
+   */
+  #videoSender(peer: PeerLink): RtpVideoSender {
+    const { config, encoder } = this.#options;
+    const rtp = new RtpVideoSender(encoder.codec, peer.videoSender, this.#log, this.#clockOriginMs, {
+      transportCc: peer.transportCc,
+      startKbps: config.startBitrateKbps,
+      minKbps: config.minBitrateKbps,
+      maxKbps: config.bitrateKbps,
+      onTargetKbps: (kbps) => { if (rtp === this.#rtp) encoder.setBitrate(kbps); },
+    }, peer.playoutDelayExtensionId);
+    encoder.setBitrate(rtp.targetKbps);
+    this.#log.info({ transportCc: peer.transportCc, startKbps: rtp.targetKbps }, 'video rate control');
+    return rtp;
   }
 
   /** Encoded frames from the encoder, forwarded to the peer that is connected now (if any). */
@@ -368,12 +422,16 @@ export class StreamingSession {
     }
     const peer = this.#peer;
     this.#peer = undefined;
+    const rtp = this.#rtp;
+    rtp?.close();
     this.#rtp = undefined;
     this.#rtpAudio = undefined;
     const encodeMsP50 = median(this.#options.encoder.stats.recentEncodeMs);
     const feed = this.#source.feed;
     this.#log.info({ reason, error, wasIdle, source: this.#source.kind, framesSubmitted: feed.framesSubmitted, framesSkipped: feed.framesSkipped, framesUnchanged: feed.framesUnchanged, inputDropped: this.inputDropped,
-      audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 } }, 'session ended');
+      audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 },
+      video: rtp && { targetKbps: rtp.targetKbps, overuses: rtp.estimator?.overuseEvents, lossBackoffs: rtp.estimator?.lossBackoffs,
+        pacerMaxQueueMs: Math.round(rtp.pacer.maxQueueMs), retransmittedFromHistory: rtp.retransmittedFromHistory } }, 'session ended');
     const finish = (): void => this.#options.onEnded(reason, error);
     if (peer) peer.close().then(finish, finish);
     else finish();

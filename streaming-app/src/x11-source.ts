@@ -8,7 +8,7 @@
 import type { InputMessage } from '../client/protocol.ts';
 import { Application } from './app.ts';
 import type { Config } from './config.ts';
-import type { VideoEncoder } from './encoder.ts';
+import type { FrameEncoder } from './encoder.ts';
 import { FrameFeed, type FrameSource, type SourceEvents } from './frame-source.ts';
 import type { Logger } from './logger.ts';
 import { ScreenCapture } from './x11-capture.ts';
@@ -29,7 +29,7 @@ export class X11Source implements FrameSource {
   #closed = false;
 
   private constructor(options: {
-    feed: FrameFeed; capture: ScreenCapture; clipboard: X11Clipboard; events: SourceEvents; encoder: VideoEncoder;
+    feed: FrameFeed; capture: ScreenCapture; clipboard: X11Clipboard; events: SourceEvents; encoder: FrameEncoder;
     x: XConnection; input: X11Input; server: VirtualDisplay | undefined; app: Application; display: string;
   }) {
     const { events, encoder } = options;
@@ -48,7 +48,7 @@ export class X11Source implements FrameSource {
   }
 
   /** Brings up the display and the application; rejects with one readable line when either fails. */
-  static async open(config: Config, encoder: VideoEncoder, log: Logger, appEnv: Record<string, string>, events: SourceEvents): Promise<X11Source> {
+  static async open(config: Config, encoder: FrameEncoder, log: Logger, appEnv: Record<string, string>, events: SourceEvents): Promise<X11Source> {
     const { width, height } = config;
     const server = config.display ? undefined : await startXvfb(config.xvfbPath, width, height);
     const display = config.display ?? server?.display ?? '';

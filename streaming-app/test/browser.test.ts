@@ -16,6 +16,7 @@ const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 type Snapshot = {
+  state: string;
   framesPresented: number;
   framesDecodedFromBarcode: number;
   lastFrameNumber?: number;
@@ -64,7 +65,11 @@ describe('browser client in Chromium', { skip: missingTools([FFMPEG, CHROMIUM]) 
     page.on('pageerror', (error) => errors.push(String(error)));
     await page.goto(clientUrl(app));
 
+    // Until a picture is shown the page says what it waits for; "streaming" only over a picture.
+    const early = await snapshot(page);
+    if (early.state === 'streaming') assert.ok(early.framesPresented > 0, 'streaming only once a frame was presented');
     const first = await waitForSnapshot(page, '30 decoded frames', (s) => s.framesDecodedFromBarcode >= 30);
+    assert.equal(first.state, 'streaming');
     assert.ok(first.setupMs !== undefined && first.setupMs > 0, 'setup time measured from the first frame');
     assert.equal(first.metrics.codec, 'video/H264');
 

@@ -29,7 +29,7 @@ describe('pipe source', { skip: missingTools([FFMPEG]) }, () => {
 
     const keyframes = viewer.keyframes;
     await viewer.sendPli();
-    await app.waitForLog((l) => l.msg === 'encoder switched for keyframe' && l.reason === 'pli');
+    await app.waitForLog((l) => (l.msg === 'encoder switched for keyframe' || l.msg === 'keyframe requested') && l.reason === 'pli');
     const deadline = Date.now() + 10_000;
     while (viewer.keyframes === keyframes && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     assert.ok(viewer.keyframes > keyframes, 'a picture loss indication is answered with a keyframe (warm spare)');

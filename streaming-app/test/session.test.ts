@@ -96,7 +96,7 @@ describe('streaming session', { skip }, () => {
       const keyframes = viewer.keyframes;
       assert.ok(keyframes >= 1, 'the stream started with a keyframe');
       await viewer.sendPli();
-      await app.waitForLog((l) => l.msg === 'encoder switched for keyframe' && l.reason === 'pli');
+      await app.waitForLog((l) => (l.msg === 'encoder switched for keyframe' || l.msg === 'keyframe requested') && l.reason === 'pli');
       const deadline = Date.now() + 10_000;
       while (viewer.keyframes === keyframes && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       assert.ok(viewer.keyframes > keyframes, 'a new keyframe arrived after the PLI');
@@ -165,6 +165,28 @@ describe('streaming session', { skip }, () => {
     assert.equal(viewer.codec, 'video/vp8');
     const decoded = await decodeFrames(viewer.frames.slice(0, 40), 'video/vp8', 320, 180);
     assert.ok(decoded.filter((f) => f.frameNumber > 0).length >= 35, 'VP8 frames decode with readable barcodes');
+  });
+
+  test('the in-process encoder is the default; STREAMING_ENCODER_BACKEND=ffmpeg streams through the CLI and its warm spare', async (t) => {
+    const inProcess = await startApp();
+    t.after(() => inProcess.stop());
+    const chosen = await inProcess.waitForLog((l) => l.msg === 'video encoder selected');
+    assert.equal(chosen.backend, 'libav');
+    const app = await startApp({ STREAMING_ENCODER_BACKEND: 'ffmpeg' });
+    t.after(() => app.stop());
+    const cli = await app.waitForLog((l) => l.msg === 'video encoder selected');
+    assert.equal(cli.backend, undefined, 'the CLI encoder was probed and chosen');
+    const viewer = new WeriftViewer(app.signalingUrl());
+    t.after(() => viewer.close());
+    await viewer.hello();
+    await viewer.waitForFrames(30);
+    const keyframes = viewer.keyframes;
+    await viewer.sendPli();
+    await app.waitForLog((l) => l.msg === 'encoder switched for keyframe' && l.reason === 'pli');
+    await viewer.waitForFrames(viewer.frames.length + 10);
+    const decoded = await decodeFrames(viewer.frames.slice(0, 30), 'video/h264', 320, 180);
+    assert.ok(decoded.filter((f) => f.frameNumber > 0).length >= 25, 'CLI-encoded frames decode with readable barcodes');
+    assert.ok(viewer.keyframes > keyframes || viewer.frames.length > 40, 'frames keep coming after the switch');
   });
 
   test('ready is 500 while the port budget is used up, 200 again once ports are free', async (t) => {

@@ -35,6 +35,11 @@ export const endpointSchema = z.object({
   ports: portMapSchema,
   /** Directory on the agent's host under which each request gets <requestId>/ for progress, assets and large output. */
   outputDir: z.string().optional(),
+  /**
+   * The instance has a network namespace of its own although `host` is on the host's loopback (a container
+   * whose ports are published there): its 127.0.0.1 is not the platform's.
+   */
+  ownLoopback: z.boolean().optional(),
 });
 
 const healthCheckSchema = z.object({

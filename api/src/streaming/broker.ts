@@ -70,6 +70,9 @@ interface Session {
   connectedOnce: boolean;
   /** The state's clock: abandoning a line nobody polls, an untaken grant, the resume window. */
   timer?: NodeJS.Timeout;
+  /** When its browser dropped (detached), and when the resume window closes. */
+  detachedAt?: number;
+  resumeBy?: number;
   /** Long polls held until the session leaves the line. */
   waiters: Set<() => void>;
   polls: number;
@@ -153,6 +156,8 @@ export function createStreamingBroker(options: BrokerOptions) {
     };
     sessions.set(session.id, session);
     line.join(session);
+    // Someone now waits: a dropped session of this function keeps its instance only the shorter window.
+    for (const other of sessions.values()) if (other.state === 'detached' && other.functionId === functionId) armResumeWindow(other);
     const first = candidates[0];
     seen.set(first.versionId, { ncaId: first.ncaId, functionId, lastRequestAt: now().getTime() });
     changed();
@@ -289,7 +294,7 @@ export function createStreamingBroker(options: BrokerOptions) {
     if (!sessions.has(session.id)) return void client.destroy();
     clearTimeout(session.timer);
     if (session.client && session.client !== client) session.client.destroy();
-    Object.assign(session, { client, state: 'connected', connectedOnce: true });
+    Object.assign(session, { client, state: 'connected', connectedOnce: true, detachedAt: undefined, resumeBy: undefined });
     client.once('close', () => void clientGone(session, client));
     log.info({ sessionId: session.id, instanceId: session.instance!.instanceId, resumed }, 'streaming session connected');
   }
@@ -304,7 +309,18 @@ export function createStreamingBroker(options: BrokerOptions) {
     if (readiness === 'ready') return finish(session, 'free');
     if (readiness !== 'busy') return finish(session, 'retire');
     session.state = 'detached';
-    session.timer = setTimeout(() => finish(session, 'retire'), settings.resumeWindowSeconds * 1000);
+    session.detachedAt = Date.now();
+    armResumeWindow(session);
+  }
+
+  /** The full window, or the shorter one while someone waits for the same function. */
+  function armResumeWindow(session: Session) {
+    const seconds = line.length(session.functionId) > 0 ? Math.min(settings.busyResumeWindowSeconds, settings.resumeWindowSeconds) : settings.resumeWindowSeconds;
+    const resumeBy = (session.detachedAt ?? Date.now()) + seconds * 1000;
+    if (session.resumeBy !== undefined && session.resumeBy <= resumeBy) return;
+    session.resumeBy = resumeBy;
+    clearTimeout(session.timer);
+    session.timer = setTimeout(() => finish(session, 'retire'), Math.max(0, resumeBy - Date.now()));
   }
 
   /**

@@ -12,6 +12,9 @@ const credentials = (stunIp: string) => ({ stunIp, stunPort: 3478, username: 'u'
 test('a STUN/TURN server on the platform\'s loopback is handed only to instances on that loopback', () => {
   assert.deepEqual(credentialsFor(at('127.0.0.1'), credentials('127.0.0.1')), credentials('127.0.0.1'));
   assert.equal(credentialsFor(at('10.199.0.2'), credentials('127.0.0.1')), undefined, 'a sandbox has a loopback of its own');
+  const container = { ...at('127.0.0.1'), endpoint: { ...at('127.0.0.1').endpoint, ownLoopback: true } };
+  assert.equal(credentialsFor(container, credentials('127.0.0.1')), undefined, 'a container published on the loopback has a loopback of its own');
+  assert.deepEqual(credentialsFor(container, credentials('203.0.113.7')), credentials('203.0.113.7'));
   assert.deepEqual(credentialsFor(at('10.199.0.2'), credentials('203.0.113.7')), credentials('203.0.113.7'));
   assert.equal(credentialsFor(at('10.199.0.2'), undefined), undefined);
 });

@@ -187,7 +187,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
       return status;
     });
     return {
-      endpoint: { host: advertiseHost, ports: endpointPorts, outputDir: outputDirOf(context.workDir) },
+      endpoint: { host: advertiseHost, ports: endpointPorts, outputDir: outputDirOf(context.workDir), ownLoopback: true },
       exited,
       logTail: () => tail.lines(),
       async stop(graceMs: number) {

@@ -1,0 +1,233 @@
+// Streaming over an emulated network, svc side by side with Chromium's own WebRTC (libwebrtc): the same
+// receiver (headless Chromium inside a network namespace, behind a veth whose host end has a tbf
+// bottleneck: streaming-app/test/shaped-link.ts), the same picture (640x360, 30 fps, testsrc2-like
+// pattern with fresh noise in every frame), H.264, a 6 Mbit/s ceiling, one profile after the other.
+//
+//   svc:       the reference streaming app, pipe source fed by ffmpeg (lavfi testsrc2 + noise).
+//   libwebrtc: a second Chromium in the host namespace sends canvas.captureStream() of a canvas drawn with
+//              the same kind of picture (moving bars + noise), H.264 preferred, maxBitrate 6 Mbit/s,
+//              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
+//
+//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,3mbit,drop]
+//
+// Profiles: clean (20 Mbit/s), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s for 15 s,
+// then 20 again). Delay, jitter and loss need an emulator this kernel lacks (no netem), and are not
+// measured here yet. Per profile and peer, from the receiver's inbound-rtp counters sampled every 500 ms:
+// presented fps, freezes and frozen seconds (Chrome's freeze definition), keyframes, PLIs, NACKs, packets
+// lost, mean received bitrate, the jitter buffer's mean delay in the first and last third (delay growth),
+// the time to the first frame, and for the drop: fps during it and the time after the link returns until
+// the received rate is back at 90 % of what it was before.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { CHROMIUM, CHROMIUM_ARGS, startApp, type AppProcess } from '../../streaming-app/test/helpers.ts';
+import { ShapedLink, shapedLinkUnavailable } from '../../streaming-app/test/shaped-link.ts';
+import { printTable } from '../lib/report.ts';
+
+const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '30' }, only: { type: 'string' } } });
+const SECONDS = Number(args.seconds);
+const WIDTH = 640;
+const HEIGHT = 360;
+const FPS = 30;
+const MAX_KBPS = 6000;
+
+type Phase = { seconds: number; rateKbit: number };
+type Profile = { name: string; phases: Phase[] };
+const PROFILES: Profile[] = [
+  { name: 'clean', phases: [{ seconds: SECONDS, rateKbit: 20_000 }] },
+  { name: '3mbit', phases: [{ seconds: SECONDS, rateKbit: 3000 }] },
+  { name: 'drop', phases: [{ seconds: 10, rateKbit: 20_000 }, { seconds: 15, rateKbit: 2000 }, { seconds: 15, rateKbit: 20_000 }] },
+].filter((p) => !args.only || args.only.split(',').includes(p.name));
+
+type Stats = {
+  framesDecoded?: number; freezeCount?: number; totalFreezesDuration?: number; keyFramesDecoded?: number; pliCount?: number;
+  nackCount?: number; packetsLost?: number; bytesReceived?: number; jitterBufferDelay?: number; jitterBufferEmittedCount?: number;
+};
+type Sample = { atMs: number; phase: number; stats: Stats };
+
+const RECEIVER_STATS = `(async (pc) => {
+  const report = await pc.getStats();
+  let video;
+  report.forEach((s) => { if (s.type === 'inbound-rtp' && s.kind === 'video') video = s; });
+  return video ?? {};
+})`;
+
+/** Runs the phases, changing the link's rate between them, sampling the receiver every 500 ms. */
+async function measure(link: ShapedLink, profile: Profile, read: () => Promise<Stats>, startedAt: number): Promise<{ samples: Sample[]; firstFrameMs: number | undefined }> {
+  const samples: Sample[] = [];
+  let firstFrameMs: number | undefined;
+  for (const [index, phase] of profile.phases.entries()) {
+    if (link.rateKbit !== phase.rateKbit) await link.setRate(phase.rateKbit);
+    const end = performance.now() + phase.seconds * 1000;
+    while (performance.now() < end) {
+      const stats: Stats = await read().catch(() => ({}));
+      samples.push({ atMs: performance.now(), phase: index, stats });
+      if (firstFrameMs === undefined && (stats.framesDecoded ?? 0) > 0) firstFrameMs = performance.now() - startedAt;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+  return { samples, firstFrameMs };
+}
+
+const delta = (a: Sample, b: Sample, key: keyof Stats): number => (b.stats[key] ?? 0) - (a.stats[key] ?? 0);
+const seconds = (a: Sample, b: Sample): number => (b.atMs - a.atMs) / 1000;
+
+function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | undefined): (string | number)[] {
+  // The first two seconds are start-up (ICE, DTLS, the first keyframe): measured separately as first frame.
+  const measured = samples.filter((s) => s.atMs - samples[0].atMs >= 2000);
+  const first = measured[0];
+  const last = measured.at(-1)!;
+  const fps = delta(first, last, 'framesDecoded') / seconds(first, last);
+  const kbps = (delta(first, last, 'bytesReceived') * 8) / seconds(first, last) / 1000;
+  const third = Math.floor(measured.length / 3);
+  const jb = (a: Sample, b: Sample): number => {
+    const emitted = delta(a, b, 'jitterBufferEmittedCount');
+    return emitted > 0 ? (delta(a, b, 'jitterBufferDelay') / emitted) * 1000 : 0;
+  };
+  const row: (string | number)[] = [
+    fps, delta(first, last, 'freezeCount'), delta(first, last, 'totalFreezesDuration'), delta(first, last, 'keyFramesDecoded'),
+    delta(first, last, 'pliCount'), delta(first, last, 'nackCount'), delta(first, last, 'packetsLost'), kbps,
+    jb(measured[0], measured[third]), jb(measured[measured.length - third - 1], last), firstFrameMs === undefined ? 'never' : Math.round(firstFrameMs),
+  ];
+  if (profile.phases.length === 3) {
+    const during = measured.filter((s) => s.phase === 1);
+    const before = measured.filter((s) => s.phase === 0);
+    const after = measured.filter((s) => s.phase === 2);
+    const duringFps = during.length > 1 ? delta(during[0], during.at(-1)!, 'framesDecoded') / seconds(during[0], during.at(-1)!) : 0;
+    const beforeKbps = before.length > 1 ? (delta(before[0], before.at(-1)!, 'bytesReceived') * 8) / seconds(before[0], before.at(-1)!) / 1000 : 0;
+    // Recovery: the first 2 s window after the return whose rate is at 90 % of the rate before the drop.
+    const back = after.find((s, i) => {
+      const later = after.find((t) => t.atMs >= s.atMs + 2000);
+      return later !== undefined && i >= 0 && (delta(s, later, 'bytesReceived') * 8) / seconds(s, later) / 1000 >= 0.9 * beforeKbps;
+    });
+    row.push(duringFps, back ? ((back.atMs - after[0].atMs) / 1000).toFixed(1) : 'not in time');
+  }
+  return row;
+}
+
+async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile): Promise<(string | number)[]> {
+  await link.setRate(profile.phases[0].rateKbit);
+  const app: AppProcess = await startApp({
+    STREAMING_BIND_ADDRESS: link.hostAddress, STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_VIDEO_FPS: String(FPS),
+    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: 'info',
+    STREAMING_APP_COMMAND: `exec ffmpeg -hide_banner -loglevel error -re -f lavfi -i testsrc2=size=${WIDTH}x${HEIGHT}:rate=${FPS},noise=alls=12:allf=t -pix_fmt yuv420p -f rawvideo unix:$STREAMING_FRAME_PIPE`,
+  });
+  const page = await receiver.newPage();
+  try {
+    const signal = `ws://${link.hostAddress}:${app.streamingPort}/sign_in`;
+    const startedAt = performance.now();
+    await page.goto(`http://${link.hostAddress}:${app.streamingPort}/client/?autostart=1&signal=${encodeURIComponent(signal)}`);
+    const read = async (): Promise<Stats> => ((await page.evaluate('svcStream.receiverStats()')) ?? {}) as Stats;
+    const { samples, firstFrameMs } = await measure(link, profile, read, startedAt);
+    return summarize(profile, samples, firstFrameMs);
+  } finally {
+    await page.close();
+    await app.stop();
+  }
+}
+
+/** The sender's page: a canvas with moving bars and fresh noise, captured at FPS, sent with H.264 preferred. */
+const SENDER_SETUP = `(async ({ width, height, fps, maxKbps }) => {
+  const canvas = document.createElement('canvas');
+  canvas.width = width; canvas.height = height;
+  document.body.append(canvas);
+  const g = canvas.getContext('2d', { willReadFrequently: true });
+  const noise = g.createImageData(width, height);
+  let t = 0;
+  setInterval(() => {
+    t++;
+    for (let i = 0; i < 8; i++) { g.fillStyle = 'hsl(' + ((i * 45 + t * 3) % 360) + ',80%,50%)'; g.fillRect(i * width / 8, 0, width / 8, height); }
+    g.fillStyle = '#fff'; g.fillRect((t * 7) % width, height / 3, 40, 40);
+    const img = g.getImageData(0, 0, width, height);
+    for (let i = 0; i < img.data.length; i += 4) { const n = (Math.random() - 0.5) * 48; img.data[i] += n; img.data[i + 1] += n; img.data[i + 2] += n; }
+    g.putImageData(img, 0, 0);
+  }, 1000 / fps);
+  const stream = canvas.captureStream(fps);
+  const pc = new RTCPeerConnection();
+  const transceiver = pc.addTransceiver(stream.getVideoTracks()[0], { direction: 'sendonly', sendEncodings: [{ maxBitrate: maxKbps * 1000 }] });
+  const codecs = RTCRtpSender.getCapabilities('video').codecs;
+  const h264 = codecs.filter((c) => c.mimeType === 'video/H264');
+  if (h264.length) transceiver.setCodecPreferences([...h264, ...codecs.filter((c) => c.mimeType !== 'video/H264')]);
+  window.candidates = [];
+  pc.onicecandidate = (e) => { if (e.candidate) window.candidates.push(e.candidate.toJSON()); };
+  window.pc = pc;
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((r) => { if (pc.iceGatheringState === 'complete') r(); pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === 'complete') r(); }; });
+  return pc.localDescription.sdp;
+})`;
+
+const RECEIVER_SETUP = `(async (offer) => {
+  const pc = new RTCPeerConnection();
+  window.pc = pc;
+  pc.ontrack = (e) => {
+    e.receiver.playoutDelayHint = 0;
+    e.receiver.jitterBufferTarget = 0;
+    const video = document.createElement('video');
+    video.muted = true; video.autoplay = true; video.playsInline = true;
+    video.srcObject = new MediaStream([e.track]);
+    document.body.append(video);
+  };
+  await pc.setRemoteDescription({ type: 'offer', sdp: offer });
+  await pc.setLocalDescription(await pc.createAnswer());
+  await new Promise((r) => { if (pc.iceGatheringState === 'complete') r(); pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === 'complete') r(); }; });
+  return pc.localDescription.sdp;
+})`;
+
+async function libwebrtcRun(link: ShapedLink, sender: BrowserContext, receiver: BrowserContext, profile: Profile): Promise<(string | number)[]> {
+  await link.setRate(profile.phases[0].rateKbit);
+  const send: Page = await sender.newPage();
+  const receive: Page = await receiver.newPage();
+  try {
+    const startedAt = performance.now();
+    const offer = await send.evaluate(`${SENDER_SETUP}(${JSON.stringify({ width: WIDTH, height: HEIGHT, fps: FPS, maxKbps: MAX_KBPS })})`) as string;
+    const answer = await receive.evaluate(`${RECEIVER_SETUP}(${JSON.stringify(offer)})`) as string;
+    await send.evaluate(`window.pc.setRemoteDescription({ type: 'answer', sdp: ${JSON.stringify(answer)} })`);
+    const read = async (): Promise<Stats> => (await receive.evaluate(`${RECEIVER_STATS}(window.pc)`)) as Stats;
+    const { samples, firstFrameMs } = await measure(link, profile, read, startedAt);
+    return summarize(profile, samples, firstFrameMs);
+  } finally {
+    await send.close();
+    await receive.close();
+  }
+}
+
+async function main(): Promise<void> {
+  const why = shapedLinkUnavailable();
+  if (why) {
+    console.log(`bench/stream/network.ts: cannot run: ${why}`);
+    return;
+  }
+  const link = await ShapedLink.create(20_000);
+  const dirs = [await mkdtemp(join(tmpdir(), 'svc-bench-rx-')), await mkdtemp(join(tmpdir(), 'svc-bench-tx-'))];
+  // Host candidates as addresses, not mDNS names (the receiver's namespace has no multicast DNS), and on
+  // every interface: without camera permission Chrome offers only the default route's, not the veth's.
+  const args = [...CHROMIUM_ARGS, '--disable-features=WebRtcHideLocalIpsWithMdns', '--force-webrtc-ip-handling-policy=default',
+    '--autoplay-policy=no-user-gesture-required'];
+  const receiver = await chromium.launchPersistentContext(dirs[0], { executablePath: await link.wrapper(CHROMIUM.path), args, headless: true });
+  const sender = await chromium.launchPersistentContext(dirs[1], { executablePath: CHROMIUM.path, args, headless: true });
+  try {
+    console.log(`640x360@30, H.264, max ${MAX_KBPS} kbit/s, ${SECONDS} s per profile (drop: 10 + 15 + 15 s); load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+    for (const profile of PROFILES) {
+      const columns = ['peer', 'fps', 'freezes', 'frozen s', 'keyframes', 'PLIs', 'NACKs', 'lost', 'kbit/s', 'jb ms 1st/3', 'jb ms last/3', 'first frame ms'];
+      if (profile.phases.length === 3) columns.push('fps in drop', 'recovery s');
+      const svc = await svcRun(link, receiver, profile);
+      const libwebrtc = await libwebrtcRun(link, sender, receiver, profile);
+      const ratio = (index: number): string => {
+        const a = svc[index];
+        const b = libwebrtc[index];
+        return typeof a === 'number' && typeof b === 'number' && b !== 0 ? (a / b).toFixed(2) : '–';
+      };
+      printTable(`profile ${profile.name} (${profile.phases.map((p) => `${p.rateKbit / 1000} Mbit/s ${p.seconds} s`).join(' → ')}); load ${loadavg()[0].toFixed(2)}`,
+        columns, [['svc', ...svc], ['libwebrtc', ...libwebrtc], ['svc/libwebrtc', ...svc.map((_, i) => ratio(i))]]);
+    }
+  } finally {
+    await sender.close();
+    await receiver.close();
+    await link.destroy();
+    for (const dir of dirs) await rm(dir, { recursive: true, force: true });
+  }
+}
+
+await main();

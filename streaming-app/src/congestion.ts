@@ -1,0 +1,276 @@
+// Send-side bandwidth estimation from transport-wide congestion control feedback, in the manner of
+// Google Congestion Control (draft-ietf-rmcat-gcc): a delay-based part (the trend of one-way queuing
+// delay across packet groups, an adaptive over-use threshold, AIMD on the acknowledged rate) and a
+// loss-based part (back off above 10 % loss, grow below 2 %). The receiver's REMB, when it sends one, caps
+// the result. Pure arithmetic on times it is given: the session feeds it and reads `targetKbps`.
+
+export type CongestionSettings = {
+  startKbps: number;
+  minKbps: number;
+  maxKbps: number;
+};
+
+export type PacketFeedback = { sequenceNumber: number; received: boolean; receivedAtMs: number };
+
+type SentPacket = { sendMs: number; bytes: number };
+type Group = { firstSendMs: number; lastSendMs: number; lastArrivalMs: number; bytes: number };
+type Usage = 'normal' | 'overuse' | 'underuse';
+
+/** Packets sent within this many ms form one group (a burst the network sees as one). */
+const GROUP_SPAN_MS = 5;
+const TREND_WINDOW = 20;
+const TREND_SMOOTHING = 0.9;
+const TREND_GAIN = 4;
+const THRESHOLD_START_MS = 12.5;
+const THRESHOLD_UP = 0.0087;
+const THRESHOLD_DOWN = 0.039;
+const OVERUSE_MIN_MS = 10;
+const DECREASE_FACTOR = 0.85;
+/** Multiplicative growth per second far from the last congestion point; additive close to it. */
+const GROWTH_PER_SECOND = 1.4;
+const ADDITIVE_KBPS_PER_SECOND = 150;
+/** Throughput is measured over this much of the receiver's own clock: at a bottleneck, arrivals are paced by the link. */
+const ACKED_WINDOW_MS = 500;
+const RECENT_ARRIVALS_MS = 150;
+const LOSS_WINDOW_MS = 1000;
+const HISTORY = 1 << 16;
+
+export class BandwidthEstimator {
+  readonly #settings: CongestionSettings;
+  readonly #sent = new Map<number, SentPacket>();
+  #delayKbps: number;
+  #lossKbps: number;
+  #rembKbps = Infinity;
+  #group: Group | undefined;
+  #previousGroup: Group | undefined;
+  #accumulatedDelayMs = 0;
+  #smoothedDelayMs = 0;
+  #trend: { x: number; y: number }[] = [];
+  #deltaCount = 0;
+  #thresholdMs = THRESHOLD_START_MS;
+  #lastThresholdUpdateMs: number | undefined;
+  #overuseSinceMs: number | undefined;
+  #previousTrend = 0;
+  #lastModified = 0;
+  #usage: Usage = 'normal';
+  #lastUpdateMs: number | undefined;
+  #lastDecreaseMs = -Infinity;
+  /** Acknowledged rate at recent decreases: near it, growth is additive. */
+  #capacityKbps: { mean: number; variance: number } | undefined;
+  /** Received packets by receive time (the receiver's clock), newest last. */
+  #acked: { receivedAtMs: number; bytes: number }[] = [];
+  #lossSamples: { atMs: number; received: boolean }[] = [];
+  /** Counters for stats and tests. */
+  overuseEvents = 0;
+  lossBackoffs = 0;
+
+  constructor(settings: CongestionSettings) {
+    this.#settings = settings;
+    this.#delayKbps = settings.startKbps;
+    this.#lossKbps = settings.maxKbps;
+  }
+
+  /** The rate the encoder should aim for now. */
+  get targetKbps(): number {
+    const { minKbps, maxKbps } = this.#settings;
+    return Math.round(Math.max(minKbps, Math.min(this.#delayKbps, this.#lossKbps, this.#rembKbps, maxKbps)));
+  }
+
+  get usage(): Usage {
+    return this.#usage;
+  }
+
+  /** The detector's latest modified trend against its threshold, ms (for logs). */
+  get detector(): { trendMs: number; thresholdMs: number } {
+    return { trendMs: Math.round(this.#lastModified * 100) / 100, thresholdMs: Math.round(this.#thresholdMs * 100) / 100 };
+  }
+
+  /** The rate at which packets arrived over the receiver's last ACKED_WINDOW_MS, kbit/s. */
+  get ackedKbps(): number {
+    const newest = this.#acked.at(-1)?.receivedAtMs;
+    if (newest === undefined) return 0;
+    this.#acked = this.#acked.filter((a) => a.receivedAtMs > newest - ACKED_WINDOW_MS);
+    return this.#arrivalKbps(ACKED_WINDOW_MS);
+  }
+
+  /** Arrival rate over the receiver's last `windowMs`. */
+  #arrivalKbps(windowMs: number): number {
+    const newest = this.#acked.at(-1)?.receivedAtMs;
+    if (newest === undefined) return 0;
+    let bytes = 0;
+    for (const a of this.#acked) if (a.receivedAtMs > newest - windowMs) bytes += a.bytes;
+    return (bytes * 8) / windowMs;
+  }
+
+  /** Fraction of packets reported lost over the last second. */
+  lossFraction(nowMs: number): number {
+    this.#lossSamples = this.#lossSamples.filter((s) => s.atMs > nowMs - LOSS_WINDOW_MS);
+    if (this.#lossSamples.length === 0) return 0;
+    return this.#lossSamples.filter((s) => !s.received).length / this.#lossSamples.length;
+  }
+
+  packetSent(sequenceNumber: number, bytes: number, sendMs: number): void {
+    this.#sent.set(sequenceNumber & 0xffff, { sendMs, bytes });
+    if (this.#sent.size > HISTORY / 2) {
+      // Map iteration is insertion order: the oldest go first.
+      for (const key of this.#sent.keys()) {
+        this.#sent.delete(key);
+        if (this.#sent.size <= HISTORY / 4) break;
+      }
+    }
+  }
+
+  /** The receiver's own estimate (REMB): an upper bound. */
+  remb(bitsPerSecond: number): void {
+    if (bitsPerSecond > 0) this.#rembKbps = bitsPerSecond / 1000;
+  }
+
+  /** One transport-wide feedback report, in sequence order. */
+  feedback(results: PacketFeedback[], nowMs: number): void {
+    for (const result of results) {
+      const sent = this.#sent.get(result.sequenceNumber & 0xffff);
+      if (!sent) continue;
+      this.#sent.delete(result.sequenceNumber & 0xffff);
+      this.#lossSamples.push({ atMs: nowMs, received: result.received });
+      if (!result.received) continue;
+      this.#acked.push({ receivedAtMs: result.receivedAtMs, bytes: sent.bytes });
+      this.#addToGroup(sent, result.receivedAtMs);
+    }
+    this.#updateRate(nowMs);
+  }
+
+  #addToGroup(sent: SentPacket, arrivalMs: number): void {
+    const group = this.#group;
+    if (group && sent.sendMs - group.firstSendMs <= GROUP_SPAN_MS) {
+      group.lastSendMs = Math.max(group.lastSendMs, sent.sendMs);
+      group.lastArrivalMs = Math.max(group.lastArrivalMs, arrivalMs);
+      group.bytes += sent.bytes;
+      return;
+    }
+    if (group) this.#closeGroup(group);
+    this.#group = { firstSendMs: sent.sendMs, lastSendMs: sent.sendMs, lastArrivalMs: arrivalMs, bytes: sent.bytes };
+  }
+
+  /** A finished group against the one before: how much longer it took to arrive than to leave. */
+  #closeGroup(group: Group): void {
+    const previous = this.#previousGroup;
+    this.#previousGroup = group;
+    if (!previous) return;
+    const sendDelta = group.lastSendMs - previous.lastSendMs;
+    const arrivalDelta = group.lastArrivalMs - previous.lastArrivalMs;
+    if (sendDelta < 0) return; // reordered
+    // A jump this large is a receiver clock or report glitch, not queuing: start the trend over.
+    if (Math.abs(arrivalDelta - sendDelta) > 3000) {
+      this.#accumulatedDelayMs = 0;
+      this.#smoothedDelayMs = 0;
+      this.#trend = [];
+      return;
+    }
+    this.#accumulatedDelayMs += arrivalDelta - sendDelta;
+    this.#smoothedDelayMs = TREND_SMOOTHING * this.#smoothedDelayMs + (1 - TREND_SMOOTHING) * this.#accumulatedDelayMs;
+    this.#trend.push({ x: group.lastArrivalMs, y: this.#smoothedDelayMs });
+    if (this.#trend.length > TREND_WINDOW) this.#trend.shift();
+    this.#deltaCount++;
+    if (this.#trend.length >= 2) this.#detect(slope(this.#trend), group.lastArrivalMs);
+  }
+
+  #detect(trendSlope: number, nowMs: number): void {
+    const modified = trendSlope * Math.min(this.#deltaCount, 60) * TREND_GAIN;
+    this.#lastModified = modified;
+    if (modified > this.#thresholdMs) {
+      this.#overuseSinceMs ??= nowMs;
+      if (nowMs - this.#overuseSinceMs >= OVERUSE_MIN_MS && trendSlope >= this.#previousTrend) this.#usage = 'overuse';
+    } else {
+      this.#overuseSinceMs = undefined;
+      this.#usage = modified < -this.#thresholdMs ? 'underuse' : 'normal';
+    }
+    this.#previousTrend = trendSlope;
+    this.#adaptThreshold(modified, nowMs);
+  }
+
+  /** The threshold follows the trend slowly, so that a competing TCP flow does not starve us. */
+  #adaptThreshold(modified: number, nowMs: number): void {
+    const last = this.#lastThresholdUpdateMs ?? nowMs;
+    this.#lastThresholdUpdateMs = nowMs;
+    if (Math.abs(modified) > this.#thresholdMs + 15) return;
+    const k = Math.abs(modified) < this.#thresholdMs ? THRESHOLD_DOWN : THRESHOLD_UP;
+    const dt = Math.min(nowMs - last, 100);
+    this.#thresholdMs = Math.min(600, Math.max(6, this.#thresholdMs + k * (Math.abs(modified) - this.#thresholdMs) * dt));
+  }
+
+  #updateRate(nowMs: number): void {
+    const dtS = this.#lastUpdateMs === undefined ? 0 : Math.min((nowMs - this.#lastUpdateMs) / 1000, 1);
+    this.#lastUpdateMs = nowMs;
+    const acked = this.ackedKbps;
+    this.#updateDelayBased(acked, dtS, nowMs);
+    this.#updateLossBased(this.lossFraction(nowMs), dtS, nowMs);
+  }
+
+  #updateDelayBased(ackedKbps: number, dtS: number, nowMs: number): void {
+    if (this.#usage === 'overuse') {
+      // At most one decrease per ~RTT-ish interval: the queue needs time to drain before it shows.
+      if (nowMs - this.#lastDecreaseMs < 200 || ackedKbps === 0) return;
+      // While a queue builds, the latest arrivals are paced by the bottleneck: their rate is the link's
+      // now, where the longer average still remembers the rate before a drop.
+      const linkKbps = Math.min(ackedKbps, this.#arrivalKbps(RECENT_ARRIVALS_MS) || ackedKbps);
+      this.#delayKbps = Math.min(this.#delayKbps, DECREASE_FACTOR * linkKbps);
+      this.#lastDecreaseMs = nowMs;
+      this.overuseEvents++;
+      this.#noteCapacity(ackedKbps);
+      this.#usage = 'normal';
+      return;
+    }
+    if (this.#usage === 'underuse') return; // the queue is draining: hold
+    const capacity = this.#capacityKbps;
+    // Near the rate where the link last pushed back, grow additively; once more than that gets through,
+    // the link has changed and growth is multiplicative again.
+    const spread = capacity ? 3 * Math.sqrt(capacity.variance * capacity.mean) : 0;
+    if (capacity && ackedKbps > capacity.mean + spread) this.#capacityKbps = undefined;
+    const nearCapacity = this.#capacityKbps !== undefined && capacity !== undefined && this.#delayKbps < capacity.mean + spread;
+    const grown = nearCapacity
+      ? this.#delayKbps + ADDITIVE_KBPS_PER_SECOND * dtS
+      : this.#delayKbps * GROWTH_PER_SECOND ** dtS;
+    // Never more than 1.5x what actually arrives: an idle encoder must not inflate the estimate.
+    const ceiling = ackedKbps > 0 ? 1.5 * ackedKbps + 10 : this.#delayKbps;
+    this.#delayKbps = Math.min(Math.max(this.#delayKbps, Math.min(grown, ceiling)), this.#settings.maxKbps);
+  }
+
+  #noteCapacity(kbps: number): void {
+    const c = this.#capacityKbps;
+    // A sample far from the estimate means the link changed: start over from it.
+    if (!c || Math.abs(kbps - c.mean) > 3 * Math.sqrt(c.variance * c.mean)) {
+      this.#capacityKbps = { mean: kbps, variance: 0.4 };
+      return;
+    }
+    const mean = 0.95 * c.mean + 0.05 * kbps;
+    const norm = Math.max(mean, 1);
+    const variance = Math.min(2.5, Math.max(0.4, 0.95 * c.variance + (0.05 * (kbps - mean) ** 2) / norm));
+    this.#capacityKbps = { mean, variance };
+  }
+
+  #updateLossBased(loss: number, dtS: number, nowMs: number): void {
+    if (this.#lossSamples.length < 20) return;
+    if (loss > 0.1) {
+      if (nowMs - this.#lastDecreaseMs < 300) return;
+      this.#lossKbps = Math.min(this.#lossKbps, this.targetKbps) * (1 - 0.5 * loss);
+      this.#lastDecreaseMs = nowMs;
+      this.lossBackoffs++;
+    } else if (loss < 0.02) {
+      this.#lossKbps = Math.min(this.#settings.maxKbps, this.#lossKbps * GROWTH_PER_SECOND ** dtS + 1);
+    }
+  }
+}
+
+/** Least-squares slope of y over x. */
+function slope(points: { x: number; y: number }[]): number {
+  const n = points.length;
+  const meanX = points.reduce((s, p) => s + p.x, 0) / n;
+  const meanY = points.reduce((s, p) => s + p.y, 0) / n;
+  let numerator = 0;
+  let denominator = 0;
+  for (const p of points) {
+    numerator += (p.x - meanX) * (p.y - meanY);
+    denominator += (p.x - meanX) ** 2;
+  }
+  return denominator === 0 ? 0 : numerator / denominator;
+}

@@ -1,0 +1,110 @@
+// BandwidthEstimator against a simulated bottleneck: a FIFO that drains at the link rate and drops what
+// does not fit its buffer (as tbf does), 20 ms of propagation, feedback every 100 ms. Time is simulated,
+// so the figures are the estimator's own and do not depend on the machine.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { BandwidthEstimator, type PacketFeedback } from '../src/congestion.ts';
+
+const PACKET_BYTES = 1200;
+const PROPAGATION_MS = 20;
+const FEEDBACK_MS = 100;
+
+type Sample = { atMs: number; targetKbps: number; queueMs: number };
+
+/**
+ * Runs the sender at the estimator's target through a link whose rate (kbit/s) is `linkKbps(t)`.
+ * `randomLoss` drops that fraction on the wire, independent of the queue.
+ */
+function simulate(estimator: BandwidthEstimator, seconds: number, linkKbps: (ms: number) => number, randomLoss = 0): Sample[] {
+  let seq = 0;
+  let budget = 0;
+  let queueBytes = 0;
+  let linkFreeAtMs = 0;
+  const bufferBytes = 60_000;
+  const pending: (PacketFeedback & { reportAtMs: number })[] = [];
+  const samples: Sample[] = [];
+  let lcg = 12345;
+  const random = (): number => (lcg = (lcg * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  for (let now = 0; now < seconds * 1000; now++) {
+    const rate = linkKbps(now);
+    queueBytes = Math.max(0, queueBytes - (rate / 8));
+    budget += estimator.targetKbps / 8;
+    while (budget >= PACKET_BYTES) {
+      budget -= PACKET_BYTES;
+      const sequenceNumber = seq++ & 0xffff;
+      estimator.packetSent(sequenceNumber, PACKET_BYTES, now);
+      const dropped = queueBytes + PACKET_BYTES > bufferBytes || random() < randomLoss;
+      if (dropped) {
+        pending.push({ sequenceNumber, received: false, receivedAtMs: 0, reportAtMs: now + PROPAGATION_MS });
+        continue;
+      }
+      queueBytes += PACKET_BYTES;
+      linkFreeAtMs = Math.max(linkFreeAtMs, now) + (PACKET_BYTES * 8) / rate;
+      const arrival = linkFreeAtMs + PROPAGATION_MS;
+      pending.push({ sequenceNumber, received: true, receivedAtMs: arrival, reportAtMs: arrival });
+    }
+    if (now % FEEDBACK_MS === 0) {
+      const due = pending.filter((p) => p.reportAtMs <= now - PROPAGATION_MS);
+      if (due.length > 0) {
+        pending.splice(0, pending.length, ...pending.filter((p) => p.reportAtMs > now - PROPAGATION_MS));
+        due.sort((a, b) => a.sequenceNumber - b.sequenceNumber);
+        estimator.feedback(due, now);
+      }
+      samples.push({ atMs: now, targetKbps: estimator.targetKbps, queueMs: (queueBytes * 8) / rate });
+    }
+  }
+  return samples;
+}
+
+const between = (samples: Sample[], fromS: number, toS: number): Sample[] => samples.filter((s) => s.atMs >= fromS * 1000 && s.atMs < toS * 1000);
+const mean = (values: number[]): number => values.reduce((a, b) => a + b, 0) / values.length;
+
+test('starts low, climbs to the configured maximum on a fast link', () => {
+  const estimator = new BandwidthEstimator({ startKbps: 1000, minKbps: 150, maxKbps: 6000 });
+  const samples = simulate(estimator, 15, () => 20_000);
+  assert.equal(samples[0].targetKbps, 1000);
+  const reachedAt = samples.find((s) => s.targetKbps >= 5900)?.atMs;
+  assert.ok(reachedAt !== undefined && reachedAt < 10_000, `6 Mbit/s reached at ${reachedAt} ms`);
+  assert.equal(estimator.overuseEvents, 0);
+});
+
+test('settles below a 3 Mbit/s bottleneck with a short queue', () => {
+  const estimator = new BandwidthEstimator({ startKbps: 1000, minKbps: 150, maxKbps: 6000 });
+  const samples = simulate(estimator, 40, () => 3000);
+  const late = between(samples, 15, 40);
+  const meanTarget = mean(late.map((s) => s.targetKbps));
+  assert.ok(meanTarget > 1800 && meanTarget < 3000, `mean target ${meanTarget.toFixed(0)} kbit/s`);
+  const meanQueue = mean(late.map((s) => s.queueMs));
+  assert.ok(meanQueue < 100, `mean queue ${meanQueue.toFixed(0)} ms`);
+  assert.ok(estimator.overuseEvents > 0, 'the delay trend detected the bottleneck');
+});
+
+test('20 → 2 → 20 Mbit/s: down within a second of the drop, back to the maximum within five of the return', () => {
+  const estimator = new BandwidthEstimator({ startKbps: 6000, minKbps: 150, maxKbps: 6000 });
+  const link = (ms: number): number => (ms >= 10_000 && ms < 25_000 ? 2000 : 20_000);
+  const samples = simulate(estimator, 35, link);
+  assert.ok(between(samples, 8, 10).every((s) => s.targetKbps >= 5900), 'full rate before the drop');
+  const downAt = samples.find((s) => s.atMs >= 10_000 && s.targetKbps <= 2000)?.atMs;
+  assert.ok(downAt !== undefined && downAt - 10_000 <= 1000, `below the link rate ${downAt === undefined ? 'never' : downAt - 10_000} ms after the drop`);
+  const during = between(samples, 13, 25);
+  assert.ok(mean(during.map((s) => s.queueMs)) < 150, 'the queue stays short during the drop');
+  assert.ok(during.every((s) => s.targetKbps >= 300), 'the rate does not collapse during the drop');
+  const upAt = samples.find((s) => s.atMs >= 25_000 && s.targetKbps >= 5900)?.atMs;
+  assert.ok(upAt !== undefined && upAt - 25_000 <= 5000, `back at full rate ${upAt === undefined ? 'never' : upAt - 25_000} ms after the return`);
+});
+
+test('5 % random loss on a fast link does not pull the rate down', () => {
+  const estimator = new BandwidthEstimator({ startKbps: 6000, minKbps: 150, maxKbps: 6000 });
+  const samples = simulate(estimator, 20, () => 20_000, 0.05);
+  assert.ok(mean(between(samples, 5, 20).map((s) => s.targetKbps)) > 5000);
+  assert.ok(estimator.lossFraction(20_000) > 0.02);
+});
+
+test('30 % loss backs off; REMB caps the estimate', () => {
+  const lossy = new BandwidthEstimator({ startKbps: 6000, minKbps: 150, maxKbps: 6000 });
+  simulate(lossy, 10, () => 20_000, 0.3);
+  assert.ok(lossy.targetKbps < 3000 && lossy.lossBackoffs > 0, `target ${lossy.targetKbps}`);
+  const capped = new BandwidthEstimator({ startKbps: 6000, minKbps: 150, maxKbps: 6000 });
+  capped.remb(1_500_000);
+  assert.equal(capped.targetKbps, 1500);
+});
