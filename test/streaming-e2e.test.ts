@@ -94,6 +94,9 @@ describe('streaming end to end: Chromium → proxy → gateway → container', {
     const b = await stack.context.newPage();
     t.after(() => b.close());
     await goto(b, stack.pageUrl());
+    // The start screen says why B cannot start at once: the only instance is A's (not "being prepared").
+    await b.waitForFunction(`/in use/.test(document.getElementById('message')?.textContent ?? '')`, undefined, { timeout: 10_000 });
+    assert.equal(await b.textContent('#message'), 'The instance is in use; press Start to wait in line.');
     await b.evaluate(`window.seen = []; new MutationObserver(() => seen.push(document.body.dataset.state + ': ' + document.getElementById('message').textContent))
       .observe(document.body, { attributes: true, subtree: true, childList: true, characterData: true })`);
     await b.click('#action');

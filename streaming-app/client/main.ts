@@ -133,18 +133,26 @@ function start() {
   client.connect();
 }
 
+/** Whether one can start now, and if not why: everyone's instance is busy, people wait, or none is up yet. */
+function startText(about: { instances?: number; free?: number; waiting?: number }): string {
+  if (about.free) return 'Ready to start.';
+  if (about.waiting) return `${about.waiting} ${about.waiting === 1 ? 'person is' : 'people are'} waiting for an instance.`;
+  if (about.instances) return `${about.instances === 1 ? 'The instance is' : `All ${about.instances} instances are`} in use; press Start to wait in line.`;
+  return 'An instance is being prepared.';
+}
+
 /** The start screen names the app and says whether it is free now (the platform's GET sign-in). */
 async function describe() {
   const url = new URL(signalUrl);
   url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
   const response = await fetch(url, { headers: { 'x-svc-absorb': 'true' }, credentials: 'include' }).catch(() => undefined);
-  const about = response?.ok ? await response.json().catch(() => undefined) as { name?: string; description?: string; free?: number; waiting?: number } | undefined : undefined;
+  const about = response?.ok ? await response.json().catch(() => undefined) as { name?: string; description?: string; instances?: number; free?: number; waiting?: number } | undefined : undefined;
   if (!about?.name) return;
   $('app-name').textContent = about.name;
   $('app-description').textContent = about.description ?? '';
   document.title = about.name;
   if (state === 'start') {
-    message.textContent = about.free ? 'Ready to start.' : about.waiting ? `${about.waiting} ${about.waiting === 1 ? 'person is' : 'people are'} waiting for an instance.` : 'An instance is being prepared.';
+    message.textContent = startText(about);
   }
 }
 
