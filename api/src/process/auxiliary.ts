@@ -144,6 +144,7 @@ async function endGroup(pgid: number, graceMs: number): Promise<void> {
 
 /** Signals a process group; false when no process of it is left. */
 function signalGroup(pgid: number, signal: NodeJS.Signals | 0): boolean {
+  if (!(pgid > 1)) return false; // -0 or -1 would signal our own group or every process
   try {
     process.kill(-pgid, signal);
     return true;

@@ -76,6 +76,7 @@ const pidFileSchema = z.object({ pid: z.number().int().positive(), instanceId: z
 type PidFile = z.infer<typeof pidFileSchema>;
 
 function signalGroup(pid: number, signal: NodeJS.Signals): void {
+  if (!(pid > 1)) return; // -0 or -1 would signal our own group or every process
   try {
     process.kill(-pid, signal);
   } catch {

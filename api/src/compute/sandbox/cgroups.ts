@@ -81,10 +81,14 @@ export class InstanceCgroup {
     return this.dirs.map((dir) => path.join(dir, 'cgroup.procs'));
   }
 
-  /** Every process in the cgroup (from its first hierarchy; the others hold the same processes). */
+  /**
+   * Every process in the cgroup (from its first hierarchy; the others hold the same processes). A process
+   * the kernel cannot name in our pid namespace (one exiting, e.g. just killed for memory) reads as 0, and
+   * kill(0) would signal the agent's own process group: only real pids are returned.
+   */
   async pids(): Promise<number[]> {
     try {
-      return (await readFile(path.join(this.dirs[0], 'cgroup.procs'), 'utf8')).split('\n').filter(Boolean).map(Number);
+      return (await readFile(path.join(this.dirs[0], 'cgroup.procs'), 'utf8')).split('\n').map(Number).filter((pid) => Number.isInteger(pid) && pid > 0);
     } catch {
       return [];
     }
