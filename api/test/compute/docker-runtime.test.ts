@@ -98,6 +98,8 @@ describe('docker runtime', () => {
       host: '127.0.0.1',
       ports: { inference: Number(published['8000/tcp'][0].HostPort), health: Number(published['9000/tcp'][0].HostPort) },
       outputDir: path.join(workDir, 'requests'),
+      // Published on the host's loopback: the platform's own loopback STUN/TURN is not this container's.
+      ownLoopback: true,
     });
     assert.equal(engine.calls('POST', new RegExp(`^/containers/${id}/start$`)).length, 1);
     await eventually(() => (instance.logTail().length === 2 ? true : undefined), 'the demultiplexed log lines');

@@ -219,7 +219,8 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
         return { code: result.StatusCode, signal: null };
       } catch (error) {
         if (error instanceof DockerError && error.status === 404) return { code: null, signal: null };
-        await sleep(1000);
+        // Unreferenced: asking an engine that went away must not keep a process alive that has nothing else to do.
+        await sleep(1000, undefined, { ref: false });
       }
     }
   }
