@@ -70,6 +70,9 @@ describe('docker-compose.yml on podman', { skip }, () => {
       SVC_PORT: String(port), SVC_POSTGRES_PORT: String(postgresPort), SVC_TURN_PORT: String(turnPort),
       SVC_TURN_MIN_PORT: String(relay.min), SVC_TURN_MAX_PORT: String(relay.max), SVC_PROXY_PORT: String(proxyPort),
       SVC_AGENT_STATE_DIR: stateDir, SVC_AGENT_UDP_PORT_RANGE: `${media.min}-${media.max}`, SVC_LOG_LEVEL: 'info',
+      // coturn at an address the streaming container reaches from its bridge network (its 127.0.0.1 is its own,
+      // so a loopback TURN server is rightly not handed to it).
+      SVC_PUBLIC_IP: Object.values(os.networkInterfaces()).flat().find((item) => item && !item.internal && item.family === 'IPv4')?.address ?? '127.0.0.1',
     };
     gateway = `http://127.0.0.1:${port}`;
     await compose(['up', '-d']);
