@@ -14,7 +14,7 @@ import { ensureLocalCluster, ensureSealedSecret, loadBootstrapSecret, loadSecret
 import { createNodesRepo } from './control/clusters/nodes.ts';
 import { createClustersRepo } from './control/clusters/repo.ts';
 import { clusterRoutes } from './control/clusters/routes.ts';
-import { createClustersService, usableBy } from './control/clusters/service.ts';
+import { createClustersService } from './control/clusters/service.ts';
 import { createDeploymentsRepo } from './control/deployments/repo.ts';
 import { deploymentRoutes } from './control/deployments/routes.ts';
 import { createDeploymentsService } from './control/deployments/service.ts';
@@ -258,7 +258,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
           const row = await functionsRepo.findVersionById(versionId);
           return row && documentOf(row).telemetries?.logsTelemetryId ? row.nca_id : undefined;
         },
-        clustersOf: async (ncaId) => (await clusters.all()).filter((row) => usableBy(ncaId, row)).map((row) => row.id),
+        clustersOf: logs.clusterIdsOf,
         follow: (clusterIds, query, follower) => agentHub.logs.follow(clusterIds, query, follower),
         exportLines: (versionId, lines) => telemetryExport.exportLogLines(versionId, lines), now, log,
       });

@@ -34,7 +34,7 @@ export class LogFeed {
   /** Placement's ready instances of a version (after every round): followed while it has any. */
   ready(versionId: string, instances: readonly unknown[]): void {
     if (instances.length === 0) return this.#stop(versionId);
-    if (this.#followed.has(versionId) || (this.#silentUntil.get(versionId) ?? 0) > Date.now()) return;
+    if (this.#followed.has(versionId) || (this.#silentUntil.get(versionId) ?? 0) > this.#options.now().getTime()) return;
     this.#followed.set(versionId, () => {});
     this.#start(versionId).catch((error: unknown) => {
       this.#followed.delete(versionId);
@@ -55,7 +55,7 @@ export class LogFeed {
     const ncaId = await this.#options.logsOwner(versionId);
     if (!ncaId) {
       this.#followed.delete(versionId);
-      this.#silentUntil.set(versionId, Date.now() + REASK_MS);
+      this.#silentUntil.set(versionId, this.#options.now().getTime() + REASK_MS);
       return;
     }
     const clusterIds = await this.#options.clustersOf(ncaId);

@@ -49,6 +49,9 @@ export function createLogsService(options: LogsOptions) {
   }
 
   return {
+    /** The clusters whose agents may hold the account's output (the log feed follows them too). */
+    clusterIdsOf: clustersOf,
+
     /** The version's, or 404 when the account has no such version. */
     async ofVersion(principal: Principal, functionId: string, versionId: string): Promise<LogTarget> {
       const fn = await options.functions.get(principal, functionId, versionId);
