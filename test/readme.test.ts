@@ -1,7 +1,8 @@
 // README's first steps as a person runs them from another directory, in a fresh shell: every CLI line of
 // its walk-through goes through the clone's `svc` wrapper (the path the banner prints) to the platform
 // `npm start` runs, and nothing ever asks the npm registry (`npx svc` outside the clone would fetch and
-// run an unrelated package of that name, the bootstrap secret on its command line).
+// run an unrelated package of that name, the bootstrap secret on its command line). A SIGTERM to npm, as
+// a process manager sends it, ends the platform and everything it started.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -9,6 +10,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { descendantsOf, isAlive } from '../api/test/helpers/processes.ts';
 import { freePort, until } from '../api/test/helpers/wait.ts';
 import { freeUdpRange } from '../streaming-app/test/helpers.ts';
 
@@ -31,24 +33,28 @@ describe("README's commands from another directory", () => {
   });
   let banner = '';
   let port = 0;
+  let npm: ReturnType<typeof spawn>;
   let stop = async () => {};
 
   before(async () => {
     await new Promise<void>((resolve) => registry.listen(0, '127.0.0.1', resolve));
     const udp = await freeUdpRange(12);
     port = await freePort();
-    const child = spawn(process.execPath, [path.join(REPO, 'api/bin/svc.js'), 'serve', '--samples'], {
+    // npm as `npm test` runs it, else the one on PATH.
+    const [command, args] = process.env.npm_execpath ? [process.execPath, [process.env.npm_execpath, 'start']] : ['npm', ['start']];
+    npm = spawn(command, args, {
       cwd: REPO,
       env: {
         PATH: process.env.PATH, HOME: home, SVC_DATA_DIR: path.join(home, 'data'), SVC_HOST: '127.0.0.1',
-        SVC_PORT: String(port), SVC_DEMO_PROXY_PORT: String(await freePort()),
+        SVC_PORT: String(port), npm_config_update_notifier: 'false', npm_config_registry: `http://127.0.0.1:${(registry.address() as { port: number }).port}/`,
+        SVC_DEMO_PROXY_PORT: String(await freePort()),
         SVC_AGENT_UDP_PORT_RANGE: `${udp.min}-${udp.max}`, SVC_TURN_SERVER: 'none', SVC_LOG_LEVEL: 'warn',
       },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
-    const exited = new Promise((resolve) => child.once('exit', resolve));
-    stop = async () => { child.kill('SIGTERM'); await exited; };
-    child.stdout.on('data', (chunk: Buffer) => { banner += chunk; });
+    const exited = new Promise((resolve) => npm.once('exit', resolve));
+    stop = async () => { npm.kill('SIGTERM'); await exited; };
+    npm.stdout!.on('data', (chunk: Buffer) => { banner += chunk; });
     await until('the banner with the next step', async () => /Next: .*\n/.test(banner), 90_000);
   });
 
@@ -80,5 +86,13 @@ describe("README's commands from another directory", () => {
       assert.equal(run.status, 0, `${line}\n${run.stdout}${run.stderr}`);
     }
     assert.deepEqual(registryRequests, []);
+  });
+
+  test('a SIGTERM to npm ends the platform, its sandboxes and its auxiliary processes', async () => {
+    const started = descendantsOf(npm.pid!);
+    assert.ok(started.some((proc) => proc.args.includes('serve')), `svc serve runs below npm: ${JSON.stringify(started)}`);
+    await stop();
+    await until('every process npm start started gone', async () => started.every((proc) => !isAlive(proc.pid)) || undefined, 60_000)
+      .catch(() => assert.fail(`left behind: ${started.filter((proc) => isAlive(proc.pid)).map((proc) => `${proc.pid} ${proc.args.at(-1)}`).join(', ')}`));
   });
 });
