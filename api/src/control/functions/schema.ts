@@ -175,6 +175,8 @@ export const instanceSchema = z.object({
    * tries, 40 s of a 600 s grace"). Secret values are redacted.
    */
   reason: z.string().optional(),
+  /** How often the agent restarted it (a crash, a failed health check, a lapsed start-up grace); an extension. */
+  restartCount: z.number().int().nonnegative().optional(),
 }).meta({ id: 'Instance' });
 
 /** Why a deployed version runs fewer instances than it should (placement's words; wire-reference 3 healthInfo). */

@@ -25,6 +25,7 @@ function toInstance(row: InstanceRow, cluster: ClusterRow | undefined): Instance
     instanceId: row.instance_id, functionId: row.function_id, functionVersionId: row.version_id, instanceType: row.instance_type,
     instanceStatus: apiStatus[row.state] ?? 'STARTING', ncaId: row.nca_id, gpu: row.gpu,
     backend: cluster?.group_name ?? '', location: cluster?.name, instanceCreatedAt: row.created_at, instanceUpdatedAt: row.updated_at,
+    restartCount: row.restarts,
     ...(reasonOf(row) ? { reason: reasonOf(row) } : {}),
   };
 }
