@@ -66,6 +66,9 @@ import { assetStaging } from './invocation/stage-relay.ts';
 import { InvocationService } from './invocation/service.ts';
 import { createRateLimits } from './rate-limits/plane.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
+import { sessionRoutes } from './streaming/routes.ts';
+import { createSessionListing } from './streaming/sessions.ts';
+import { relaySessionAsks, serveSessionAsks } from './streaming/sessions-relay.ts';
 import { isSignIn } from './streaming/request.ts';
 import { signInHandler } from './streaming/sign-in.ts';
 import { startTurn, type TurnService } from './turn/server.ts';
@@ -273,6 +276,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     instances.onReady((versionId, ready) => streaming.ready(versionId, ready));
     instances.keepSessions(streaming.inSession);
     metrics.watchLoad(() => streaming.load());
+    // Only the placement replica brokers sessions (it knows the ready instances); the others ask it.
+    const sessionsLink = replicas && queue instanceof JetStreamQueue ? { nc: queue.connection, subject: queue.names.sessions, signer: replicas.signer } : undefined;
+    if (config.compute.placement && sessionsLink) serveSessionAsks(sessionsLink, streaming.sessionsOf, log);
+    const sessionSource = config.compute.placement ? { sessionsOf: async (versionId: string) => streaming.sessionsOf(versionId) } : sessionsLink && relaySessionAsks(sessionsLink);
+    const sessionListing = createSessionListing({ functions, ...(sessionSource ? { source: sessionSource } : {}) });
     const stats = createStatsPlane({
       db: store.db, functionsRepo, settings: config.stats, log, now,
       *loads() {
@@ -313,6 +321,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...stats.routes,
       ...taskPlane.routes,
       ...logRoutes(logs),
+      ...sessionRoutes(sessionListing),
       ...autoscaler.routes,
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
     const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),

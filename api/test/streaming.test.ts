@@ -8,11 +8,11 @@ import { execFileSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WebSocket } from 'ws';
-import { streamingBody } from './helpers/fixtures.ts';
+import { echoBody, streamingBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { request, type TestResponse } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
-import { boundMs } from './helpers/wait.ts';
+import { boundMs, until } from './helpers/wait.ts';
 
 const hasFfmpeg = (() => {
   try {
@@ -206,6 +206,62 @@ describe('streaming sessions through the gateway', { skip: !hasFfmpeg && !proces
     assert.equal((await signIn('DELETE', { ...headers(), 'svc-reqid': c.body.sessionId })).status, 200, 'leaving the line');
     session.ws.send(JSON.stringify({ type: 'bye' }));
     await session.next('bye');
+  });
+
+  test('the owner lists who streams and who waits: the subject, since when, the line; other accounts get 404, other scopes 403', async () => {
+    const sessionsPath = `/v2/svc/functions/${fn.id}/versions/${fn.versionId}/sessions`;
+    const listed = async (bearer = key) => {
+      const answer = await svc.api('GET', sessionsPath, { bearer });
+      assert.equal(answer.status, 200, answer.text);
+      return answer.body.sessions as any[];
+    };
+    const credentialOf = async (bearer: string) => (await svc.api('GET', '/v2/svc/whoami', { bearer })).body.credentialId;
+    const second = await svc.apiKey(token, ['invoke_function']);
+    const secondHeaders = { authorization: `Bearer ${second}`, 'svc-function-id': fn.id };
+
+    const holder = await waitInLine(await signIn('POST', headers()), 60_000);
+    assert.equal(holder.status, 200);
+    const [granted] = await listed();
+    assert.equal(granted.state, 'GRANTED');
+    assert.deepEqual(granted.subject, { kind: 'api-key', credentialId: await credentialOf(key), ownerId: granted.subject.ownerId });
+    assert.equal(granted.instanceId, await instanceNow());
+    assert.equal(granted.versionId, fn.versionId);
+    const live = await open(svc, headers(), undefined, `svc-reqid=${holder.body.sessionId}`);
+    live.ws.send(JSON.stringify({ type: 'hello', protocol: 1 }));
+    await live.next('config');
+    const b = await signIn('POST', headers());
+    const c = await signIn('POST', secondHeaders);
+    assert.deepEqual([b.status, c.status], [202, 202]);
+
+    const sessions = await listed();
+    assert.deepEqual(sessions.map((session) => [session.sessionId, session.state, session.position]),
+      [[holder.body.sessionId, 'STREAMING', undefined], [b.body.sessionId, 'WAITING', 1], [c.body.sessionId, 'WAITING', 2]]);
+    assert.ok(Date.parse(sessions[0].connectedAt) >= Date.parse(sessions[0].grantedAt) && Date.parse(sessions[0].grantedAt) >= Date.parse(sessions[0].joinedAt));
+    assert.equal(sessions[2].subject.credentialId, await credentialOf(second), 'each session names the credential that started it');
+    assert.equal(sessions[2].instanceId, undefined, 'waiting: no instance yet');
+    const text = JSON.stringify(sessions);
+    assert.ok(!text.includes(key) && !text.includes(second), 'never a secret');
+
+    // Owner account only, with the scopes that read the function.
+    await svc.api('POST', '/v2/svc/accounts/stream-other', { bearer: await svc.adminToken(), body: {} });
+    const stranger = await svc.apiKey(await svc.token({ ncaId: 'stream-other' }), ['list_functions']);
+    assert.equal((await svc.api('GET', sessionsPath, { bearer: stranger })).status, 404);
+    assert.equal((await svc.api('GET', sessionsPath, { bearer: second })).status, 403, 'invoke_function alone does not read the function');
+    const bad = await svc.api('GET', `/v2/svc/functions/${fn.id}/versions/not-a-version/sessions`, { bearer: key });
+    assert.equal(bad.status, 400);
+    assert.match(bad.body.detail, /functionVersionId/);
+    const echo = await svc.api('POST', '/v2/svc/functions', { bearer: token, body: echoBody({ name: 'not-streaming' }) });
+    const none = await svc.api('GET', `/v2/svc/functions/${echo.body.function.id}/versions/${echo.body.function.versionId}/sessions`, { bearer: key });
+    assert.deepEqual(none.body, { sessions: [] }, 'a function that does not stream has no sessions');
+
+    // The browser drops: the session keeps its instance for the resume window, and says until when.
+    live.ws.terminate();
+    let resuming: any;
+    await until('the dropped session to read RESUMING', async () => (resuming = (await listed())[0]).state === 'RESUMING', boundMs(10_000));
+    assert.ok(Date.parse(resuming.resumeBy) > Date.parse(resuming.connectedAt));
+    for (const sessionId of [b.body.sessionId, c.body.sessionId]) assert.equal((await signIn('DELETE', { ...headers(), 'svc-reqid': sessionId })).status, 200);
+    assert.equal((await signIn('DELETE', { ...headers(), 'svc-reqid': holder.body.sessionId })).status, 200);
+    assert.deepEqual(await listed(), []);
   });
 
   test('a browser that quits without a bye while someone waits holds its instance for the short resume window, not the full one', async () => {

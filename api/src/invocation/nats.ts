@@ -19,6 +19,8 @@ export function natsNames(prefix: string) {
     stage: `${prefix}.stage`,
     /** Logs asked of the placement replica (control/logs/relay.ts); answers on logs.<uuid>. */
     logs: `${prefix}.logs`,
+    /** A version's streaming sessions asked of the placement replica (streaming/sessions-relay.ts). */
+    sessions: `${prefix}.sessions`,
     /** Replies come here: a server's permissions can give each installation its own. */
     inbox: `_INBOX_${prefix}`,
   };

@@ -31,6 +31,7 @@ import { credentialsFor, pushCredentials, readinessOf } from './container.ts';
 import { createLine } from './line.ts';
 import { CLEAR_SESSION_COOKIE, createSessionPipe } from './pipe.ts';
 import { namedBy, targetOf, type Named } from './request.ts';
+import type { SessionSubject, StreamingSession } from './sessions.ts';
 import type { StreamingSettings } from './settings.ts';
 
 export interface BrokerOptions {
@@ -58,6 +59,8 @@ interface Session {
   id: string;
   /** The caller's account: only it may continue or end the session. */
   ncaId: string;
+  /** Whose credential started it, as the owner's session listing names it (never the secret). */
+  subject: SessionSubject;
   functionId: string;
   /** The versions it may use, in order of preference. */
   candidates: Version[];
@@ -66,6 +69,8 @@ interface Session {
   version?: Version;
   instance?: ReadyInstance;
   grantedAt?: number;
+  /** When its browser first connected. */
+  connectedAt?: number;
   client?: Duplex;
   connectedOnce: boolean;
   /** The state's clock: abandoning a line nobody polls, an untaken grant, the resume window. */
@@ -86,6 +91,8 @@ export type Admission =
 const ABANDON_MS = 10_000;
 /** A container that could not take a session is asked again after this long. */
 const RETRY_MS = 500;
+/** The listing's names for the states: the stream's own words, not the broker's. */
+const LISTED_STATE = { waiting: 'WAITING', granted: 'GRANTED', connected: 'STREAMING', detached: 'RESUMING' } as const;
 
 export function createStreamingBroker(options: BrokerOptions) {
   const { log, settings } = options;
@@ -152,6 +159,8 @@ export function createStreamingBroker(options: BrokerOptions) {
     }
     const session: Session = {
       id: randomUUID(), ncaId: principal.ncaId, functionId, candidates, state: 'waiting', joinedAt: Date.now(), connectedOnce: false,
+      // Only tokens and API keys pass authenticate (access.functions).
+      subject: { kind: principal.kind === 'token' ? 'token' : 'api-key', credentialId: principal.credentialId, ownerId: principal.ownerId },
       waiters: new Set(), polls: 0,
     };
     sessions.set(session.id, session);
@@ -294,7 +303,7 @@ export function createStreamingBroker(options: BrokerOptions) {
     if (!sessions.has(session.id)) return void client.destroy();
     clearTimeout(session.timer);
     if (session.client && session.client !== client) session.client.destroy();
-    Object.assign(session, { client, state: 'connected', connectedOnce: true, detachedAt: undefined, resumeBy: undefined });
+    Object.assign(session, { client, state: 'connected', connectedOnce: true, connectedAt: session.connectedAt ?? Date.now(), detachedAt: undefined, resumeBy: undefined });
     client.once('close', () => void clientGone(session, client));
     log.info({ sessionId: session.id, instanceId: session.instance!.instanceId, resumed }, 'streaming session connected');
   }
@@ -357,6 +366,19 @@ export function createStreamingBroker(options: BrokerOptions) {
   function changed() {
     for (const [versionId, load] of loads()) options.instances.setDemand(versionId, load.queued + load.inflight);
     for (const listener of changeListeners) listener();
+  }
+
+  /** A session as its function's owner reads it: who, since when, where it stands. */
+  function listed(session: Session): StreamingSession {
+    const iso = (ms: number) => new Date(ms).toISOString();
+    return {
+      sessionId: session.id, state: LISTED_STATE[session.state], subject: session.subject, joinedAt: iso(session.joinedAt),
+      ...(session.state === 'waiting' ? { position: line.position(session) } : {}),
+      ...(session.instance ? { instanceId: session.instance.instanceId, versionId: session.version!.versionId } : {}),
+      ...(session.grantedAt === undefined ? {} : { grantedAt: iso(session.grantedAt) }),
+      ...(session.connectedAt === undefined ? {} : { connectedAt: iso(session.connectedAt) }),
+      ...(session.resumeBy === undefined ? {} : { resumeBy: iso(session.resumeBy) }),
+    };
   }
 
   function loads(): Map<string, FunctionLoad> {
@@ -445,6 +467,19 @@ export function createStreamingBroker(options: BrokerOptions) {
 
     /** Sessions and people waiting per version, as the load gauges and the autoscaler read them. */
     load: (): Iterable<FunctionLoad> => loads().values(),
+
+    /**
+     * The sessions of a version (granted one of its instances, or waiting for any version that includes
+     * it): those holding an instance first, then the line in order.
+     */
+    sessionsOf(versionId: string): StreamingSession[] {
+      const of = [...sessions.values()].filter((session) => (session.version
+        ? session.version.versionId === versionId
+        : session.candidates.some((candidate) => candidate.versionId === versionId)));
+      const holding = of.filter((session) => session.state !== 'waiting');
+      const waiting = of.filter((session) => session.state === 'waiting').sort((a, b) => line.position(a) - line.position(b));
+      return [...holding, ...waiting].map(listed);
+    },
 
     /** Whether an instance holds a session (placement scales down idle instances first). */
     inSession: (instanceId: string) => claims.has(instanceId),
