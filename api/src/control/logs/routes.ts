@@ -47,9 +47,15 @@ export function logRoutes(logs: LogsService) {
 }
 
 function followAsEvents(req: Request, res: Response, follow: (follower: LogFollower) => () => void): void {
-  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
-  res.flushHeaders();
+  // The head goes out once following has started: a follow that cannot start (no way to the agents) is
+  // still a problem response, not a 200 whose stream breaks.
+  const head = () => {
+    if (res.headersSent) return;
+    res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
+    res.flushHeaders();
+  };
   const write = (lines: LogLine[]) => {
+    head();
     if (lines.length) res.write(lines.map((line) => `event: log\ndata: ${JSON.stringify(line)}\n\n`).join(''));
   };
   const stop = follow({
@@ -59,6 +65,7 @@ function followAsEvents(req: Request, res: Response, follow: (follower: LogFollo
     },
     onLines: write,
   });
+  head();
   const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), KEEP_ALIVE_MS);
   res.on('close', () => {
     clearInterval(keepAlive);
