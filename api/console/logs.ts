@@ -2,15 +2,23 @@
 // (docs/api.md, "Logs"): GET /v2/svc/functions/{f}/versions/{v}/logs?tail=&follow=true (or
 // /v1/svct/tasks/{t}/logs) answers Server-Sent
 // Events, one `log` event per line (data: a LogLine), a `caught-up` event once the kept lines are sent,
-// then new lines as they are written. It is read with fetch(): EventSource cannot send the bearer. A 404
-// from the router ("No route …") means a platform without the logs API: the view says so.
+// then new lines as they are written. It is read with fetch(): EventSource cannot send the bearer. A 503
+// means this platform cannot reach the output now (an API replica that neither runs placement, which holds
+// the agents' links, nor reaches it over NATS): the view says logs are not available, with the API's reason.
 import { ApiError, enc, type ProblemBody } from './api.ts';
 import { credential } from './session.ts';
 
 export type LogLine = { timestamp?: string; instanceId?: string; stream?: string; text: string };
-export type LogHandlers = { line(line: LogLine): void; caughtUp?(): void; unavailable(): void; failed(error: Error): void };
+export type LogHandlers = {
+  line(line: LogLine): void;
+  caughtUp?(): void;
+  unavailable(error: ApiError): void;
+  /** The platform closed the stream (a restart, a replica gone). */
+  ended?(): void;
+  failed(error: Error): void;
+};
 
-export const LOGS_UNAVAILABLE = 'Logs are not available on this platform.';
+export const LOGS_UNAVAILABLE = 'Logs are not available here now.';
 
 export type LogSource = { functionId: string; versionId: string; instanceId?: string } | { taskId: string };
 
@@ -24,8 +32,12 @@ export function logsPath(source: LogSource, tail = 200): string {
 /** Follows a version's or a task's log until the returned function is called. */
 export function followLogs(source: LogSource, handlers: LogHandlers): () => void {
   const abort = new AbortController();
-  void read(logsPath(source), abort.signal, handlers).catch((error: unknown) => {
-    if (!abort.signal.aborted) handlers.failed(error instanceof Error ? error : new Error(String(error)));
+  void read(logsPath(source), abort.signal, handlers).then(() => {
+    if (!abort.signal.aborted) handlers.ended?.();
+  }, (error: unknown) => {
+    if (abort.signal.aborted) return;
+    if (error instanceof ApiError && error.status === 503) handlers.unavailable(error);
+    else handlers.failed(error instanceof Error ? error : new Error(String(error)));
   });
   return () => abort.abort();
 }
@@ -36,9 +48,7 @@ async function read(path: string, signal: AbortSignal, handlers: LogHandlers) {
     credentials: 'omit', signal,
   });
   if (!response.ok) {
-    const problem = await response.json().catch(() => ({})) as ProblemBody;
-    if (response.status === 404 && /^No route/.test(problem.detail ?? '')) return handlers.unavailable();
-    throw new ApiError(response.status, problem);
+    throw new ApiError(response.status, await response.json().catch(() => ({})) as ProblemBody);
   }
   const decoder = new TextDecoder();
   const reader = response.body!.getReader();

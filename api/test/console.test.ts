@@ -14,6 +14,7 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 import { hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
 import { echoBody, streamingBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
+import { request } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
 import { boundMs, until } from './helpers/wait.ts';
 
@@ -199,6 +200,74 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     await page.close();
   });
 
+  test('instances show their restarts, and the live log narrows to one instance', async () => {
+    const token = await svc.token();
+    const crasher = await deploy(svc, token, echoBody({
+      name: 'console-crasher', containerImage: 'test/talker:1', inferenceUrl: '/say', health,
+      containerEnvironment: [{ key: 'CRASH_WITH', value: 'no weights' }],
+    }));
+    const pair = await deploy(svc, token, echoBody({ name: 'console-pair', containerImage: 'test/talker:1', inferenceUrl: '/say', health }),
+      { minInstances: 2, maxInstances: 2 });
+    const versionOf = async (target: Deployed) => (await svc.api('GET', `/v2/svc/functions/${target.id}/versions/${target.versionId}`, { bearer: key })).body.function;
+    await until('the crasher to be restarted', async () => (await versionOf(crasher)).activeInstances[0]?.restartCount >= 1, boundMs(30_000));
+    const page = await signedIn(key);
+    await page.goto(`${svc.url}/console/#/functions/${crasher.id}/${crasher.versionId}`);
+    const restarts = page.locator('#instances tbody tr').first().getByRole('cell').nth(4);
+    await until('the restarts column to count', async () => Number(await restarts.textContent()) >= 1, boundMs(10_000));
+    assert.equal(await page.locator('#instances th').nth(4).textContent(), 'Restarts');
+    await page.locator('#log').getByText('fatal: no weights').first().waitFor();
+    await shot(page, 'restarts');
+
+    await until('two running instances', async () => (await versionOf(pair)).activeInstances.filter((instance: any) => instance.instanceStatus === 'RUNNING').length === 2, boundMs(30_000));
+    const [first, second] = (await versionOf(pair)).activeInstances.map((instance: any) => instance.instanceId as string);
+    await page.goto(`${svc.url}/console/#/functions/${pair.id}/${pair.versionId}`);
+    const log = page.locator('#log');
+    const instancesIn = async () => new Set(await log.locator('span[data-instance]').evaluateAll((lines) => lines.map((line) => line.getAttribute('data-instance'))));
+    await until('lines of both instances', async () => (await instancesIn()).size === 2, boundMs(10_000));
+    await until('both instances in the filter', async () => await page.locator('#log-instance option').count() === 3, boundMs(10_000));
+    await page.selectOption('#log-instance', second);
+    await page.getByText('Following: new lines appear as they are written.').waitFor();
+    await log.getByText('talker starting with token').waitFor();
+    assert.deepEqual([...await instancesIn()], [second], 'only the chosen instance\'s lines');
+    await shot(page, 'log-filter');
+    await page.selectOption('#log-instance', '');
+    await until('both instances again', async () => (await instancesIn()).size === 2, boundMs(10_000));
+    assert.ok((await instancesIn()).has(first));
+    await page.close();
+  });
+
+  test('logs not available: a replica that neither runs placement nor reaches it says so, in a sentence, and the page stays whole', async () => {
+    // A second platform on the same store, without placement and without NATS: it cannot ask any agent.
+    const replica = await startTestPlatform({
+      database: svc.database, config: { compute: { placement: false, localCluster: { enabled: false } }, stats: { intervalSeconds: 1 } },
+    });
+    try {
+      // Followed or not, the API's answer is a problem (503), not a 200 whose stream breaks.
+      for (const follow of ['false', 'true']) {
+        const refused = await replica.api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}/logs?follow=${follow}`, { bearer: key });
+        assert.equal(refused.status, 503, refused.text);
+        assert.equal(refused.headers['content-type'], 'application/problem+json; charset=utf-8');
+      }
+      const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
+      await page.goto(`${replica.url}/console/`);
+      await page.getByLabel('API key or management token').fill(key);
+      await page.keyboard.press('Enter');
+      await page.locator('#scopes').waitFor();
+      await page.goto(`${replica.url}/console/#/functions/${fn.id}/${fn.versionId}`);
+      const state = page.locator('#log-state .error');
+      await state.waitFor();
+      assert.match(await state.textContent() ?? '', /^Logs are not available here now\. Service Unavailable: This API replica neither runs placement.*ask the one that does for logs\. \(request [0-9a-f-]+\)$/);
+      assert.equal(await page.locator('#log').isHidden(), true, 'no empty log box');
+      // The rest of the view is there: status, deployment, instances.
+      await page.locator('#instances tbody tr').first().waitFor();
+      assert.equal(await page.getByRole('button', { name: 'Scale' }).count(), 1);
+      await shot(page, 'log-unavailable');
+      await page.close();
+    } finally {
+      await replica.close();
+    }
+  });
+
   test('another account\'s key sees none of the first\'s functions, and a direct link is a 404 sentence', async () => {
     await svc.api('POST', '/v2/svc/accounts/console-other', { bearer: await svc.adminToken(), body: {} });
     const other = await svc.apiKey(await svc.token({ ncaId: 'console-other' }), OWNER_SCOPES);
@@ -239,7 +308,23 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     await until('frames decoded in the page', async () =>
       await page.evaluate('document.getElementById("watch-video").getVideoPlaybackQuality().totalVideoFrames') as number >= 30, boundMs(60_000));
     assert.ok(await page.evaluate('document.getElementById("watch-video").videoWidth') as number > 0);
+    // Who streams: the tab's key, by its id (never its value); and the line: a second sign-in waits #1.
+    const { credentialId } = (await svc.api('GET', '/v2/svc/whoami', { bearer: key })).body;
+    const streaming = page.locator('#sessions tbody tr').filter({ hasText: 'STREAMING' });
+    await streaming.getByText(credentialId).waitFor({ timeout: boundMs(10_000) });
+    assert.match(await streaming.textContent() ?? '', /API key .* of tester/);
+    const second = await request(svc.url, 'POST', '/sign_in', {
+      host: svc.platform.hosts.api, headers: { 'x-svc-absorb': 'true', authorization: `Bearer ${key}`, 'svc-function-id': stream.id },
+    });
+    assert.equal(second.status, 202, second.text);
+    await page.locator('#sessions tbody tr').filter({ hasText: 'WAITING' }).getByText('#1 in line').waitFor({ timeout: boundMs(10_000) });
+    await page.getByText(/1 instances, 0 free, 1 waiting in line\./).waitFor({ timeout: boundMs(10_000) });
+    assert.ok(!(await page.content()).includes(key), 'the key is nowhere in the page');
     await shot(page, 'watch');
+    const left = await request(svc.url, 'DELETE', '/sign_in', {
+      host: svc.platform.hosts.api, headers: { 'x-svc-absorb': 'true', authorization: `Bearer ${key}`, 'svc-reqid': second.body.sessionId },
+    });
+    assert.equal(left.status, 200, left.text);
     await page.getByRole('button', { name: 'Stop' }).click();
     await page.getByText(/^Ended: /).waitFor({ timeout: boundMs(30_000) });
     await page.close();

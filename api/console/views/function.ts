@@ -3,6 +3,7 @@
 import { call, enc, get } from '../api.ts';
 import { badge, errorBox, h, table, when } from '../dom.ts';
 import { logPanel } from './log-panel.ts';
+import { sessionsPanel } from './sessions.ts';
 import { statsPlots, type Stats } from '../plot.ts';
 import { reasonOf, type FunctionVersion } from './functions.ts';
 
@@ -16,14 +17,17 @@ export async function functionView(functionId: string, versionId: string, onLeav
   const fn = (await get<{ function: FunctionVersion }>(versionPath)).function;
   const status = h('div', { id: 'status' });
   const instances = h('div', { id: 'instances' });
+  const log = logPanel({ functionId, versionId }, onLeave);
   const render = (current: FunctionVersion) => {
     const reason = reasonOf(current);
     status.replaceChildren(h('p', {}, 'Status ', badge(current.status), reason ? h('span', { class: 'reason' }, ` ${reason}`) : ''));
-    instances.replaceChildren(table('Instances', ['Instance', 'Status', 'GPU', 'Where', 'Started', 'Updated'],
+    instances.replaceChildren(table('Instances', ['Instance', 'Status', 'GPU', 'Where', 'Restarts', 'Started', 'Updated'],
       current.activeInstances.map((instance) => [
         h('code', {}, instance.instanceId), badge(instance.instanceStatus), `${instance.gpu} ${instance.instanceType}`,
-        [instance.backend, instance.location].filter(Boolean).join(' / '), when(instance.instanceCreatedAt), when(instance.instanceUpdatedAt),
+        [instance.backend, instance.location].filter(Boolean).join(' / '), instance.restartCount ?? '—',
+        when(instance.instanceCreatedAt), when(instance.instanceUpdatedAt),
       ])));
+    log.showInstances(current.activeInstances.map((instance) => instance.instanceId));
   };
   render(fn);
   const timer = setInterval(() => {
@@ -44,8 +48,8 @@ export async function functionView(functionId: string, versionId: string, onLeav
     h('h2', {}, 'Deployment'), await deploymentPanel(functionId, versionId),
     h('h2', {}, 'Instances'), instances,
     h('h2', {}, 'Numbers'), await statsPanel(versionPath),
-    h('h2', {}, 'Log'), logPanel({ functionId, versionId }, onLeave),
-    fn.functionType === 'STREAMING' ? await streamingPanel(fn) : '',
+    h('h2', {}, 'Log'), log.element,
+    fn.functionType === 'STREAMING' ? streamingPanel(fn, onLeave) : '',
     h('h2', {}, 'Versions'), await versionsPanel(functionId));
   return view;
 }
@@ -119,18 +123,10 @@ async function statsPanel(versionPath: string): Promise<HTMLElement> {
   return box;
 }
 
-async function streamingPanel(fn: FunctionVersion): Promise<HTMLElement> {
-  const box = h('div', { class: 'streaming' }, h('h2', {}, 'Streaming'),
-    h('p', {}, h('a', { href: `#/watch/${fn.id}/${fn.versionId}` }, 'Watch the stream'), ' beside its log and numbers.'));
-  try {
-    // The streaming sign-in's GET (docs/api.md, Streaming sessions): what a start screen shows.
-    const described = await call<{ instances: number; free: number; waiting: number }>('GET', '/v2/svc/streaming', undefined, undefined,
-      { 'x-svc-absorb': 'true', 'svc-function-id': fn.id, 'svc-function-version-id': fn.versionId });
-    box.append(h('p', {}, `${described.instances} instances, ${described.free} free, ${described.waiting} waiting in line.`));
-  } catch (error) {
-    box.append(errorBox(error));
-  }
-  return box;
+function streamingPanel(fn: FunctionVersion, onLeave: (stop: () => void) => void): HTMLElement {
+  return h('div', { class: 'streaming' }, h('h2', {}, 'Streaming'),
+    h('p', {}, h('a', { href: `#/watch/${fn.id}/${fn.versionId}` }, 'Watch the stream'), ' beside its log and numbers.'),
+    sessionsPanel(fn.id, fn.versionId, onLeave));
 }
 
 async function versionsPanel(functionId: string): Promise<HTMLElement> {

@@ -6,7 +6,7 @@ import { session } from '../session.ts';
 
 export type Instance = {
   instanceId: string; instanceType: string; instanceStatus: string; gpu: string; backend: string; location?: string;
-  instanceCreatedAt: string; instanceUpdatedAt: string;
+  instanceCreatedAt: string; instanceUpdatedAt: string; restartCount?: number;
 };
 export type FunctionVersion = {
   id: string; versionId: string; name: string; status: string; functionType: string; createdAt: string; description?: string;

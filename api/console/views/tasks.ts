@@ -28,7 +28,7 @@ export async function taskView(taskId: string, onLeave: (stop: () => void) => vo
     h('p', { class: 'crumbs' }, h('a', { href: '#/tasks' }, 'Tasks'), ' / ', task.name),
     h('h1', { id: 'task-title' }, task.name),
     h('p', {}, 'Status ', badge(task.status), ' ', progress(task.percentComplete)),
-    h('h2', {}, 'Log'), logPanel({ taskId }, onLeave));
+    h('h2', {}, 'Log'), logPanel({ taskId }, onLeave).element);
   try {
     const { events } = await get<{ events: TaskEvent[] }>(`${base}/events?limit=100`);
     view.append(h('h2', {}, 'Events'), table('Events, oldest first', ['When', 'Message'], events.map((event) => [when(event.createdAt), event.message ?? ''])));

@@ -6,6 +6,7 @@ import { credential } from '../session.ts';
 import { StreamClient } from '../stream/stream-client.ts';
 import { statsPlots, type Stats } from '../plot.ts';
 import { logPanel } from './log-panel.ts';
+import { sessionsPanel } from './sessions.ts';
 import type { FunctionVersion } from './functions.ts';
 
 export async function watchView(functionId: string, versionId: string, onLeave: (stop: () => void) => void): Promise<HTMLElement> {
@@ -49,6 +50,8 @@ export async function watchView(functionId: string, versionId: string, onLeave: 
   stop.addEventListener('click', end);
   onLeave(end);
 
+  const log = logPanel({ functionId, versionId }, onLeave);
+  log.showInstances(fn.activeInstances.map((instance) => instance.instanceId));
   const numbers = h('div', {});
   get<{ stats: Stats }>(`${versionPath}/stats?since=PT1H&step=PT1M`).then(({ stats }) => numbers.replaceChildren(statsPlots(stats)),
     (error: unknown) => numbers.replaceChildren(errorBox(error)));
@@ -58,6 +61,7 @@ export async function watchView(functionId: string, versionId: string, onLeave: 
       h('a', { href: `#/functions/${functionId}/${versionId}` }, fn.name), ' / watch'),
     h('h1', { id: 'watch-title' }, `Watch ${fn.name} `, badge(fn.status)),
     h('div', { class: 'watch' },
-      h('div', { class: 'watch-stream' }, video, h('p', { class: 'controls' }, start, ' ', stop), status),
-      h('div', { class: 'watch-side' }, h('h2', {}, 'Log'), logPanel({ functionId, versionId }, onLeave), h('h2', {}, 'Numbers'), numbers)));
+      h('div', { class: 'watch-stream' }, video, h('p', { class: 'controls' }, start, ' ', stop), status,
+        h('h2', {}, 'Sessions'), sessionsPanel(functionId, versionId, onLeave)),
+      h('div', { class: 'watch-side' }, h('h2', {}, 'Log'), log.element, h('h2', {}, 'Numbers'), numbers)));
 }
