@@ -1,7 +1,8 @@
 // Logs through the API replica that holds no agent link: two `svc serve` processes on one PostgreSQL and
 // NATS JetStream, the first running placement and the local cluster's agent (test/talker as a real
 // process). The second asks the first over NATS (control/logs/relay.ts): the kept lines, and a follow
-// that shows a line the instance writes while it follows; another account is still 404 there.
+// that shows a line the instance writes while it follows; another account is still 404 there. The second
+// also shows the instances as placement stored them (it once showed them PENDING for good).
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
@@ -27,6 +28,7 @@ describe('logs through the replica without agent links', { skip: !ready }, () =>
   let apiKey: string;
   let logsPath: string;
   let functionId: string;
+  let versionPath: string;
 
   before(async () => {
     database = await createDatabase('postgres');
@@ -44,7 +46,8 @@ describe('logs through the replica without agent links', { skip: !ready }, () =>
       name: 'replicated-talker', secrets: [{ name: 'API_TOKEN', value: SECRET }],
     })).body.function;
     functionId = fn.id;
-    logsPath = `/v2/svc/functions/${fn.id}/versions/${fn.versionId}/logs`;
+    versionPath = `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`;
+    logsPath = `${versionPath}/logs`;
     await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
       deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1 }],
     });
@@ -80,5 +83,16 @@ describe('logs through the replica without agent links', { skip: !ready }, () =>
     assert.equal((await request(placement.url, 'POST', '/v2/svc/accounts/logs-replica-other', { host: 'api.localhost', bearer: other, body: {} })).status, 200);
     const otherToken = (await request(placement.url, 'POST', '/v1/admin/keys', { host: 'api-keys.localhost', bearer: other, body: { ncaId: 'logs-replica-other' } })).body.value;
     assert.equal((await request(replica.url, 'GET', logsPath, { host: 'api.localhost', bearer: otherToken })).status, 404);
+  });
+
+  test("the instances as the placement replica stored them: RUNNING, with their restarts", async () => {
+    const placed = (await request(placement.url, 'GET', versionPath, { host: 'api.localhost', bearer: token })).body.function.activeInstances;
+    assert.equal(placed.length, 1);
+    assert.equal(placed[0].instanceStatus, 'RUNNING');
+    const shown = await until('the replica to show the instance RUNNING', async () => {
+      const instances = (await request(replica.url, 'GET', versionPath, { host: 'api.localhost', bearer: token })).body.function.activeInstances;
+      return instances[0]?.instanceStatus === 'RUNNING' && instances;
+    }, 10_000);
+    assert.deepEqual(shown.map((instance: any) => [instance.instanceId, instance.restartCount]), placed.map((instance: any) => [instance.instanceId, instance.restartCount]));
   });
 });

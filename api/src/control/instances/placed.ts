@@ -46,6 +46,16 @@ export class PlacedInstances {
     for (const row of await this.#repo.listAll()) this.#rows.set(row.instance_id, { ...row, state: 'PENDING' });
   }
 
+  /**
+   * What the store holds, as it holds it: on a replica that does not place, whose view of instances is the
+   * placement replica's, which writes every report to the store.
+   */
+  async mirror(): Promise<void> {
+    const rows = await this.#repo.listAll();
+    this.#rows.clear();
+    for (const row of rows) this.#rows.set(row.instance_id, row);
+  }
+
   get(instanceId: string): InstanceRow | undefined {
     return this.#rows.get(instanceId);
   }

@@ -158,12 +158,20 @@ export class InstancesService {
   };
 
   async start(): Promise<void> {
+    if (this.#options.places === false) return this.#mirrorPlacement();
     await this.#placed.load();
     // Before the first round, so that it counts the known nodes' capacity and gives them time to link.
-    if (this.#options.places !== false) await this.#leases.start();
+    await this.#leases.start();
     await this.reconcile();
-    if (this.#options.places === false) return;
     this.#timer = setInterval(() => void this.reconcile(), this.#options.intervalMs ?? 2000);
+    this.#timer.unref();
+  }
+
+  /** A replica that does not place shows the instances as the placement replica last stored them. */
+  async #mirrorPlacement(): Promise<void> {
+    await this.#placed.mirror();
+    const mirror = () => this.#placed.mirror().catch((error) => this.#log.warn({ err: error }, 'could not read the instances placement stored'));
+    this.#timer = setInterval(() => void mirror(), this.#options.intervalMs ?? 2000);
     this.#timer.unref();
   }
 
