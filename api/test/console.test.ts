@@ -258,8 +258,8 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
       await state.waitFor();
       assert.match(await state.textContent() ?? '', /^Logs are not available here now\. Service Unavailable: This API replica neither runs placement.*ask the one that does for logs\. \(request [0-9a-f-]+\)$/);
       assert.equal(await page.locator('#log').isHidden(), true, 'no empty log box');
-      // The rest of the view is there: status, deployment, instances.
-      await page.locator('#instances tbody tr').first().waitFor();
+      // The rest of the view is there: status, deployment, and the instances as placement stored them.
+      await page.locator('#instances tbody tr', { hasText: 'RUNNING' }).first().waitFor();
       assert.equal(await page.getByRole('button', { name: 'Scale' }).count(), 1);
       await shot(page, 'log-unavailable');
       await page.close();
