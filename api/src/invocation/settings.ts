@@ -30,6 +30,11 @@ export const natsSettingsSchema = z.object({
   natsTlsKeyFile: file.optional(),
   /** Development only: accept any server certificate. */
   natsTlsInsecure: onOff.default(false),
+  /**
+   * Copies JetStream keeps of every stream and KV bucket the platform makes (a NATS cluster's servers;
+   * a single server keeps 1). Applied to existing ones at start too.
+   */
+  natsReplicas: z.coerce.number().int('must be a whole number').min(1, 'must be 1 to 5').max(5, 'must be 1 to 5 (JetStream keeps at most 5 copies)').default(1),
 });
 
 export type NatsSettings = z.infer<typeof natsSettingsSchema>;
@@ -47,6 +52,7 @@ export const natsEnvSettings: Record<string, keyof NatsSettings> = {
   SVC_NATS_TLS_CERT_FILE: 'natsTlsCertFile',
   SVC_NATS_TLS_KEY_FILE: 'natsTlsKeyFile',
   SVC_NATS_TLS_INSECURE: 'natsTlsInsecure',
+  SVC_NATS_REPLICAS: 'natsReplicas',
 };
 
 /** The rules between the settings: one kind of credential, pairs given together, TLS files only with tls://. */
