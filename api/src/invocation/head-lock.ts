@@ -1,7 +1,7 @@
 // Which replica serves a version's queue head: one NATS KV entry per version (bucket <prefix>_heads) naming
 // its holder, taken by create. Nothing renews it: a holder keeps the head while its NATS connection lives.
 // Another replica takes it over only when it finds the holder gone (its subjects have no responder: its
-// connection closed, as a kill -9 closes it at once), by a compare-and-set delete of the holder's entry,
+// connection closed, as a kill -9 closes it at once), by a compare-and-set of the holder's entry to its own,
 // so an idle version costs no message. A holder learns that it lost the head from the bucket's watch.
 import type { KV } from '@nats-io/kv';
 
@@ -32,15 +32,16 @@ export class HeadLock {
    * holder known from the watch (undefined: none known); `gone` says whether a replica no longer answers.
    */
   static async take(kv: KV, versionId: string, replica: string, entry: HeadEntry | undefined, gone: (replica: string) => Promise<boolean>): Promise<HeadLock | undefined> {
-    let tookOver = false;
-    // An entry of this replica's own that it no longer holds (its release failed) is taken over too.
-    if (entry && (entry.holder === replica || await gone(entry.holder))) {
-      // Only the entry seen gone is deleted: a replica that took it meanwhile keeps it.
-      if (!await kv.delete(versionId, { previousSeq: entry.revision }).then(() => true, () => false)) return undefined;
-      tookOver = true;
-    } else if (entry) return undefined;
+    if (entry) {
+      // An entry of this replica's own that it no longer holds (its release failed) is taken again too.
+      if (entry.holder !== replica && !await gone(entry.holder)) return undefined;
+      // One compare-and-set from the entry seen to this replica's: a replica that took it meanwhile keeps it,
+      // and no other sees the head free in between.
+      const revision = await kv.update(versionId, replica, entry.revision).catch(() => undefined);
+      return revision === undefined ? undefined : new HeadLock(kv, versionId, revision, true);
+    }
     try {
-      return new HeadLock(kv, versionId, await kv.create(versionId, replica), tookOver);
+      return new HeadLock(kv, versionId, await kv.create(versionId, replica), false);
     } catch (error) {
       if (!/wrong last sequence|key exists/i.test((error as Error).message)) throw error;
       return undefined;

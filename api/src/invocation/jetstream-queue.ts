@@ -31,7 +31,7 @@ import type { Logger } from '../logger.ts';
 import type { Invocation } from './invocation.ts';
 import { HeadLock, type HeadEntry } from './head-lock.ts';
 import { SlotLeases, type Lease } from './leases.ts';
-import { connectNats, natsNames, type NatsNames, type NatsServer } from './nats.ts';
+import { connectNats, named, natsNames, type NatsNames, type NatsServer } from './nats.ts';
 import { grantOnce, type Grant, type SharedQueue } from './queue.ts';
 import type { ReplicaSigner } from './replica-signing.ts';
 
@@ -113,6 +113,8 @@ export class JetStreamQueue implements SharedQueue {
   readonly #published = new Map<string, string>();
   /** Versions the placement replica knows to have a stream or keys here (deleted once placement forgets them). */
   #known: Set<string> | undefined;
+  /** Copies of each queue stream: natsReplicas, or what the server keeps. */
+  #copies = 1;
   /** Rounds' retains, one after the other. */
   #retaining = Promise.resolve();
   /** Version → when its slots entry last changed (someone invokes it). */
@@ -147,8 +149,13 @@ export class JetStreamQueue implements SharedQueue {
     try {
       const jsm = await jetstreamManager(nc);
       const { bucket } = natsNames(natsPrefix);
-      const [ready, slots, heads] = await Promise.all([bucket('ready'), bucket('slots'), bucket('heads')].map((name) => openBucket(nc, jsm, name, options.nats.natsReplicas)));
+      const { natsReplicas } = options.nats;
+      const buckets = await Promise.all([bucket('ready'), bucket('slots'), bucket('heads')].map((name) => openBucket(nc, jsm, name, natsReplicas)));
+      const [ready, slots, heads] = buckets.map(({ kv }) => kv);
+      const kept = Math.min(...buckets.map((opened) => opened.kept));
+      if (kept < natsReplicas) options.log.warn({ natsUrl }, `${named('natsReplicas')} is ${natsReplicas}, but the server keeps ${kept} (a single server is no cluster)`);
       const queue = new JetStreamQueue(nc, jsm, { ready, slots, heads }, options);
+      queue.#copies = kept;
       await queue.#start();
       options.log.info({ natsUrl, natsPrefix, replicaId: queue.replicaId }, 'invocation queue on NATS JetStream');
       return queue;
@@ -462,7 +469,7 @@ export class JetStreamQueue implements SharedQueue {
     };
     // Every replica that sees the version ready gets here; one that made it between our look and our add
     // (perhaps with its own maxDepth during a rolling change) made the stream the version keeps.
-    const replicas = this.#options.nats.natsReplicas;
+    const replicas = this.#copies;
     const info = await this.#jsm.streams.info(name).catch(() => undefined);
     if (!info) await this.#jsm.streams.add({ ...stream, num_replicas: replicas }).catch((error) => this.#jsm.streams.info(name).catch(() => { throw error; }));
     else if (info.config.num_replicas !== replicas) await this.#jsm.streams.update(name, { ...info.config, num_replicas: replicas });
@@ -682,12 +689,19 @@ export class JetStreamQueue implements SharedQueue {
 
 /**
  * A KV bucket of the platform, made with `replicas` copies or bound as it is; one made by an older release
- * (the heads bucket's entries expired then) or with another count of copies is brought in line.
+ * (the heads bucket's entries expired then) or with another count of copies is brought in line. With the
+ * count of copies the server keeps (a single server keeps one, whatever is asked).
  */
-async function openBucket(nc: NatsConnection, jsm: JetStreamManager, name: string, replicas: number): Promise<KV> {
-  const kv = await new Kvm(nc).create(name, { history: 1, replicas });
+async function openBucket(nc: NatsConnection, jsm: JetStreamManager, name: string, replicas: number): Promise<{ kv: KV; kept: number }> {
+  const kvm = new Kvm(nc);
+  // A single server refuses a bucket of more than one copy: it is made with one there.
+  const kv = await kvm.create(name, { history: 1, replicas }).catch((error: Error) => {
+    if (!/non-clustered/i.test(error.message)) throw error;
+    return kvm.create(name, { history: 1, replicas: 1 });
+  });
   const stream = `KV_${name}`;
-  const { config } = await jsm.streams.info(stream);
-  if (config.num_replicas !== replicas || config.max_age !== 0) await jsm.streams.update(stream, { ...config, num_replicas: replicas, max_age: 0 });
-  return kv;
+  let info = await jsm.streams.info(stream);
+  const wanted = info.cluster ? replicas : 1;
+  if (info.config.num_replicas !== wanted || info.config.max_age !== 0) info = await jsm.streams.update(stream, { ...info.config, num_replicas: wanted, max_age: 0 });
+  return { kv, kept: info.cluster ? info.config.num_replicas : 1 };
 }

@@ -22,7 +22,7 @@ import { leastLoaded } from './slots.ts';
 export const LEASE_MS = 15_000;
 const RENEW_MS = LEASE_MS / 3;
 /** How long the slots a gone replica's requests ran on still count once it is found gone. */
-export const GONE_GRACE_MS = 1_000;
+export const GONE_GRACE_MS = 500;
 /** A replica whose record blocks a take is asked whether it still answers at most this often. */
 const SUSPECT_MS = 500;
 

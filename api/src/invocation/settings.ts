@@ -7,6 +7,7 @@ import { z } from 'zod';
 /** Only `true` or `false`: a setting that turns a check off is never on by a typo. */
 const onOff = z.preprocess((value) => ({ true: true, false: false }[String(value)] ?? value), z.boolean());
 const file = z.string().min(1);
+const replicasRule = 'must be a whole number from 1 to 5 (JetStream keeps at most 5 copies)';
 
 export const natsSettingsSchema = z.object({
   /**
@@ -34,7 +35,7 @@ export const natsSettingsSchema = z.object({
    * Copies JetStream keeps of every stream and KV bucket the platform makes (a NATS cluster's servers;
    * a single server keeps 1). Applied to existing ones at start too.
    */
-  natsReplicas: z.coerce.number().int('must be a whole number').min(1, 'must be 1 to 5').max(5, 'must be 1 to 5 (JetStream keeps at most 5 copies)').default(1),
+  natsReplicas: z.coerce.number({ error: replicasRule }).int(replicasRule).min(1, replicasRule).max(5, replicasRule).default(1),
 });
 
 export type NatsSettings = z.infer<typeof natsSettingsSchema>;
