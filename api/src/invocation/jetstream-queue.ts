@@ -47,7 +47,9 @@ const ACTIVE_MS = 5_000;
 /** Tickets the head holder takes ahead: granted in order, as slots allow. */
 const HEAD_WINDOW = 256;
 /** A ticket of this replica waiting this long sends it to see whether the head's holder still answers. */
-const HEAD_CHECK_MS = 500;
+const HEAD_CHECK_MS = 300;
+/** Function version ids (control/functions: random UUIDs). */
+const VERSION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** How the head consumer of every version's stream is made. */
 const HEAD_CONSUMER = { durable_name: 'head', ack_policy: AckPolicy.Explicit, max_ack_pending: HEAD_WINDOW, ack_wait: nanos(ACK_WAIT_MS), max_deliver: -1 };
 
@@ -107,6 +109,8 @@ export class JetStreamQueue implements SharedQueue {
   readonly #heads = new Map<string, Head>();
   /** Each version's head entry as the watch last showed it. */
   readonly #headEntries = new Map<string, HeadEntry>();
+  /** Versions whose tickets here are looked at again soon (#checkHead). */
+  readonly #headChecks = new Map<string, NodeJS.Timeout>();
   /** The head locks this replica holds. */
   readonly #locks = new Map<string, HeadLock>();
   /** What placement (on this replica) last published per version, as the watch decodes it. */
@@ -191,6 +195,7 @@ export class JetStreamQueue implements SharedQueue {
     this.#waiting.set(invocation.id, waiting);
     try {
       waiting.seq = (await this.#js.publish(this.#names.queueSubject(versionId), JSON.stringify({ id: invocation.id, replica: this.replicaId }))).seq;
+      this.#checkHead(versionId);
       this.#depths.set(versionId, (this.#depths.get(versionId) ?? 0) + 1);
       // Its client left while the ticket was being written: the ticket goes too.
       if (invocation.cancelled && this.#waiting.get(invocation.id) !== waiting) this.#deleteTicket(versionId, waiting.seq);
@@ -220,9 +225,8 @@ export class JetStreamQueue implements SharedQueue {
 
   /** Whether a ticket of this replica waits for the version (for at least `ms`). */
   #hasTicket(versionId: string, ms = 0): boolean {
-    const before = Date.now() - ms;
-    for (const { invocation, since } of this.#waiting.values()) if (invocation.versionId === versionId && since <= before) return true;
-    return false;
+    const oldest = this.#oldestTicket(versionId);
+    return oldest !== undefined && oldest <= Date.now() - ms;
   }
 
   /** It held the head already: it takes the next slot directly instead of a new ticket at the tail. */
@@ -289,7 +293,11 @@ export class JetStreamQueue implements SharedQueue {
   async #onServer(): Promise<Set<string>> {
     const versions = new Set<string>();
     const streamPrefix = this.#names.queueStream('');
-    for await (const name of this.#jsm.streams.names()) if (name.startsWith(streamPrefix)) versions.add(name.slice(streamPrefix.length));
+    for await (const name of this.#jsm.streams.names()) {
+      // Only a version id after the prefix: another installation's prefix may start like ours.
+      const versionId = name.slice(streamPrefix.length);
+      if (name.startsWith(streamPrefix) && VERSION_ID.test(versionId)) versions.add(versionId);
+    }
     for (const kv of [this.#ready, this.#slots, this.#headLocks]) for await (const key of await kv.keys()) versions.add(key);
     return versions;
   }
@@ -337,6 +345,7 @@ export class JetStreamQueue implements SharedQueue {
   async close() {
     this.#closed = true;
     clearInterval(this.#refresher);
+    for (const timer of this.#headChecks.values()) clearTimeout(timer);
     for (const head of this.#heads.values()) {
       head.stopped = true;
       head.stop();
@@ -506,7 +515,7 @@ export class JetStreamQueue implements SharedQueue {
               this.#locks.delete(versionId);
               return lock.release();
             });
-          } else await this.#headChance(versionId, head);
+          } else await this.#headChance(head);
         } catch (error) {
           if (head.stopped) break;
           this.#options.log.warn({ err: error, versionId }, 'invocation queue head failed; retrying');
@@ -517,11 +526,10 @@ export class JetStreamQueue implements SharedQueue {
     return head;
   }
 
-  #headChance(versionId: string, head: Head): Promise<void> {
+  /** Until the head's entry changes or a ticket here waited HEAD_CHECK_MS (#checkHead). */
+  #headChance(head: Head): Promise<void> {
     return new Promise<void>((resolve) => {
-      const check = setInterval(() => this.#hasTicket(versionId, HEAD_CHECK_MS) && done(), HEAD_CHECK_MS / 2);
       const done = () => {
-        clearInterval(check);
         head.wake = () => {};
         resolve();
       };
@@ -529,6 +537,30 @@ export class JetStreamQueue implements SharedQueue {
       head.wake = done;
       if (head.stopped) done();
     });
+  }
+
+  /**
+   * While tickets of this replica wait for the version, its head loop looks again each HEAD_CHECK_MS
+   * that one has waited that long (the holder may be gone). One timer per version, only while waiting.
+   */
+  #checkHead(versionId: string, looked = false) {
+    const oldest = this.#oldestTicket(versionId);
+    if (this.#headChecks.has(versionId) || oldest === undefined) return;
+    const timer = setTimeout(() => {
+      this.#headChecks.delete(versionId);
+      const waitedLong = this.#hasTicket(versionId, HEAD_CHECK_MS);
+      if (waitedLong) this.#heads.get(versionId)?.wake();
+      this.#checkHead(versionId, waitedLong);
+    }, looked ? HEAD_CHECK_MS : Math.max(10, oldest + HEAD_CHECK_MS - Date.now()));
+    timer.unref();
+    this.#headChecks.set(versionId, timer);
+  }
+
+  /** When the longest waiting ticket of this replica for the version was made; undefined with none. */
+  #oldestTicket(versionId: string): number | undefined {
+    let oldest = Infinity;
+    for (const { invocation, since } of this.#waiting.values()) if (invocation.versionId === versionId) oldest = Math.min(oldest, since);
+    return oldest === Infinity ? undefined : oldest;
   }
 
   /** Pulls the version's tickets while this replica holds its head; what it could not grant goes back. */
