@@ -13,6 +13,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { Pool } from 'undici';
 import { createDatabase, postgresAvailable, tempDir, type TestDatabase } from './helpers/databases.ts';
@@ -149,6 +150,47 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
       return answered.status === 200;
     });
     assert.deepEqual(answered!.body.assets, { [created.body.assetId]: 'replicated' });
+  });
+
+  test('a version undeployed, then deleted: its queue stream and its keys are gone from the NATS server', async () => {
+    const token = (await placement.credentials([])).token;
+    const api = (method: string, target: string, body?: unknown) => request(placement.url, method, target, { host: 'api.localhost', bearer: token, body });
+    const fn = (await api('POST', '/v2/svc/functions', {
+      ...echoBody({ containerImage: 'test/counter:1', inferenceUrl: '/work' }), name: 'replicated-short-lived', containerEnvironment: [{ key: 'COUNTER_FILE', value: counterFile }],
+    })).body.function;
+    await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
+      deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1, maxRequestConcurrency: 1 }],
+    });
+    await until('the function to be ACTIVE', async () => (await api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`)).body.function.status === 'ACTIVE');
+    // More at once than its one slot, through both replicas: some wait, as tickets in its stream.
+    const call = (url: string) => pool(url).request({
+      path: `/v2/svc/pexec/functions/${fn.id}`, method: 'POST', body: JSON.stringify({ ms: 100 }),
+      headers: { host: 'api.localhost', authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', 'svc-poll-seconds': '10' },
+    }).then((response) => response.body.text().then(() => response.statusCode));
+    await until('a request of the version to wait in its stream', async () => {
+      const statuses = await Promise.all([placement.url, replica.url, placement.url, replica.url].map(call));
+      assert.deepEqual(statuses, [200, 200, 200, 200]);
+      return (await nats.ticketsTaken(fn.versionId)) > 0;
+    });
+    const client = await nats.connect();
+    try {
+      const jsm = await jetstreamManager(client);
+      const kvm = new Kvm(client);
+      const onServer = async () => {
+        const found: string[] = [];
+        for await (const name of jsm.streams.names()) if (name.includes(fn.versionId)) found.push(name);
+        for (const bucket of ['svc_ready', 'svc_slots', 'svc_heads']) {
+          for await (const key of await (await kvm.open(bucket)).keys()) if (key === fn.versionId) found.push(`${bucket}/${key}`);
+        }
+        return found;
+      };
+      assert.ok((await onServer()).includes(`SVC_Q_${fn.versionId}`), 'the version has its stream while deployed');
+      assert.equal((await api('DELETE', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`)).status, 200);
+      assert.equal((await api('DELETE', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`)).status, 204);
+      await until('the version\'s stream and keys to be deleted', async () => (await onServer()).length === 0, 30_000);
+    } finally {
+      await client.close();
+    }
   });
 
   test('a ready entry forged by a client with NATS credentials but not the installation\'s key: no request goes near its endpoint', async () => {
