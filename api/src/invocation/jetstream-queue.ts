@@ -82,8 +82,10 @@ interface Head {
   stopped: boolean;
   done: Promise<void>;
   stop(): void;
-  /** Wakes the loop while it waits for a chance at the head (the entry changed, or a ticket waits long). */
+  /** Wakes the loop for a chance at the head (the entry changed, or a ticket waits long); kept if it is busy. */
   wake(): void;
+  /** Woken while it was not waiting: its next wait ends at once. */
+  woken: boolean;
 }
 
 export class JetStreamQueue implements SharedQueue {
@@ -264,7 +266,8 @@ export class JetStreamQueue implements SharedQueue {
    * was published last (compared as the watch decodes it, so an unchanged set is never written again).
    */
   ready(versionId: string, instances: ReadyInstance[]) {
-    const decoded = JSON.stringify(readySchema.parse(instances));
+    const parsed = readySchema.safeParse(instances);
+    const decoded = JSON.stringify(parsed.success ? parsed.data : instances);
     if ((this.#published.get(versionId) ?? JSON.stringify(this.#instances.get(versionId) ?? [])) === decoded) return;
     this.#published.set(versionId, decoded);
     void this.#ready.put(versionId, this.#options.signer.sign(readyContext(versionId), instances)).catch((error) => {
@@ -502,7 +505,7 @@ export class JetStreamQueue implements SharedQueue {
    * may be gone): no message while the version idles.
    */
   #headLoop(versionId: string): Head {
-    const head: Head = { stopped: false, done: Promise.resolve(), stop: () => {}, wake: () => {} };
+    const head: Head = { stopped: false, done: Promise.resolve(), stop: () => {}, wake: () => (head.woken = true), woken: false };
     head.done = (async () => {
       while (!head.stopped) {
         try {
@@ -530,12 +533,13 @@ export class JetStreamQueue implements SharedQueue {
   #headChance(head: Head): Promise<void> {
     return new Promise<void>((resolve) => {
       const done = () => {
-        head.wake = () => {};
+        head.wake = () => (head.woken = true);
         resolve();
       };
       head.stop = done;
       head.wake = done;
-      if (head.stopped) done();
+      if (head.stopped || head.woken) done();
+      head.woken = false;
     });
   }
 
