@@ -238,6 +238,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     closers.push(() => rateLimits.close());
     metrics.watchLoad(() => invocation.load());
     instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
+    instances.onKnown((versionIds) => invocation.retain(versionIds));
     instances.onProgress((progress) => invocation.progress(progress));
     // A failed instance's last lines (its report's logTail) reach the export unless its version's lines stream (logFeed below).
     let logFeed: LogFeed | undefined;

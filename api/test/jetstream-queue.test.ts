@@ -124,7 +124,7 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
     assert.equal(await nats.ticketsTaken(versionId), before, 'no ticket was written');
   });
 
-  test('a replica that dies while running a request another replica granted: its slot comes back once its lease runs out', async () => {
+  test('a replica that dies while running a request another replica granted: its slot comes back once it is found gone', async () => {
     const { pair, join, granted, request, instance } = await setup(10, 1, 1);
     pair[0].ready(instance.versionId, [instance]);
     // The first replica alone: it takes the head (it grants its own request).
@@ -135,7 +135,7 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
     await late.enqueue(request('on the second'));
     await until('the grant on the second replica', async () => granted.length === 2);
     assert.equal(granted[1].replica, 1, 'granted where its client waits, by the head on the first');
-    // It dies holding the slot: no release, no more renewals.
+    // It dies holding the slot: no release; the next request finds no room, asks, and hears no responder.
     await late.close();
     await pair[0].enqueue(request('after'));
     await until('the slot to come back', async () => granted.length === 3, LEASE_MS + 10_000);

@@ -3,7 +3,7 @@
 // the replicas together never take more than an instance's maxRequestConcurrency; a slot handed from one
 // replica to another is counted by the receiver before the giver lets it go. A replica keeps spare slots,
 // taken and given back without a write, and gives them up when another replica waits for one or when it
-// leaves them unused.
+// leaves them unused. A replica found gone counts no more (what it ran, a moment more).
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
@@ -22,11 +22,13 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
     await nats?.stop();
   });
 
-  async function setup(maxRequestConcurrency = 3) {
+  /** `gone`: the replicas that no longer answer (the queue asks NATS; here the test says). */
+  async function setup(maxRequestConcurrency = 3, gone = new Set<string>()) {
     const versionId = randomUUID();
     const nc = await nats.connect();
     const kv = await new Kvm(nc).create('svc_slots', { history: 1 });
-    const replicas = [new SlotLeases(kv, 'replica-a'), new SlotLeases(kv, 'replica-b')];
+    const isGone = async (replica: string) => gone.has(replica);
+    const replicas = [new SlotLeases(kv, 'replica-a', isGone), new SlotLeases(kv, 'replica-b', isGone)];
     const instance: ReadyInstance = {
       instanceId: 'i1', versionId, clusterId: 'c1', maxRequestConcurrency, gpu: 'L40', instanceType: 't', backend: 'b', region: 'r',
       endpoint: { host: '127.0.0.1', ports: { inference: 1, health: 1 } },
@@ -118,6 +120,26 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
       await granting.release((await granting.tryAcquire(versionId, instances))!);
       assert.deepEqual((await entry()).counts, { 'replica-a': 2 });
       await until('unused spare slots given back', async () => (await entry()).counts['replica-a'] === undefined, LEASE_MS);
+    } finally {
+      await close();
+    }
+  });
+
+  test('a replica found gone: its wait counts no more at once, the slots it ran requests on once an instance had a moment to finish them', async () => {
+    const gone = new Set<string>();
+    const { versionId, replicas: [survivor, dying], instances, entry, close } = await setup(2, gone);
+    try {
+      assert.equal((await dying.acquireMany(versionId, 2, instances, () => false))?.length, 2);
+      dying.wait(versionId, true);
+      await until('the wait written', async () => {
+        const found = await entry();
+        return found.counts['replica-b'] === 2 && (await survivor.tryAcquire(versionId, instances)) === undefined;
+      });
+      // It dies holding both slots and waiting: nothing more is written from it.
+      gone.add('replica-b');
+      const lease = await survivor.acquire(versionId, instances, () => false);
+      assert.ok(lease, 'a slot once the dying replica is found gone (not when its record expires)');
+      assert.deepEqual((await entry()).counts, { 'replica-a': 1 }, 'its record dropped by the next write');
     } finally {
       await close();
     }

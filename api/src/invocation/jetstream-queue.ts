@@ -3,7 +3,8 @@
 // to the instance. NATS JetStream decides the order and the slot:
 // - a ticket {id, replica} per waiting request in the version's work-queue stream (FIFO; max_msgs is the
 //   queue limit, so a full queue is refused by the broker for every replica at once);
-// - one durable consumer per version, pulled only by the replica holding the version's head (head-lock.ts):
+// - one durable consumer per version, pulled only by the replica holding the version's head (head-lock.ts;
+//   another replica takes it over when it has waited for a grant and finds the holder gone):
 //   it takes up to HEAD_WINDOW tickets in order, their slot leases in one write (leases.ts), sends the
 //   grants together in order to the tickets' replicas over NATS request/reply, and acks; a ticket whose
 //   replica is gone is adopted when its request is a stored 202 (at most once, by a conditional claim in
@@ -12,23 +13,25 @@
 //   any replica, and never becomes a ticket;
 // - ready instances are published by the placement replica in the KV bucket <prefix>_ready and watched by
 //   all; they and the grants are signed (replica-signing.ts), and one whose signature does not verify is
-//   dropped. Every name on the server starts with the installation's prefix (nats.ts).
+//   dropped. Every name on the server starts with the installation's prefix (nats.ts);
+// - an idle version costs no message: the buckets are watched, nothing is polled; the placement replica
+//   deletes a version's stream and keys once placement no longer knows it (retain).
 import { randomUUID } from 'node:crypto';
 import { nanos, type Msg, type NatsConnection, type RequestError, type Subscription } from '@nats-io/transport-node';
 import {
   AckPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType,
   type JetStreamClient, type JetStreamManager, type JsMsg,
 } from '@nats-io/jetstream';
-import { Kvm, KvWatchInclude, type KV } from '@nats-io/kv';
+import { Kvm, KvWatchInclude, type KV, type KvEntry } from '@nats-io/kv';
 import { z } from 'zod';
 import { endpointSchema } from '../compute/protocol.ts';
 import type { ReadyInstance } from '../control/instances/service.ts';
 import { Problem } from '../domain/problem.ts';
 import type { Logger } from '../logger.ts';
 import type { Invocation } from './invocation.ts';
-import { HEAD_TTL_MS, HeadLock } from './head-lock.ts';
+import { HeadLock, type HeadEntry } from './head-lock.ts';
 import { SlotLeases, type Lease } from './leases.ts';
-import { connectNats, natsNames, type NatsNames, type NatsServer } from './nats.ts';
+import { connectNats, named, natsNames, type NatsNames, type NatsServer } from './nats.ts';
 import { grantOnce, type Grant, type SharedQueue } from './queue.ts';
 import type { ReplicaSigner } from './replica-signing.ts';
 
@@ -39,10 +42,16 @@ const GRANT_ATTEMPTS = 5;
 /** Grants taken, remembered so a grant asked again (its answer was lost or late) is answered the same. */
 const TAKEN_REMEMBERED = 10_000;
 const DEPTH_REFRESH_MS = 1_000;
+/** A version's depth is read again while its slots changed this recently (someone invokes it). */
+const ACTIVE_MS = 5_000;
 /** Tickets the head holder takes ahead: granted in order, as slots allow. */
 const HEAD_WINDOW = 256;
-/** How often a replica that does not hold a version's head tries to take it. */
-const HEAD_RETRY_MS = 500;
+/** A ticket of this replica waiting this long sends it to see whether the head's holder still answers. */
+const HEAD_CHECK_MS = 300;
+/** Function version ids (control/functions: random UUIDs). */
+const VERSION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+/** How the head consumer of every version's stream is made. */
+const HEAD_CONSUMER = { durable_name: 'head', ack_policy: AckPolicy.Explicit, max_ack_pending: HEAD_WINDOW, ack_wait: nanos(ACK_WAIT_MS), max_deliver: -1 };
 
 const ticketSchema = z.object({ id: z.string(), replica: z.string() });
 type Ticket = z.infer<typeof ticketSchema>;
@@ -73,6 +82,10 @@ interface Head {
   stopped: boolean;
   done: Promise<void>;
   stop(): void;
+  /** Wakes the loop for a chance at the head (the entry changed, or a ticket waits long); kept if it is busy. */
+  wake(): void;
+  /** Woken while it was not waiting: its next wait ends at once. */
+  woken: boolean;
 }
 
 export class JetStreamQueue implements SharedQueue {
@@ -86,8 +99,8 @@ export class JetStreamQueue implements SharedQueue {
   readonly #leases: SlotLeases;
   readonly #options: JetStreamQueueOptions;
   readonly #names: NatsNames;
-  /** This replica's requests with a ticket, until granted or removed. */
-  readonly #waiting = new Map<string, { invocation: Invocation; seq: number }>();
+  /** This replica's requests with a ticket (since when), until granted or removed. */
+  readonly #waiting = new Map<string, { invocation: Invocation; seq: number; since: number }>();
   /** Request id → the lease it was granted with (the latest TAKEN_REMEMBERED). */
   readonly #taken = new Map<string, string>();
   /** Request id → the write counting its granted slot here, until done. */
@@ -96,6 +109,22 @@ export class JetStreamQueue implements SharedQueue {
   /** Instances that failed a connection here, left out until placement announces a new set. */
   readonly #benched = new Set<string>();
   readonly #heads = new Map<string, Head>();
+  /** Each version's head entry as the watch last showed it. */
+  readonly #headEntries = new Map<string, HeadEntry>();
+  /** Versions whose tickets here are looked at again soon (#checkHead). */
+  readonly #headChecks = new Map<string, NodeJS.Timeout>();
+  /** The head locks this replica holds. */
+  readonly #locks = new Map<string, HeadLock>();
+  /** What placement (on this replica) last published per version, as the watch decodes it. */
+  readonly #published = new Map<string, string>();
+  /** Versions the placement replica knows to have a stream or keys here (deleted once placement forgets them). */
+  #known: Set<string> | undefined;
+  /** Copies of each queue stream: natsReplicas, or what the server keeps. */
+  #copies = 1;
+  /** Rounds' retains, one after the other. */
+  #retaining = Promise.resolve();
+  /** Version → when its slots entry last changed (someone invokes it). */
+  readonly #activity = new Map<string, number>();
   /** The tickets held per version whose head this replica holds, waiting for slots. */
   readonly #holding = new Map<string, JsMsg[]>();
   readonly #streams = new Map<string, Promise<void>>();
@@ -112,7 +141,7 @@ export class JetStreamQueue implements SharedQueue {
     this.#ready = kvs.ready;
     this.#slots = kvs.slots;
     this.#headLocks = kvs.heads;
-    this.#leases = new SlotLeases(kvs.slots, this.replicaId);
+    this.#leases = new SlotLeases(kvs.slots, this.replicaId, (replica) => this.#isGone(replica));
     this.#options = options;
     this.#names = natsNames(options.nats.natsPrefix);
   }
@@ -125,12 +154,14 @@ export class JetStreamQueue implements SharedQueue {
     if (natsTlsInsecure) options.log.warn({ natsUrl }, 'NATS server certificate not verified (invocation.natsTlsInsecure): for development only');
     try {
       const jsm = await jetstreamManager(nc);
-      const kvm = new Kvm(nc);
       const { bucket } = natsNames(natsPrefix);
-      const [ready, slots, heads] = await Promise.all([
-        kvm.create(bucket('ready'), { history: 1 }), kvm.create(bucket('slots'), { history: 1 }), kvm.create(bucket('heads'), { history: 1, ttl: HEAD_TTL_MS }),
-      ]);
+      const { natsReplicas } = options.nats;
+      const buckets = await Promise.all([bucket('ready'), bucket('slots'), bucket('heads')].map((name) => openBucket(nc, jsm, name, natsReplicas)));
+      const [ready, slots, heads] = buckets.map(({ kv }) => kv);
+      const kept = Math.min(...buckets.map((opened) => opened.kept));
+      if (kept < natsReplicas) options.log.warn({ natsUrl }, `${named('natsReplicas')} is ${natsReplicas}, but the server keeps ${kept} (a single server is no cluster)`);
       const queue = new JetStreamQueue(nc, jsm, { ready, slots, heads }, options);
+      queue.#copies = kept;
       await queue.#start();
       options.log.info({ natsUrl, natsPrefix, replicaId: queue.replicaId }, 'invocation queue on NATS JetStream');
       return queue;
@@ -162,10 +193,11 @@ export class JetStreamQueue implements SharedQueue {
     if (await this.#runAtOnce(invocation)) return;
     await this.#stream(versionId);
     // Waiting before the ticket exists: its grant may come back before the broker's ack does.
-    const waiting = { invocation, seq: 0 };
+    const waiting = { invocation, seq: 0, since: Date.now() };
     this.#waiting.set(invocation.id, waiting);
     try {
       waiting.seq = (await this.#js.publish(this.#names.queueSubject(versionId), JSON.stringify({ id: invocation.id, replica: this.replicaId }))).seq;
+      this.#checkHead(versionId);
       this.#depths.set(versionId, (this.#depths.get(versionId) ?? 0) + 1);
       // Its client left while the ticket was being written: the ticket goes too.
       if (invocation.cancelled && this.#waiting.get(invocation.id) !== waiting) this.#deleteTicket(versionId, waiting.seq);
@@ -193,9 +225,10 @@ export class JetStreamQueue implements SharedQueue {
     return lease !== undefined;
   }
 
-  #hasTicket(versionId: string): boolean {
-    for (const { invocation } of this.#waiting.values()) if (invocation.versionId === versionId) return true;
-    return false;
+  /** Whether a ticket of this replica waits for the version (for at least `ms`). */
+  #hasTicket(versionId: string, ms = 0): boolean {
+    const oldest = this.#oldestTicket(versionId);
+    return oldest !== undefined && oldest <= Date.now() - ms;
   }
 
   /** It held the head already: it takes the next slot directly instead of a new ticket at the tail. */
@@ -228,12 +261,58 @@ export class JetStreamQueue implements SharedQueue {
     return this.#depths.get(versionId) ?? 0;
   }
 
-  /** From placement (on the replica that runs it): published for every replica. */
+  /**
+   * From placement (on the replica that runs it): published for every replica when it differs from what
+   * was published last (compared as the watch decodes it, so an unchanged set is never written again).
+   */
   ready(versionId: string, instances: ReadyInstance[]) {
-    const known = this.#instances.get(versionId) ?? [];
-    if (JSON.stringify(known) === JSON.stringify(instances)) return;
-    void this.#ready.put(versionId, this.#options.signer.sign(readyContext(versionId), instances))
-      .catch((error) => this.#options.log.warn({ err: error, versionId }, 'could not publish ready instances'));
+    const parsed = readySchema.safeParse(instances);
+    const decoded = JSON.stringify(parsed.success ? parsed.data : instances);
+    if ((this.#published.get(versionId) ?? JSON.stringify(this.#instances.get(versionId) ?? [])) === decoded) return;
+    this.#published.set(versionId, decoded);
+    void this.#ready.put(versionId, this.#options.signer.sign(readyContext(versionId), instances)).catch((error) => {
+      this.#published.delete(versionId);
+      this.#options.log.warn({ err: error, versionId }, 'could not publish ready instances');
+    });
+  }
+
+  /**
+   * From placement after each round (on the replica that runs it): the versions it still knows. Every
+   * other version's stream and keys are deleted; the first time, those left on the server are found.
+   */
+  retain(versionIds: ReadonlySet<string>): Promise<void> {
+    this.#retaining = this.#retaining.then(async () => {
+      this.#known ??= await this.#onServer();
+      for (const versionId of versionIds) this.#known.add(versionId);
+      for (const versionId of [...this.#known].filter((known) => !versionIds.has(known))) {
+        this.#known.delete(versionId);
+        await this.#deleteVersion(versionId);
+      }
+    }).catch((error) => this.#options.log.warn({ err: error }, 'could not delete the queues and keys of versions no longer deployed'));
+    return this.#retaining;
+  }
+
+  /** Versions with a queue stream or an entry in the buckets. */
+  async #onServer(): Promise<Set<string>> {
+    const versions = new Set<string>();
+    const streamPrefix = this.#names.queueStream('');
+    for await (const name of this.#jsm.streams.names()) {
+      // Only a version id after the prefix: another installation's prefix may start like ours.
+      const versionId = name.slice(streamPrefix.length);
+      if (name.startsWith(streamPrefix) && VERSION_ID.test(versionId)) versions.add(versionId);
+    }
+    for (const kv of [this.#ready, this.#slots, this.#headLocks]) for await (const key of await kv.keys()) versions.add(key);
+    return versions;
+  }
+
+  /** The ready entry first (every replica lets the version go when it sees it deleted), then the rest. */
+  async #deleteVersion(versionId: string) {
+    this.#options.log.info({ versionId }, 'version no longer deployed: its queue and keys are deleted');
+    await this.#ready.delete(versionId);
+    await Promise.all([this.#slots.delete(versionId), this.#headLocks.delete(versionId)]);
+    await this.#jsm.streams.delete(this.#names.queueStream(versionId)).catch((error: Error) => {
+      if (error.name !== 'StreamNotFoundError' && !/stream not found/i.test(error.message)) throw error;
+    });
   }
 
   /** Whether a replica still answers (a killed one's stored running requests are ended by the others). */
@@ -269,6 +348,7 @@ export class JetStreamQueue implements SharedQueue {
   async close() {
     this.#closed = true;
     clearInterval(this.#refresher);
+    for (const timer of this.#headChecks.values()) clearTimeout(timer);
     for (const head of this.#heads.values()) {
       head.stopped = true;
       head.stop();
@@ -284,16 +364,30 @@ export class JetStreamQueue implements SharedQueue {
       this.#nc.subscribe(this.#names.replica(this.replicaId, 'grant'), { callback: (_error, msg) => void this.#granted(msg) }),
       this.#nc.subscribe(this.#names.replica(this.replicaId, 'ping'), { callback: (_error, msg) => void msg.respond('ok') }),
     );
+    // Heads first: a head loop started by a ready entry then knows the holder.
+    const headWatch = await this.#headLocks.watch();
+    void (async () => {
+      for await (const entry of headWatch) this.#headChanged(entry);
+    })();
     const watch = await this.#ready.watch();
     void (async () => {
       for await (const entry of watch) {
-        const instances = this.#readyOf(entry.key, entry.operation === 'PUT' ? entry.string() : undefined);
+        if (entry.operation !== 'PUT') {
+          this.#retired(entry.key);
+          continue;
+        }
+        const instances = this.#readyOf(entry.key, entry.string());
         if (instances) this.#announce(entry.key, instances);
+        // Not placement's: placement writes its own again with its next round.
+        else this.#published.delete(entry.key);
       }
     })();
     const slotWatch = await this.#slots.watch({ include: KvWatchInclude.UpdatesOnly });
     void (async () => {
-      for await (const entry of slotWatch) this.#leases.changed(entry.key, entry);
+      for await (const entry of slotWatch) {
+        this.#activity.set(entry.key, Date.now());
+        this.#leases.changed(entry.key, entry);
+      }
     })();
     this.#refresher = setInterval(() => void this.#refreshDepths(), DEPTH_REFRESH_MS);
     this.#refresher.unref();
@@ -301,18 +395,56 @@ export class JetStreamQueue implements SharedQueue {
 
   /**
    * The instances placement announced for a version; undefined (logged) for an entry placement did not
-   * sign, a removed one included (placement announces none as an empty list): the last good one stays.
+   * sign: the last good one stays.
    */
-  #readyOf(versionId: string, signed: string | undefined): ReadyInstance[] | undefined {
-    const opened = signed === undefined ? undefined : this.#options.signer.open(readyContext(versionId), signed);
+  #readyOf(versionId: string, signed: string): ReadyInstance[] | undefined {
+    const opened = this.#options.signer.open(readyContext(versionId), signed);
     const parsed = opened && readySchema.safeParse(opened.value);
     if (parsed?.success) return parsed.data;
-    const why = signed === undefined ? 'removed (placement never removes them)' : opened ? 'signed but do not decode' : 'not signed by placement';
-    this.#options.log.warn({ versionId, bucket: this.#names.bucket('ready') }, `ready instances ${why}; ignored`);
+    this.#options.log.warn({ versionId, bucket: this.#names.bucket('ready') }, `ready instances ${opened ? 'signed but do not decode' : 'not signed by placement'}; ignored`);
     return undefined;
   }
 
+  /**
+   * The version's ready entry was deleted: placement deletes it with the version (its stream and keys go
+   * too). Its instances are forgotten and nothing more is written for it here; its waiting requests move
+   * on (service.ts). A deletion by anyone else only empties the set until placement's next round.
+   */
+  #retired(versionId: string) {
+    this.#published.delete(versionId);
+    this.#streams.delete(versionId);
+    this.#depths.delete(versionId);
+    this.#activity.delete(versionId);
+    this.#announce(versionId, []);
+    this.#instances.delete(versionId);
+    this.#leases.retire(versionId);
+  }
+
+  /** The watch of the heads bucket: a holder that sees another entry has lost the head; waiting loops look again. */
+  #headChanged(entry: KvEntry) {
+    const versionId = entry.key;
+    if (entry.operation === 'PUT') this.#headEntries.set(versionId, { holder: entry.string(), revision: entry.revision });
+    else this.#headEntries.delete(versionId);
+    // Only a later entry: the deletion of the entry taken over may be seen after the take.
+    const lock = this.#locks.get(versionId);
+    if (lock && entry.revision > lock.revision) lock.lose();
+    this.#heads.get(versionId)?.wake();
+  }
+
+  /** Whether a replica is gone: its subjects have no responder (a slow answer is not a verdict). */
+  async #isGone(replica: string): Promise<boolean> {
+    try {
+      await this.#nc.request(this.#names.replica(replica, 'ping'), '', { timeout: GRANT_TIMEOUT_MS });
+      return false;
+    } catch (error) {
+      const gone = (error as RequestError).isNoResponders?.() === true;
+      if (gone) this.#leases.gone(replica);
+      return gone;
+    }
+  }
+
   #announce(versionId: string, instances: ReadyInstance[]) {
+    if (instances.length) this.#leases.revive(versionId);
     this.#instances.set(versionId, instances);
     for (const instance of instances) this.#benched.delete(instance.instanceId);
     this.#seen(versionId, instances);
@@ -349,26 +481,44 @@ export class JetStreamQueue implements SharedQueue {
     };
     // Every replica that sees the version ready gets here; one that made it between our look and our add
     // (perhaps with its own maxDepth during a rolling change) made the stream the version keeps.
-    const exists = await this.#jsm.streams.info(name).then(() => true, () => false);
-    if (!exists) await this.#jsm.streams.add(stream).catch((error) => this.#jsm.streams.info(name).catch(() => { throw error; }));
-    const head = { durable_name: 'head', ack_policy: AckPolicy.Explicit, max_ack_pending: HEAD_WINDOW, ack_wait: nanos(ACK_WAIT_MS), max_deliver: -1 };
+    const replicas = this.#copies;
+    const info = await this.#jsm.streams.info(name).catch(() => undefined);
+    if (!info) await this.#jsm.streams.add({ ...stream, num_replicas: replicas }).catch((error) => this.#jsm.streams.info(name).catch(() => { throw error; }));
+    else if (info.config.num_replicas !== replicas) await this.#jsm.streams.update(name, { ...info.config, num_replicas: replicas });
     // A stream made before the head lock has its consumer at max_ack_pending 1: raised in place.
-    await this.#jsm.consumers.add(name, head).catch(() => this.#jsm.consumers.update(name, 'head', { max_ack_pending: HEAD_WINDOW }));
+    await this.#jsm.consumers.add(name, HEAD_CONSUMER).catch(() => this.#jsm.consumers.update(name, 'head', { max_ack_pending: HEAD_WINDOW }));
   }
 
-  /** Tries for the version's head until stopped; while holding it, serves its tickets. */
+  /**
+   * The head's previous holder is gone with tickets it had taken (unacked until their ack wait): the
+   * consumer is made anew, so they come again at once, in order.
+   */
+  async #resetHead(versionId: string) {
+    const name = this.#names.queueStream(versionId);
+    await this.#jsm.consumers.delete(name, 'head').catch(() => false);
+    await this.#jsm.consumers.add(name, HEAD_CONSUMER);
+  }
+
+  /**
+   * Tries for the version's head until stopped; while holding it, serves its tickets. Between tries it
+   * waits for the head's entry to change, or for a ticket of its own that waited HEAD_CHECK_MS (the holder
+   * may be gone): no message while the version idles.
+   */
   #headLoop(versionId: string): Head {
-    const head: Head = { stopped: false, done: Promise.resolve(), stop: () => {} };
+    const head: Head = { stopped: false, done: Promise.resolve(), stop: () => {}, wake: () => (head.woken = true), woken: false };
     head.done = (async () => {
       while (!head.stopped) {
         try {
           await this.#stream(versionId);
-          const lock = await HeadLock.take(this.#headLocks, versionId, this.replicaId);
-          if (lock) await this.#holdHead(versionId, lock, head).finally(() => lock.release());
-          else await new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, HEAD_RETRY_MS);
-            head.stop = () => { clearTimeout(timer); resolve(); };
-          });
+          const lock = await HeadLock.take(this.#headLocks, versionId, this.replicaId, this.#headEntries.get(versionId), (replica) => this.#isGone(replica));
+          if (lock) {
+            this.#locks.set(versionId, lock);
+            if (lock.tookOver) await this.#resetHead(versionId);
+            await this.#holdHead(versionId, lock, head).finally(() => {
+              this.#locks.delete(versionId);
+              return lock.release();
+            });
+          } else await this.#headChance(head);
         } catch (error) {
           if (head.stopped) break;
           this.#options.log.warn({ err: error, versionId }, 'invocation queue head failed; retrying');
@@ -377,6 +527,44 @@ export class JetStreamQueue implements SharedQueue {
       }
     })();
     return head;
+  }
+
+  /** Until the head's entry changes or a ticket here waited HEAD_CHECK_MS (#checkHead). */
+  #headChance(head: Head): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        head.wake = () => (head.woken = true);
+        resolve();
+      };
+      head.stop = done;
+      head.wake = done;
+      if (head.stopped || head.woken) done();
+      head.woken = false;
+    });
+  }
+
+  /**
+   * While tickets of this replica wait for the version, its head loop looks again each HEAD_CHECK_MS
+   * that one has waited that long (the holder may be gone). One timer per version, only while waiting.
+   */
+  #checkHead(versionId: string, looked = false) {
+    const oldest = this.#oldestTicket(versionId);
+    if (this.#headChecks.has(versionId) || oldest === undefined) return;
+    const timer = setTimeout(() => {
+      this.#headChecks.delete(versionId);
+      const waitedLong = this.#hasTicket(versionId, HEAD_CHECK_MS);
+      if (waitedLong) this.#heads.get(versionId)?.wake();
+      this.#checkHead(versionId, waitedLong);
+    }, looked ? HEAD_CHECK_MS : Math.max(10, oldest + HEAD_CHECK_MS - Date.now()));
+    timer.unref();
+    this.#headChecks.set(versionId, timer);
+  }
+
+  /** When the longest waiting ticket of this replica for the version was made; undefined with none. */
+  #oldestTicket(versionId: string): number | undefined {
+    let oldest = Infinity;
+    for (const { invocation, since } of this.#waiting.values()) if (invocation.versionId === versionId) oldest = Math.min(oldest, since);
+    return oldest === Infinity ? undefined : oldest;
   }
 
   /** Pulls the version's tickets while this replica holds its head; what it could not grant goes back. */
@@ -520,10 +708,36 @@ export class JetStreamQueue implements SharedQueue {
     });
   }
 
+  /** Depths of the versions someone invokes (tickets of its own, held, counted, or slots changing): none while all idle. */
   async #refreshDepths() {
-    for (const versionId of new Set([...this.#heads.keys(), ...[...this.#waiting.values()].map((w) => w.invocation.versionId)])) {
+    const now = Date.now();
+    const active = new Set([...this.#waiting.values()].map((waiting) => waiting.invocation.versionId));
+    for (const [versionId, held] of this.#holding) if (held.length) active.add(versionId);
+    for (const [versionId, depth] of this.#depths) if (depth > 0) active.add(versionId);
+    for (const [versionId, at] of this.#activity) if (now - at < ACTIVE_MS) active.add(versionId);
+    for (const versionId of active) {
       const info = await this.#jsm.streams.info(this.#names.queueStream(versionId)).catch(() => undefined);
       if (info) this.#depths.set(versionId, info.state.messages);
+      else this.#depths.delete(versionId);
     }
   }
+}
+
+/**
+ * A KV bucket of the platform, made with `replicas` copies or bound as it is; one made by an older release
+ * (the heads bucket's entries expired then) or with another count of copies is brought in line. With the
+ * count of copies the server keeps (a single server keeps one, whatever is asked).
+ */
+async function openBucket(nc: NatsConnection, jsm: JetStreamManager, name: string, replicas: number): Promise<{ kv: KV; kept: number }> {
+  const kvm = new Kvm(nc);
+  // A single server refuses a bucket of more than one copy: it is made with one there.
+  const kv = await kvm.create(name, { history: 1, replicas }).catch((error: Error) => {
+    if (!/non-clustered/i.test(error.message)) throw error;
+    return kvm.create(name, { history: 1, replicas: 1 });
+  });
+  const stream = `KV_${name}`;
+  let info = await jsm.streams.info(stream);
+  const wanted = info.cluster ? replicas : 1;
+  if (info.config.num_replicas !== wanted || info.config.max_age !== 0) info = await jsm.streams.update(stream, { ...info.config, num_replicas: wanted, max_age: 0 });
+  return { kv, kept: info.cluster ? info.config.num_replicas : 1 };
 }

@@ -10,6 +10,9 @@
 // replica with requests waiting for slots says so in its record (`waiting`): then the others give up their
 // spare slots and take none directly, so waiting requests go first. Spare slots unused for a renewal period
 // go back.
+// A replica found gone (its NATS subjects have no responder: killed, or cut off) counts nothing spare and
+// waits for nothing from then on; what its requests were running counts for GONE_GRACE_MS more (an
+// instance may still be finishing them), then nothing. A record it writes after that counts again.
 import { randomUUID } from 'node:crypto';
 import type { KV, KvEntry } from '@nats-io/kv';
 import { z } from 'zod';
@@ -18,11 +21,17 @@ import { leastLoaded } from './slots.ts';
 
 export const LEASE_MS = 15_000;
 const RENEW_MS = LEASE_MS / 3;
+/** How long the slots a gone replica's requests ran on still count once it is found gone. */
+export const GONE_GRACE_MS = 500;
+/** A replica whose record blocks a take is asked whether it still answers at most this often. */
+const SUSPECT_MS = 500;
 
 const recordsSchema = z.record(z.string(), z.object({
   until: z.number(),
   inflight: z.record(z.string(), z.number().int().nonnegative()),
   waiting: z.boolean().optional(),
+  /** The part of `inflight` that is spare (no request runs on it). */
+  spare: z.record(z.string(), z.number().int().nonnegative()).optional(),
 }));
 type Records = z.infer<typeof recordsSchema>;
 
@@ -90,7 +99,9 @@ class Share {
     if (!running.size && !spare.size && !this.waiting) return undefined;
     const inflight = Object.fromEntries(running);
     for (const [instanceId, count] of spare) inflight[instanceId] = (inflight[instanceId] ?? 0) + count;
-    return { until: Date.now() + LEASE_MS, inflight, ...(this.waiting ? { waiting: true } : {}) };
+    return {
+      until: Date.now() + LEASE_MS, inflight, ...(this.waiting ? { waiting: true } : {}), ...(spare.size ? { spare: Object.fromEntries(spare) } : {}),
+    };
   }
 }
 
@@ -107,10 +118,19 @@ export class SlotLeases {
   readonly #pending = new Map<string, Take[]>();
   readonly #writing = new Set<string>();
   readonly #renewer: NodeJS.Timeout;
+  /** Replicas found gone → when. */
+  readonly #gone = new Map<string, number>();
+  /** Replica → when it was last asked whether it answers. */
+  readonly #asked = new Map<string, number>();
+  /** Versions deleted: nothing is written for them until they have instances again. */
+  readonly #retired = new Set<string>();
+  readonly #isGone: (replica: string) => Promise<boolean>;
 
-  constructor(kv: KV, replica: string) {
+  /** `isGone` asks whether a replica no longer answers (only while its record keeps a take from a slot). */
+  constructor(kv: KV, replica: string, isGone: (replica: string) => Promise<boolean> = async () => false) {
     this.#kv = kv;
     this.#replica = replica;
+    this.#isGone = isGone;
     this.#renewer = setInterval(() => {
       for (const [versionId, share] of this.#shares) {
         if (share.empty) continue;
@@ -139,6 +159,8 @@ export class SlotLeases {
       const taken = await this.#take(versionId, { count, instances, first: false });
       if (taken.length < count) full?.();
       if (taken.length) return taken;
+      // No room: a replica that died may still be counted for slots it no longer uses.
+      if (await this.#foundGone(versionId)) continue;
       await this.#nextChange(versionId, 1000);
     }
     return undefined;
@@ -183,6 +205,30 @@ export class SlotLeases {
     return Promise.resolve();
   }
 
+  /** A replica no longer answers: its spare slots and its wait count no more (its running ones a moment more). */
+  gone(replica: string) {
+    if (replica === this.#replica || this.#gone.has(replica)) return;
+    this.#gone.set(replica, Date.now());
+    for (const versionId of this.#entries.keys()) this.changed(versionId);
+    const grace = setTimeout(() => {
+      for (const versionId of this.#entries.keys()) this.changed(versionId);
+    }, GONE_GRACE_MS + 10);
+    grace.unref();
+  }
+
+  /** The version was deleted: its share is dropped and nothing more is written for it (its entry is gone). */
+  retire(versionId: string) {
+    this.#retired.add(versionId);
+    this.#shares.delete(versionId);
+    this.#entries.delete(versionId);
+    this.#wake(versionId);
+  }
+
+  /** The version has instances again (deployed anew). */
+  revive(versionId: string) {
+    this.#retired.delete(versionId);
+  }
+
   /** The entry of a version changed (the bucket's watch): cached, and whoever waits for a slot looks again. */
   changed(versionId: string, entry?: KvEntry) {
     // Most entries are this replica's own writes, already cached: decoded only when newer.
@@ -215,10 +261,47 @@ export class SlotLeases {
   }
 
   /** Whether another replica's record says requests wait there (the latest entry seen). */
-  #othersWait(versionId: string, records = this.#entries.get(versionId)?.records): boolean {
-    const now = Date.now();
-    for (const replica in records) if (replica !== this.#replica && records[replica].waiting && records[replica].until >= now) return true;
+  #othersWait(versionId: string, records = this.#live(this.#entries.get(versionId)?.records ?? {})): boolean {
+    for (const replica in records) if (replica !== this.#replica && records[replica].waiting) return true;
     return false;
+  }
+
+  /**
+   * What still counts of `records`: none expired; of a replica found gone after it wrote its record, only
+   * what its requests ran on, and that only for GONE_GRACE_MS.
+   */
+  #live(records: Records): Records {
+    const now = Date.now();
+    const live: Records = {};
+    for (const [replica, record] of Object.entries(records)) {
+      if (record.until < now) continue;
+      const goneAt = this.#gone.get(replica);
+      if (goneAt === undefined || record.until - LEASE_MS > goneAt) {
+        // Written after the verdict: it answers again (it was cut off, not dead), and may be asked again.
+        if (goneAt !== undefined) this.#gone.delete(replica);
+        live[replica] = record;
+        continue;
+      }
+      if (now > goneAt + GONE_GRACE_MS) continue;
+      const inflight: Record<string, number> = {};
+      for (const [instanceId, count] of Object.entries(record.inflight)) {
+        const running = count - (record.spare?.[instanceId] ?? 0);
+        if (running > 0) inflight[instanceId] = running;
+      }
+      live[replica] = { until: record.until, inflight };
+    }
+    return live;
+  }
+
+  /** Asks the other replicas counted in the version's entry whether they still answer; true when one is gone. */
+  async #foundGone(versionId: string): Promise<boolean> {
+    const records = this.#live(this.#entries.get(versionId)?.records ?? {});
+    const now = Date.now();
+    const suspects = Object.keys(records).filter((replica) => replica !== this.#replica && !this.#gone.has(replica) && now - (this.#asked.get(replica) ?? 0) >= SUSPECT_MS);
+    for (const replica of suspects) this.#asked.set(replica, now);
+    const verdicts = await Promise.all(suspects.map((replica) => this.#isGone(replica).catch(() => false)));
+    suspects.filter((_, index) => verdicts[index]).forEach((replica) => this.gone(replica));
+    return verdicts.some(Boolean);
   }
 
   /**
@@ -268,6 +351,7 @@ export class SlotLeases {
 
   /** Writes this replica's record of the version with the next batch. */
   #publish(versionId: string): Promise<void> {
+    if (this.#retired.has(versionId)) return Promise.resolve();
     return this.#take(versionId, { count: 0, instances: () => [], first: false }).then(() => undefined);
   }
 
@@ -361,10 +445,7 @@ export class SlotLeases {
       this.#remember(versionId, decode(entry), entry?.revision ?? 0);
     }
     const { records, revision } = this.#entries.get(versionId)!;
-    const now = Date.now();
-    const live: Records = {};
-    for (const [replica, record] of Object.entries(records)) if (record.until >= now) live[replica] = record;
-    return { records: live, revision };
+    return { records: this.#live(records), revision };
   }
 
   /** False when another replica changed the entry first (the entry is then read again). */

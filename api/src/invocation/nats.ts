@@ -29,7 +29,7 @@ export function natsNames(prefix: string) {
 export type NatsNames = ReturnType<typeof natsNames>;
 
 /** `setting (VARIABLE)`, as configuration errors name a setting. */
-function named(key: keyof NatsSettings): string {
+export function named(key: keyof NatsSettings): string {
   const variable = Object.keys(natsEnvSettings).find((name) => natsEnvSettings[name] === key);
   return `invocation.${key} (${variable})`;
 }

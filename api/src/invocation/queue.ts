@@ -40,6 +40,8 @@ export interface InvocationQueue {
   depth(versionId: string): number;
   /** The instances of a version that take requests now (from placement). */
   ready(versionId: string, instances: ReadyInstance[]): void;
+  /** The versions placement still knows: what is kept for any other (a shared queue's streams and keys) is deleted. */
+  retain?(versionIds: ReadonlySet<string>): void | Promise<void>;
   /** Every request granted a slot goes to `run`, which must release the grant when it is done. */
   onGrant(run: (invocation: Invocation, grant: Grant) => void): void;
   /** Told the instances of a version whenever the set changes (connection pools follow it). */

@@ -153,6 +153,11 @@ export class InvocationService {
     this.#queue.ready(versionId, instances);
   }
 
+  /** The versions placement still knows (after each round): a shared queue deletes what it keeps of the others. */
+  retain(versionIds: ReadonlySet<string>) {
+    void this.#queue.retain?.(versionIds);
+  }
+
   /** A stored 202 of a replica that is gone, claimed to run here (JetStreamQueue's adopt). */
   async adopt(requestId: string): Promise<Invocation | undefined> {
     const invocation = await this.#results.adopt(requestId);

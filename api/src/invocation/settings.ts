@@ -7,6 +7,7 @@ import { z } from 'zod';
 /** Only `true` or `false`: a setting that turns a check off is never on by a typo. */
 const onOff = z.preprocess((value) => ({ true: true, false: false }[String(value)] ?? value), z.boolean());
 const file = z.string().min(1);
+const replicasRule = 'must be a whole number from 1 to 5 (JetStream keeps at most 5 copies)';
 
 export const natsSettingsSchema = z.object({
   /**
@@ -30,6 +31,11 @@ export const natsSettingsSchema = z.object({
   natsTlsKeyFile: file.optional(),
   /** Development only: accept any server certificate. */
   natsTlsInsecure: onOff.default(false),
+  /**
+   * Copies JetStream keeps of every stream and KV bucket the platform makes (a NATS cluster's servers;
+   * a single server keeps 1). Applied to existing ones at start too.
+   */
+  natsReplicas: z.coerce.number({ error: replicasRule }).int(replicasRule).min(1, replicasRule).max(5, replicasRule).default(1),
 });
 
 export type NatsSettings = z.infer<typeof natsSettingsSchema>;
@@ -47,6 +53,7 @@ export const natsEnvSettings: Record<string, keyof NatsSettings> = {
   SVC_NATS_TLS_CERT_FILE: 'natsTlsCertFile',
   SVC_NATS_TLS_KEY_FILE: 'natsTlsKeyFile',
   SVC_NATS_TLS_INSECURE: 'natsTlsInsecure',
+  SVC_NATS_REPLICAS: 'natsReplicas',
 };
 
 /** The rules between the settings: one kind of credential, pairs given together, TLS files only with tls://. */

@@ -13,6 +13,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { nkeys, type NatsConnection } from '@nats-io/transport-node';
 import selfsigned from 'selfsigned';
 import { connectNats, natsNames, type NatsServer } from '../../src/invocation/nats.ts';
+import { freePort } from './wait.ts';
 
 export const NATS_SERVER = process.env.SVC_TEST_NATS_SERVER ?? '/usr/sbin/nats-server';
 
@@ -32,6 +33,8 @@ export interface NatsServerOptions {
   auth?: 'password' | 'token' | 'nkey' | 'creds';
   /** tls:// with a CA of the test's own; the server verifies client certificates too. */
   tls?: boolean;
+  /** The server's monitoring port (HTTP, loopback): `messages()` reads its counters. */
+  monitor?: boolean;
 }
 
 export interface TestNats {
@@ -48,6 +51,8 @@ export interface TestNats {
    * stream exists (a request that needs no ticket may run before any replica made it).
    */
   ticketsTaken(versionId: string, prefix?: string): Promise<number>;
+  /** Messages the server has taken in from clients and sent out to them since it started (needs `monitor`). */
+  messages(): Promise<{ in: number; out: number }>;
   stop(): Promise<void>;
 }
 
@@ -61,7 +66,7 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
     return file;
   };
   const secret = randomBytes(18).toString('base64url');
-  const settings: NatsServer = { natsUrl: '', natsPrefix: 'svc', natsTlsInsecure: false };
+  const settings: NatsServer = { natsUrl: '', natsPrefix: 'svc', natsTlsInsecure: false, natsReplicas: 1 };
   let auth: string;
   switch (options.auth ?? 'password') {
     case 'password':
@@ -86,11 +91,13 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
     }
   }
   const pki = options.tls ? await makePki(write) : undefined;
+  const monitorPort = options.monitor ? await freePort() : undefined;
   if (pki) Object.assign(settings, { natsTlsCaFile: pki.caFile, natsTlsCertFile: pki.clientCert, natsTlsKeyFile: pki.clientKey });
   const config = write('nats.conf', [
     'listen: "127.0.0.1:-1"',
     `jetstream { store_dir: ${quote(path.join(dir, 'js'))}, max_memory_store: 64MB, max_file_store: 1GB }`,
     auth,
+    monitorPort ? `http: "127.0.0.1:${monitorPort}"` : '',
     pki ? `tls { cert_file: ${quote(pki.serverCert)}, key_file: ${quote(pki.serverKey)}, ca_file: ${quote(pki.caFile)}, verify: true }` : '',
   ].join('\n'));
 
@@ -129,6 +136,11 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
       } finally {
         await nc.close();
       }
+    },
+    async messages() {
+      if (!monitorPort) throw new Error('startNats({ monitor: true }) serves the counters');
+      const varz = await (await fetch(`http://127.0.0.1:${monitorPort}/varz`)).json() as { in_msgs: number; out_msgs: number };
+      return { in: varz.in_msgs, out: varz.out_msgs };
     },
     async stop() {
       process.off('exit', stopOnExit);

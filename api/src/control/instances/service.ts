@@ -105,6 +105,7 @@ export class InstancesService {
   readonly #unplaced: UnplacedReasons;
   readonly #desiredSet: ReturnType<typeof createSpecBuilder>;
   readonly #readyListeners: Listener<[string, ReadyInstance[]]>[] = [];
+  readonly #knownListeners: Listener<[ReadonlySet<string>]>[] = [];
   readonly #progressListeners: Listener<[ProgressReport]>[] = [];
   readonly #outputListeners: Listener<[InstanceReport]>[] = [];
   readonly #lapseListeners: Listener<[NodeRow]>[] = [];
@@ -198,6 +199,11 @@ export class InstancesService {
 
   onReady(listener: Listener<[string, ReadyInstance[]]>): void {
     this.#readyListeners.push(listener);
+  }
+
+  /** After each round: every version placement still knows (deployed, or holding instances); the rest are gone. */
+  onKnown(listener: Listener<[ReadonlySet<string>]>): void {
+    this.#knownListeners.push(listener);
   }
 
   onProgress(listener: Listener<[ProgressReport]>): void {
@@ -340,6 +346,7 @@ export class InstancesService {
       const ready = readyOf(versionId, byVersion.get(versionId) ?? [], context.deployed.get(versionId)?.specs ?? [], context.clusters);
       for (const listener of this.#readyListeners) listener(versionId, ready);
     }
+    for (const listener of this.#knownListeners) listener(versions);
   }
 
   /**
