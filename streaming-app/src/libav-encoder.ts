@@ -247,8 +247,10 @@ export class LibavVideoEncoder implements FrameEncoder {
       if (this.#stopped) return;
       const { AV_PICTURE_TYPE_I, AV_PICTURE_TYPE_NONE } = this.#constants;
       this.#frame.makeWritable();
+      // node-av's fromBuffer wraps the buffer rather than copying it: the buffer goes back to the source
+      // only once the encoder has taken the picture (below, in finally). Given back before, the source
+      // filled it with a later frame while a loaded machine's worker thread had yet to read it.
       this.#frame.fromBuffer(data);
-      done();
       this.#frame.pts = pts;
       this.#frame.pictType = keyframe ? AV_PICTURE_TYPE_I : AV_PICTURE_TYPE_NONE;
       const sent = await this.#ctx.sendFrame(this.#frame);
@@ -268,6 +270,7 @@ export class LibavVideoEncoder implements FrameEncoder {
     }).catch((error: unknown) => {
       if (!this.#stopped) this.#onFatal((error as Error).message);
     }).finally(() => {
+      done();
       this.#inFlight--;
       if (keyframe) this.#priming = false;
     });
