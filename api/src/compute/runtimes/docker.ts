@@ -172,7 +172,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
   }
 
   function running(containerId: string, endpointPorts: PortMap, limits: Limits, context: RuntimeContext, release: () => void): RuntimeInstance {
-    const tail = new LogTail();
+    let tail = new LogTail();
     const logsRead = followLogs(containerId, tail, context).catch((error: unknown) => context.log.warn({ err: error }, 'container logs unavailable'));
     let ended = false;
     const exited = waitForExit(containerId).then(async (exit) => {
@@ -180,6 +180,9 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
       const status = await killedForMemory(containerId) ? { ...exit, reason: outOfMemory(limits) } : exit;
       // A container that ends at once may end before its logs were asked for: removed first, they would be lost.
       await Promise.race([logsRead, sleep(LOGS_AFTER_EXIT_MS, undefined, { ref: false })]);
+      // podman's follow can miss a line of a container that ends at once; its stored log, read once the
+      // container ended, has them all (the failure report's last lines come from it).
+      tail = await readLogs(containerId).catch(() => tail);
       await api.call('DELETE', `/containers/${containerId}`, { query: { force: true } })
         .catch((error: unknown) => context.log.warn({ err: error, containerId }, 'container not removed'));
       release();
@@ -209,6 +212,14 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
       context.output?.(stream, payload);
     });
     for await (const chunk of response) demuxer.push(chunk as Buffer);
+  }
+
+  async function readLogs(containerId: string): Promise<LogTail> {
+    const response = await api.stream('GET', `/containers/${containerId}/logs`, { query: { stdout: 1, stderr: 1, tail: 50 } });
+    const tail = new LogTail();
+    const demuxer = new FrameDemuxer((_stream, payload) => tail.write(payload));
+    for await (const chunk of response) demuxer.push(chunk as Buffer);
+    return tail;
   }
 
   /** The exit code; survives a dropped connection to the engine by asking again. */
