@@ -8,11 +8,13 @@
 //              the same kind of picture (moving bars + noise), H.264 preferred, maxBitrate 6 Mbit/s,
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
 //
-//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,3mbit,drop]
+//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop]
 //
-// Profiles: clean (20 Mbit/s), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s for 15 s,
-// then 20 again). Delay, jitter and loss need an emulator this kernel lacks (no netem), and are not
-// measured here yet. Per profile and peer, from the receiver's inbound-rtp counters sampled every 500 ms:
+// Profiles: clean (20 Mbit/s), rtt60 (RTT 60 ms, ± 5 ms jitter each way), rtt40loss1 (RTT 40 ms, 1 % loss
+// each way), loss5 (5 % loss each way), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s
+// for 15 s, then 20 again). Delay, jitter and loss come from the userspace link emulator in the link's
+// router namespace (this kernel has no netem), with the same seed for both peers: they lose the same
+// packets by number. Per profile and peer, from the receiver's inbound-rtp counters sampled every 500 ms:
 // presented fps, freezes and frozen seconds (Chrome's freeze definition), keyframes, PLIs, NACKs, packets
 // lost, mean received bitrate, the jitter buffer's mean delay in the first and last third (delay growth),
 // the time to the first frame, and for the drop: fps during it and the time after the link returns until
@@ -23,7 +25,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS, startApp, type AppProcess } from '../../streaming-app/test/helpers.ts';
-import { ShapedLink, shapedLinkUnavailable } from '../../streaming-app/test/shaped-link.ts';
+import { NO_IMPAIRMENT, ShapedLink, shapedLinkUnavailable, symmetric, type Impairment } from '../../streaming-app/test/shaped-link.ts';
 import { printTable } from '../lib/report.ts';
 
 const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '30' }, only: { type: 'string' } } });
@@ -34,9 +36,14 @@ const FPS = 30;
 const MAX_KBPS = 6000;
 
 type Phase = { seconds: number; rateKbit: number };
-type Profile = { name: string; phases: Phase[] };
+type Profile = { name: string; phases: Phase[]; impairment?: { down: Impairment; up: Impairment }; about?: string };
+/** The emulator's seed for every run: svc and libwebrtc see the same draws. */
+const SEED = 26;
 const PROFILES: Profile[] = [
   { name: 'clean', phases: [{ seconds: SECONDS, rateKbit: 20_000 }] },
+  { name: 'rtt60', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(60, 5), about: 'RTT 60 ms ± 5 ms jitter each way' },
+  { name: 'rtt40loss1', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(40, 0, 0.01), about: 'RTT 40 ms, 1 % loss each way' },
+  { name: 'loss5', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(0, 0, 0.05), about: '5 % loss each way' },
   { name: '3mbit', phases: [{ seconds: SECONDS, rateKbit: 3000 }] },
   { name: 'drop', phases: [{ seconds: 10, rateKbit: 20_000 }, { seconds: 15, rateKbit: 2000 }, { seconds: 15, rateKbit: 20_000 }] },
 ].filter((p) => !args.only || args.only.split(',').includes(p.name));
@@ -107,8 +114,14 @@ function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | u
   return row;
 }
 
-async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile): Promise<(string | number)[]> {
+/** The link as the profile starts it: its first rate, its impairment, the emulator's draws from the start. */
+async function prepare(link: ShapedLink, profile: Profile): Promise<void> {
   await link.setRate(profile.phases[0].rateKbit);
+  await link.impair(profile.impairment ?? { down: NO_IMPAIRMENT, up: NO_IMPAIRMENT }, SEED);
+}
+
+async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile): Promise<(string | number)[]> {
+  await prepare(link, profile);
   const app: AppProcess = await startApp({
     STREAMING_BIND_ADDRESS: link.hostAddress, STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_VIDEO_FPS: String(FPS),
     STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: 'info',
@@ -176,7 +189,7 @@ const RECEIVER_SETUP = `(async (offer) => {
 })`;
 
 async function libwebrtcRun(link: ShapedLink, sender: BrowserContext, receiver: BrowserContext, profile: Profile): Promise<(string | number)[]> {
-  await link.setRate(profile.phases[0].rateKbit);
+  await prepare(link, profile);
   const send: Page = await sender.newPage();
   const receive: Page = await receiver.newPage();
   try {
@@ -219,7 +232,7 @@ async function main(): Promise<void> {
         const b = libwebrtc[index];
         return typeof a === 'number' && typeof b === 'number' && b !== 0 ? (a / b).toFixed(2) : '–';
       };
-      printTable(`profile ${profile.name} (${profile.phases.map((p) => `${p.rateKbit / 1000} Mbit/s ${p.seconds} s`).join(' → ')}); load ${loadavg()[0].toFixed(2)}`,
+      printTable(`profile ${profile.name} (${profile.phases.map((p) => `${p.rateKbit / 1000} Mbit/s ${p.seconds} s`).join(' → ')}${profile.about ? `, ${profile.about}` : ''}); load ${loadavg()[0].toFixed(2)}`,
         columns, [['svc', ...svc], ['libwebrtc', ...libwebrtc], ['svc/libwebrtc', ...svc.map((_, i) => ratio(i))]]);
     }
   } finally {

@@ -6,7 +6,7 @@
 //
 //   ip netns exec <router> node link-emulator.ts '{"browserAddress":"198.18.7.6","seed":1}'
 //
-// The parent talks to it over the IPC channel: it sends { impair: { down, up } } and { stats: true },
+// The parent talks to it over the IPC channel: it sends { impair: { down, up }, seed? } and { stats: true },
 // and reads { ready: port } once, { impaired: true } after each change and { stats: {...} }.
 import { createSocket, type RemoteInfo } from 'node:dgram';
 import { z } from 'zod';
@@ -15,7 +15,7 @@ import { ImpairedDirection, NO_IMPAIRMENT } from './link-impairment.ts';
 const impairmentSchema = z.object({ delayMs: z.number().min(0), jitterMs: z.number().min(0), loss: z.number().min(0).max(1) });
 const argsSchema = z.object({ browserAddress: z.string(), seed: z.number().int() });
 const messageSchema = z.union([
-  z.object({ impair: z.object({ down: impairmentSchema, up: impairmentSchema }) }),
+  z.object({ impair: z.object({ down: impairmentSchema, up: impairmentSchema }), seed: z.number().int().optional() }),
   z.object({ stats: z.literal(true) }),
 ]);
 
@@ -81,6 +81,10 @@ function main(): void {
     if ('impair' in message) {
       down.direction.impairment = message.impair.down;
       up.direction.impairment = message.impair.up;
+      if (message.seed !== undefined) {
+        down.direction.reseed(message.seed);
+        up.direction.reseed(message.seed + 1);
+      }
       process.send?.({ impaired: true });
       return;
     }

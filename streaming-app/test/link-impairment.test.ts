@@ -43,3 +43,11 @@ test('a change of impairment applies to the next packet; no loss means none lost
   direction.impairment = { delayMs: 50, jitterMs: 0, loss: 0 };
   assert.equal(direction.schedule(2001), 2051);
 });
+
+test('reseeding repeats the draws from the start: the same packets lost by number', () => {
+  const direction = new ImpairedDirection({ delayMs: 10, jitterMs: 5, loss: 0.2 }, 9);
+  const lostOf = (ds: (number | undefined)[]) => ds.flatMap((d, i) => d === undefined ? [i] : []);
+  const first = lostOf(decisions(direction, 500, 3));
+  direction.reseed(9);
+  assert.deepEqual(lostOf(decisions(direction, 500, 3)), first);
+});

@@ -29,7 +29,7 @@ export function seededRandom(seed: number): () => number {
 
 export class ImpairedDirection {
   #impairment: Impairment;
-  readonly #random: () => number;
+  #random: () => number;
   #lastDepartureMs = -Infinity;
   passed = 0;
   dropped = 0;
@@ -41,6 +41,11 @@ export class ImpairedDirection {
 
   set impairment(impairment: Impairment) {
     this.#impairment = impairment;
+  }
+
+  /** Starts the draws over from `seed`: two runs of one profile lose the same packets by number. */
+  reseed(seed: number): void {
+    this.#random = seededRandom(seed);
   }
 
   /** When a packet that arrives at `nowMs` leaves, or undefined when it is lost. */

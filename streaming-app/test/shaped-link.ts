@@ -149,16 +149,17 @@ export class ShapedLink {
 
   /**
    * Delay, jitter and loss for each direction (down: towards the browser), from now on; NO_IMPAIRMENT for
-   * both takes the emulator out of the path (the kernel forwards again).
+   * both takes the emulator out of the path (the kernel forwards again). A `seed` starts the loss and
+   * jitter draws over, so that two runs of one profile lose the same packets by number.
    */
-  async impair(impairment: { down: Impairment; up: Impairment }): Promise<void> {
+  async impair(impairment: { down: Impairment; up: Impairment }, seed?: number): Promise<void> {
     const none = (i: Impairment) => i.delayMs === 0 && i.jitterMs === 0 && i.loss === 0;
     if (none(impairment.down) && none(impairment.up)) {
       await this.#route(false);
       return;
     }
     const emulator = this.#emulator ?? await this.#startEmulator();
-    emulator.node.send({ impair: impairment });
+    emulator.node.send({ impair: impairment, seed });
     await this.#reply(emulator, 'impaired');
     await this.#route(true);
   }
