@@ -19,6 +19,12 @@
 // lost, mean received bitrate, the jitter buffer's mean delay in the first and last third (delay growth),
 // the time to the first frame, and for the drop: fps during it and the time after the link returns until
 // the received rate is back at 90 % of what it was before.
+// Input-to-photon, as bench/stream/run.ts measures it: from 2 s on, the receiving page sends an input
+// every 90-150 ms over a DataChannel on the same link; the sender's picture carries the newest input it
+// has in the frame barcode (streaming-app/client/barcode.ts: svc's pipe source stamps it into the app's
+// next frame, the libwebrtc sender page draws it on its canvas with the same code), and the receiver
+// reads it from each presented frame: input sent → the expected display time of the first frame that
+// shows it (the client's FrameMeter for svc, the same rule in the page for libwebrtc).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,9 +32,18 @@ import { parseArgs } from 'node:util';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS, startApp, type AppProcess } from '../../streaming-app/test/helpers.ts';
 import { NO_IMPAIRMENT, ShapedLink, shapedLinkUnavailable, symmetric, type Impairment } from '../../streaming-app/test/shaped-link.ts';
-import { printTable } from '../lib/report.ts';
+import { percentile, printTable } from '../lib/report.ts';
+import { BARCODE_CELLS, BARCODE_ROWS, barcodeChecksum, barcodeLayout, decodeBarcode, encodeBarcode, LUMA_ONE, LUMA_ZERO } from '../../streaming-app/client/barcode.ts';
+import { FrameTiming } from '../../streaming-app/client/frame-timing.ts';
 
-const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '30' }, only: { type: 'string' } } });
+const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '30' }, only: { type: 'string' }, help: { type: 'boolean' } } });
+if (args.help) {
+  console.log(`node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop]
+  svc and a Chromium→Chromium libwebrtc pair over the emulated link, one table per profile (needs root, iproute2, socat, chromium, ffmpeg).
+  --seconds  length of each single-phase profile (the drop profile is 10 + 15 + 15 s)
+  --only     a comma-separated subset of the profiles`);
+  process.exit(0);
+}
 const SECONDS = Number(args.seconds);
 const WIDTH = 640;
 const HEIGHT = 360;
@@ -81,7 +96,7 @@ async function measure(link: ShapedLink, profile: Profile, read: () => Promise<S
 const delta = (a: Sample, b: Sample, key: keyof Stats): number => (b.stats[key] ?? 0) - (a.stats[key] ?? 0);
 const seconds = (a: Sample, b: Sample): number => (b.atMs - a.atMs) / 1000;
 
-function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | undefined): (string | number)[] {
+function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | undefined, inputToPhotonMs: number[]): (string | number)[] {
   // The first two seconds are start-up (ICE, DTLS, the first keyframe): measured separately as first frame.
   const measured = samples.filter((s) => s.atMs - samples[0].atMs >= 2000);
   const first = measured[0];
@@ -97,6 +112,7 @@ function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | u
     fps, delta(first, last, 'freezeCount'), delta(first, last, 'totalFreezesDuration'), delta(first, last, 'keyFramesDecoded'),
     delta(first, last, 'pliCount'), delta(first, last, 'nackCount'), delta(first, last, 'packetsLost'), kbps,
     jb(measured[0], measured[third]), jb(measured[measured.length - third - 1], last), firstFrameMs === undefined ? 'never' : Math.round(firstFrameMs),
+    ...inputToPhoton(inputToPhotonMs),
   ];
   if (profile.phases.length === 3) {
     const during = measured.filter((s) => s.phase === 1);
@@ -114,6 +130,34 @@ function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | u
   return row;
 }
 
+/** Input-to-photon p50 and p90, ms, and how many inputs were seen on screen. */
+function inputToPhoton(values: number[]): (number | string)[] {
+  if (values.length === 0) return ['none', 'none', 0];
+  const sorted = [...values].sort((a, b) => a - b);
+  return [percentile(sorted, 50), percentile(sorted, 90), values.length];
+}
+
+/** Page script: from 2 s on, one input every 90-150 ms (timed in the page, so CDP latency stays out) until stopInputs(). */
+const START_INPUTS = (send: string): string => `(() => {
+  window.inputsRunning = true;
+  window.stopInputs = () => { window.inputsRunning = false; };
+  (async () => {
+    await new Promise((r) => setTimeout(r, 2000));
+    while (window.inputsRunning) {
+      await new Promise((r) => setTimeout(r, 90 + Math.random() * 60));
+      ${send};
+    }
+  })();
+})()`;
+
+/** The frame barcode's code (streaming-app/client), for the libwebrtc pages: the same cells, checksum and frame timing as svc's. */
+const BARCODE_JS = `const BARCODE_CELLS = ${BARCODE_CELLS}, BARCODE_ROWS = ${BARCODE_ROWS}, LUMA_ONE = ${LUMA_ONE}, LUMA_ZERO = ${LUMA_ZERO};
+${barcodeLayout.toString()}
+${barcodeChecksum.toString()}
+${encodeBarcode.toString()}
+${decodeBarcode.toString()}
+${FrameTiming.toString()}`;
+
 /** The link as the profile starts it: its first rate, its impairment, the emulator's draws from the start. */
 async function prepare(link: ShapedLink, profile: Profile): Promise<void> {
   await link.setRate(profile.phases[0].rateKbit);
@@ -124,7 +168,7 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
   await prepare(link, profile);
   const app: AppProcess = await startApp({
     STREAMING_BIND_ADDRESS: link.hostAddress, STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_VIDEO_FPS: String(FPS),
-    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: 'info',
+    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: 'info', STREAMING_FRAME_BARCODE: 'true',
     STREAMING_APP_COMMAND: `exec ffmpeg -hide_banner -loglevel error -re -f lavfi -i testsrc2=size=${WIDTH}x${HEIGHT}:rate=${FPS},noise=alls=12:allf=t -pix_fmt yuv420p -f rawvideo unix:$STREAMING_FRAME_PIPE`,
   });
   const page = await receiver.newPage();
@@ -133,16 +177,26 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
     const startedAt = performance.now();
     await page.goto(`http://${link.hostAddress}:${app.streamingPort}/client/?autostart=1&signal=${encodeURIComponent(signal)}`);
     const read = async (): Promise<Stats> => ((await page.evaluate('svcStream.receiverStats()')) ?? {}) as Stats;
+    await page.evaluate(START_INPUTS('svcStream.sendPointer(Math.random(), Math.random())'));
     const { samples, firstFrameMs } = await measure(link, profile, read, startedAt);
-    return summarize(profile, samples, firstFrameMs);
+    await page.evaluate('window.stopInputs()');
+    const { inputToPhotonMs } = await page.evaluate('svcStream.snapshot()') as { inputToPhotonMs: number[] };
+    return summarize(profile, samples, firstFrameMs, inputToPhotonMs);
   } finally {
     await page.close();
     await app.stop();
   }
 }
 
-/** The sender's page: a canvas with moving bars and fresh noise, captured at FPS, sent with H.264 preferred. */
+/**
+ * The sender's page: a canvas with moving bars and fresh noise, captured at FPS, sent with H.264 preferred;
+ * the frame barcode carries the newest input that came in on the DataChannel.
+ */
 const SENDER_SETUP = `(async ({ width, height, fps, maxKbps }) => {
+  ${BARCODE_JS}
+  const bits = new Uint8Array(64);
+  const layout = barcodeLayout(width);
+  let latestInput = 0;
   const canvas = document.createElement('canvas');
   canvas.width = width; canvas.height = height;
   document.body.append(canvas);
@@ -156,9 +210,16 @@ const SENDER_SETUP = `(async ({ width, height, fps, maxKbps }) => {
     const img = g.getImageData(0, 0, width, height);
     for (let i = 0; i < img.data.length; i += 4) { const n = (Math.random() - 0.5) * 48; img.data[i] += n; img.data[i + 1] += n; img.data[i + 2] += n; }
     g.putImageData(img, 0, 0);
+    encodeBarcode(t, latestInput, bits);
+    for (let i = 0; i < 64; i++) {
+      g.fillStyle = bits[i] ? '#fff' : '#000';
+      g.fillRect((i % BARCODE_CELLS) * layout.cellWidth, Math.floor(i / BARCODE_CELLS) * layout.cellHeight, layout.cellWidth, layout.cellHeight);
+    }
   }, 1000 / fps);
   const stream = canvas.captureStream(fps);
   const pc = new RTCPeerConnection();
+  const input = pc.createDataChannel('input');
+  input.onmessage = (e) => { latestInput = Math.max(latestInput, Number(e.data)); };
   const transceiver = pc.addTransceiver(stream.getVideoTracks()[0], { direction: 'sendonly', sendEncodings: [{ maxBitrate: maxKbps * 1000 }] });
   const codecs = RTCRtpSender.getCapabilities('video').codecs;
   const h264 = codecs.filter((c) => c.mimeType === 'video/H264');
@@ -171,9 +232,48 @@ const SENDER_SETUP = `(async ({ width, height, fps, maxKbps }) => {
   return pc.localDescription.sdp;
 })`;
 
+/** The receiver's page; inputs go to the sender on the DataChannel, and each presented frame's barcode says which it shows (as svc's FrameMeter). */
 const RECEIVER_SETUP = `(async (offer) => {
+  ${BARCODE_JS}
   const pc = new RTCPeerConnection();
   window.pc = pc;
+  window.inputToPhotonMs = [];
+  const pending = new Map();
+  let seq = 0;
+  let channel;
+  pc.ondatachannel = (e) => { channel = e.channel; };
+  window.sendInput = () => {
+    if (channel?.readyState !== 'open') return;
+    seq++;
+    pending.set(seq, performance.now());
+    channel.send(String(seq));
+  };
+  const meter = (video) => {
+    const canvas = document.createElement('canvas');
+    canvas.width = BARCODE_CELLS; canvas.height = BARCODE_ROWS;
+    const ctx = canvas.getContext('2d', { willReadFrequently: true });
+    ctx.imageSmoothingEnabled = false;
+    const timing = new FrameTiming();
+    const step = (_now, meta) => {
+      const layout = barcodeLayout(meta.width);
+      let frame;
+      try { frame = new VideoFrame(video); } catch {}
+      ctx.drawImage(frame ?? video, 0, 0, layout.width, layout.height, 0, 0, BARCODE_CELLS, BARCODE_ROWS);
+      const timestampUs = frame?.timestamp;
+      frame?.close();
+      const read = decodeBarcode(ctx.getImageData(0, 0, BARCODE_CELLS, BARCODE_ROWS).data, 4);
+      const shown = timing.shown(meta.mediaTime, read && { inputSeq: read.inputSeq, timestampUs });
+      if (shown !== undefined) {
+        for (const [sent, at] of pending) {
+          if (sent > shown) continue;
+          pending.delete(sent);
+          if (sent === shown) window.inputToPhotonMs.push(meta.expectedDisplayTime - at);
+        }
+      }
+      video.requestVideoFrameCallback(step);
+    };
+    video.requestVideoFrameCallback(step);
+  };
   pc.ontrack = (e) => {
     e.receiver.playoutDelayHint = 0;
     e.receiver.jitterBufferTarget = 0;
@@ -181,6 +281,7 @@ const RECEIVER_SETUP = `(async (offer) => {
     video.muted = true; video.autoplay = true; video.playsInline = true;
     video.srcObject = new MediaStream([e.track]);
     document.body.append(video);
+    meter(video);
   };
   await pc.setRemoteDescription({ type: 'offer', sdp: offer });
   await pc.setLocalDescription(await pc.createAnswer());
@@ -198,8 +299,11 @@ async function libwebrtcRun(link: ShapedLink, sender: BrowserContext, receiver: 
     const answer = await receive.evaluate(`${RECEIVER_SETUP}(${JSON.stringify(offer)})`) as string;
     await send.evaluate(`window.pc.setRemoteDescription({ type: 'answer', sdp: ${JSON.stringify(answer)} })`);
     const read = async (): Promise<Stats> => (await receive.evaluate(`${RECEIVER_STATS}(window.pc)`)) as Stats;
+    await receive.evaluate(START_INPUTS('window.sendInput()'));
     const { samples, firstFrameMs } = await measure(link, profile, read, startedAt);
-    return summarize(profile, samples, firstFrameMs);
+    await receive.evaluate('window.stopInputs()');
+    const inputToPhotonMs = await receive.evaluate('window.inputToPhotonMs') as number[];
+    return summarize(profile, samples, firstFrameMs, inputToPhotonMs);
   } finally {
     await send.close();
     await receive.close();
@@ -223,7 +327,7 @@ async function main(): Promise<void> {
   try {
     console.log(`640x360@30, H.264, max ${MAX_KBPS} kbit/s, ${SECONDS} s per profile (drop: 10 + 15 + 15 s); load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
     for (const profile of PROFILES) {
-      const columns = ['peer', 'fps', 'freezes', 'frozen s', 'keyframes', 'PLIs', 'NACKs', 'lost', 'kbit/s', 'jb ms 1st/3', 'jb ms last/3', 'first frame ms'];
+      const columns = ['peer', 'fps', 'freezes', 'frozen s', 'keyframes', 'PLIs', 'NACKs', 'lost', 'kbit/s', 'jb ms 1st/3', 'jb ms last/3', 'first frame ms', 'i2p p50 ms', 'i2p p90 ms', 'i2p n'];
       if (profile.phases.length === 3) columns.push('fps in drop', 'recovery s');
       const svc = await svcRun(link, receiver, profile);
       const libwebrtc = await libwebrtcRun(link, sender, receiver, profile);
