@@ -303,9 +303,13 @@ export class BandwidthEstimator {
     // Losses of packets sent before the last decrease were answered by it (as with RTCP's fraction lost,
     // which covers only the interval since the previous report).
     const since = this.#lossSamples.filter((sample) => sample.sendMs > this.#lastDecreaseMs);
-    if (since.length < 20) return;
-    const loss = since.filter((sample) => !sample.received).length / since.length;
-    if (loss > 0.1) {
+    const n = since.length;
+    if (n < 20) return;
+    const lost = since.filter((sample) => !sample.received).length;
+    const loss = lost / n;
+    // Clearly above 10 %, by two standard deviations of the count at 10 %: a short window (as after every
+    // decrease) at a steady 5 % often holds 3 lost of 20, and a backoff read from that would hold for good.
+    if (lost > n * 0.1 + 2 * Math.sqrt(n * 0.1 * 0.9)) {
       if (nowMs - this.#lastDecreaseMs < 300) return;
       this.#lossKbps = Math.min(this.#lossKbps, this.targetKbps) * (1 - 0.5 * loss);
       this.#lastDecreaseMs = nowMs;

@@ -14,6 +14,12 @@ export type Verdict = 'send' | 'in flight' | 'over budget';
 /** Retransmissions may use at most this share of the target rate, over BUDGET_WINDOW_MS: with the media at the target, a link just above it still drains its queue. */
 const BUDGET_SHARE = 0.25;
 const BUDGET_WINDOW_MS = 500;
+/**
+ * Above this loss a retransmission goes twice, a few ms apart: a lost copy costs the receiver another
+ * request a round trip later (Chrome's default 100 ms when it has no RTT of its own), long enough for a
+ * freeze; at 5 % loss one repair in twenty needed that.
+ */
+const SECOND_COPY_LOSS = 0.03;
 /** A queue shorter than this is the machine's and the path's jitter, not a bottleneck's backlog. */
 const MIN_QUEUE_MS = 30;
 
@@ -39,9 +45,21 @@ export class RetransmissionGate {
       this.refusedOverBudget++;
       return 'over budget';
     }
+    this.#charge(bytes, nowMs);
+    return 'send';
+  }
+
+  /** Whether a packet just resent goes once more, at `loss` (the link's recent loss fraction); within the budget. */
+  secondCopy(bytes: number, nowMs: number, targetKbps: number, loss: number): boolean {
+    if (loss < SECOND_COPY_LOSS) return false;
+    if (this.#spentBytes + bytes > (BUDGET_SHARE * targetKbps * BUDGET_WINDOW_MS) / 8) return false;
+    this.#charge(bytes, nowMs);
+    return true;
+  }
+
+  #charge(bytes: number, nowMs: number): void {
     this.#spent.push({ atMs: nowMs, bytes });
     this.#spentBytes += bytes;
     this.resent++;
-    return 'send';
   }
 }

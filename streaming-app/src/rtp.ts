@@ -32,6 +32,8 @@ const RETRANSMIT_HISTORY_MS = 1000;
  */
 const RECOVERY_MAX_WAIT_MS = 1000;
 const RECOVERY_QUEUE_MS = 40;
+/** A second copy of a retransmission on a lossy link leaves this much after the first (loss comes in bursts). */
+const SECOND_COPY_DELAY_MS = 5;
 
 export type VideoRate = CongestionSettings & {
   /** The answer accepted transport-wide feedback: estimate and follow the link. Otherwise send maxKbps. */
@@ -183,7 +185,6 @@ export class RtpVideoSender {
    * left to a keyframe.
    */
   #onNack(lost: number[]): void {
-    const werift = this.#internals;
     const now = performance.now();
     let unrepairable: string | undefined;
     for (const seq of lost) {
@@ -196,15 +197,25 @@ export class RtpVideoSender {
       if (verdict === 'over budget') unrepairable = 'retransmission budget spent';
       if (verdict !== 'send') continue;
       entry.lastSentMs = now;
-      let packet = entry.packet;
-      if (werift.rtxPayloadType !== undefined) {
-        packet = wrapRtx(packet, werift.rtxPayloadType, werift.rtxSequenceNumber, werift.rtxSsrc);
-        werift.rtxSequenceNumber = (werift.rtxSequenceNumber + 1) & 0xffff;
+      this.#resend(entry.packet);
+      const loss = this.estimator?.lossFraction(now) ?? 0;
+      if (this.retransmissions.secondCopy(entry.packet.payload.length + 40, now, this.targetKbps, loss)) {
+        setTimeout(() => { if (this.#unsubscribe) this.#resend(entry.packet); }, SECOND_COPY_DELAY_MS);
       }
-      werift.dtlsTransport.sendRtp(packet.payload, packet.header).catch((error: unknown) => this.#log.debug({ err: error }, 'retransmission failed'));
     }
     if (unrepairable && !this.estimator) this.#rate.onUnrepairable(unrepairable);
     else if (unrepairable) this.#recovery ??= { reason: unrepairable, sinceMs: now };
+  }
+
+  /** One retransmission, over RTX when negotiated. */
+  #resend(original: RtpPacket): void {
+    const werift = this.#internals;
+    let packet = original;
+    if (werift.rtxPayloadType !== undefined) {
+      packet = wrapRtx(packet, werift.rtxPayloadType, werift.rtxSequenceNumber, werift.rtxSsrc);
+      werift.rtxSequenceNumber = (werift.rtxSequenceNumber + 1) & 0xffff;
+    }
+    werift.dtlsTransport.sendRtp(packet.payload, packet.header).catch((error: unknown) => this.#log.debug({ err: error }, 'retransmission failed'));
   }
 
   #recoverWhenDrained(estimator: BandwidthEstimator): void {
