@@ -17,7 +17,8 @@
 // packets by number. Per profile and peer, from the receiver's inbound-rtp counters sampled every 500 ms:
 // presented fps, freezes and frozen seconds (Chrome's freeze definition), keyframes, PLIs, NACKs, packets
 // lost, mean received bitrate, the jitter buffer's mean delay in the first and last third (delay growth),
-// the time to the first frame, and for the drop: fps during it and the time after the link returns until
+// the time to the first frame (presented; from the client's new WebSocket for svc, from the sender's
+// offer for libwebrtc), and for the drop: fps during it and the time after the link returns until
 // the received rate is back at 90 % of what it was before.
 // Input-to-photon, as bench/stream/run.ts measures it: from 2 s on, the receiving page sends an input
 // every 90-150 ms over a DataChannel on the same link; the sender's picture carries the newest input it
@@ -77,20 +78,18 @@ const RECEIVER_STATS = `(async (pc) => {
 })`;
 
 /** Runs the phases, changing the link's rate between them, sampling the receiver every 500 ms. */
-async function measure(link: ShapedLink, profile: Profile, read: () => Promise<Stats>, startedAt: number): Promise<{ samples: Sample[]; firstFrameMs: number | undefined }> {
+async function measure(link: ShapedLink, profile: Profile, read: () => Promise<Stats>): Promise<Sample[]> {
   const samples: Sample[] = [];
-  let firstFrameMs: number | undefined;
   for (const [index, phase] of profile.phases.entries()) {
     if (link.rateKbit !== phase.rateKbit) await link.setRate(phase.rateKbit);
     const end = performance.now() + phase.seconds * 1000;
     while (performance.now() < end) {
       const stats: Stats = await read().catch(() => ({}));
       samples.push({ atMs: performance.now(), phase: index, stats });
-      if (firstFrameMs === undefined && (stats.framesDecoded ?? 0) > 0) firstFrameMs = performance.now() - startedAt;
       await new Promise((r) => setTimeout(r, 500));
     }
   }
-  return { samples, firstFrameMs };
+  return samples;
 }
 
 const delta = (a: Sample, b: Sample, key: keyof Stats): number => (b.stats[key] ?? 0) - (a.stats[key] ?? 0);
@@ -164,6 +163,9 @@ async function prepare(link: ShapedLink, profile: Profile): Promise<void> {
   await link.impair(profile.impairment ?? { down: NO_IMPAIRMENT, up: NO_IMPAIRMENT }, SEED);
 }
 
+/** What svc's rate control did in a run, from the app's 'session ended' line. */
+let svcRateControl = '';
+
 async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile): Promise<(string | number)[]> {
   await prepare(link, profile);
   const app: AppProcess = await startApp({
@@ -174,16 +176,22 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
   const page = await receiver.newPage();
   try {
     const signal = `ws://${link.hostAddress}:${app.streamingPort}/sign_in`;
-    const startedAt = performance.now();
     await page.goto(`http://${link.hostAddress}:${app.streamingPort}/client/?autostart=1&signal=${encodeURIComponent(signal)}`);
     const read = async (): Promise<Stats> => ((await page.evaluate('svcStream.receiverStats()')) ?? {}) as Stats;
     await page.evaluate(START_INPUTS('svcStream.sendPointer(Math.random(), Math.random())'));
-    const { samples, firstFrameMs } = await measure(link, profile, read, startedAt);
+    const samples = await measure(link, profile, read);
     await page.evaluate('window.stopInputs()');
-    const { inputToPhotonMs } = await page.evaluate('svcStream.snapshot()') as { inputToPhotonMs: number[] };
-    return summarize(profile, samples, firstFrameMs, inputToPhotonMs);
+    // First frame: the client's new WebSocket to the first frame presented (the page's own load over the
+    // link is left out, as the libwebrtc pages are not loaded over it).
+    const { inputToPhotonMs, setupMs } = await page.evaluate('svcStream.snapshot()') as { inputToPhotonMs: number[]; setupMs?: number };
+    return summarize(profile, samples, setupMs, inputToPhotonMs);
   } finally {
     await page.close();
+    const ended = await app.waitForLog((l) => l.msg === 'session ended', 10_000).catch(() => undefined);
+    const video = ended?.video as Record<string, unknown> | undefined;
+    const encoder = ended?.encoder as Record<string, unknown> | undefined;
+    svcRateControl = video ? `svc rate control: ${video.overuses} delay decreases, ${video.lossBackoffs} loss backoffs, ${video.retransmitted} retransmitted, `
+      + `refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s` : '';
     await app.stop();
   }
 }
@@ -193,6 +201,7 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
  * the frame barcode carries the newest input that came in on the DataChannel.
  */
 const SENDER_SETUP = `(async ({ width, height, fps, maxKbps }) => {
+  window.setupStartedAt = Date.now();
   ${BARCODE_JS}
   const bits = new Uint8Array(64);
   const layout = barcodeLayout(width);
@@ -254,8 +263,12 @@ const RECEIVER_SETUP = `(async (offer) => {
     const ctx = canvas.getContext('2d', { willReadFrequently: true });
     ctx.imageSmoothingEnabled = false;
     const timing = new FrameTiming();
+    // Drawn for the sender's size; libwebrtc may send it scaled down (its resolution adaptation).
+    const drawn = barcodeLayout(${WIDTH});
     const step = (_now, meta) => {
-      const layout = barcodeLayout(meta.width);
+      window.firstFrameAt ??= Date.now();
+      const scale = meta.width / ${WIDTH};
+      const layout = { width: drawn.width * scale, height: drawn.height * scale };
       let frame;
       try { frame = new VideoFrame(video); } catch {}
       ctx.drawImage(frame ?? video, 0, 0, layout.width, layout.height, 0, 0, BARCODE_CELLS, BARCODE_ROWS);
@@ -294,16 +307,18 @@ async function libwebrtcRun(link: ShapedLink, sender: BrowserContext, receiver: 
   const send: Page = await sender.newPage();
   const receive: Page = await receiver.newPage();
   try {
-    const startedAt = performance.now();
     const offer = await send.evaluate(`${SENDER_SETUP}(${JSON.stringify({ width: WIDTH, height: HEIGHT, fps: FPS, maxKbps: MAX_KBPS })})`) as string;
     const answer = await receive.evaluate(`${RECEIVER_SETUP}(${JSON.stringify(offer)})`) as string;
     await send.evaluate(`window.pc.setRemoteDescription({ type: 'answer', sdp: ${JSON.stringify(answer)} })`);
     const read = async (): Promise<Stats> => (await receive.evaluate(`${RECEIVER_STATS}(window.pc)`)) as Stats;
     await receive.evaluate(START_INPUTS('window.sendInput()'));
-    const { samples, firstFrameMs } = await measure(link, profile, read, startedAt);
+    const samples = await measure(link, profile, read);
     await receive.evaluate('window.stopInputs()');
     const inputToPhotonMs = await receive.evaluate('window.inputToPhotonMs') as number[];
-    return summarize(profile, samples, firstFrameMs, inputToPhotonMs);
+    // First frame: the sender's offer started to the first frame presented (wall clock: two pages).
+    const startedAt = await send.evaluate('window.setupStartedAt') as number;
+    const firstFrameAt = await receive.evaluate('window.firstFrameAt') as number | undefined;
+    return summarize(profile, samples, firstFrameAt === undefined ? undefined : firstFrameAt - startedAt, inputToPhotonMs);
   } finally {
     await send.close();
     await receive.close();
@@ -338,6 +353,7 @@ async function main(): Promise<void> {
       };
       printTable(`profile ${profile.name} (${profile.phases.map((p) => `${p.rateKbit / 1000} Mbit/s ${p.seconds} s`).join(' → ')}${profile.about ? `, ${profile.about}` : ''}); load ${loadavg()[0].toFixed(2)}`,
         columns, [['svc', ...svc], ['libwebrtc', ...libwebrtc], ['svc/libwebrtc', ...svc.map((_, i) => ratio(i))]]);
+      if (svcRateControl) console.log(svcRateControl);
     }
   } finally {
     await sender.close();

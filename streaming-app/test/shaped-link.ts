@@ -75,16 +75,17 @@ export class ShapedLink {
   #emulator: Emulator | undefined;
   #impaired = false;
 
-  private constructor(id: string, subnet: number, dir: string, rateKbit: number, seed: number) {
+  private constructor(id: string, block: string, dir: string, rateKbit: number, seed: number) {
     this.namespace = `svcnet${id}`;
     this.router = `svcrt${id}`;
     this.hostDevice = `svh${id}`;
     this.#tun = `svt${id}`;
-    // Two /30s: host .1 ─ router .2, router .5 ─ browser .6.
-    this.hostAddress = `198.18.${subnet}.1`;
-    this.#routerAddress = `198.18.${subnet}.2`;
-    this.#routerInner = `198.18.${subnet}.5`;
-    this.peerAddress = `198.18.${subnet}.6`;
+    // Two /30s in a block of eight: host +1 ─ router +2, router +5 ─ browser +6.
+    const [prefix, base] = [block.slice(0, block.lastIndexOf('.')), Number(block.slice(block.lastIndexOf('.') + 1))];
+    this.hostAddress = `${prefix}.${base + 1}`;
+    this.#routerAddress = `${prefix}.${base + 2}`;
+    this.#routerInner = `${prefix}.${base + 5}`;
+    this.peerAddress = `${prefix}.${base + 6}`;
     this.#dir = dir;
     this.#rateKbit = rateKbit;
     this.#seed = seed;
@@ -93,8 +94,11 @@ export class ShapedLink {
   /** A link at `rateKbit`; `seed` makes the emulator's loss and jitter draws repeatable. */
   static async create(rateKbit: number, seed = 1): Promise<ShapedLink> {
     const id = randomBytes(3).toString('hex');
-    const subnet = randomBytes(1)[0] & 0xfc;
-    const link = new ShapedLink(id, subnet, await mkdtemp(join(tmpdir(), 'svc-link-')), rateKbit, seed);
+    // One of 16384 blocks of eight addresses in 198.18.0.0/15, so that links made at once by parallel
+    // test files do not share one.
+    const [a, b] = randomBytes(2);
+    const block = `198.${18 + (a & 1)}.${b}.${(a >> 1) * 8 % 256}`;
+    const link = new ShapedLink(id, block, await mkdtemp(join(tmpdir(), 'svc-link-')), rateKbit, seed);
     try {
       await link.#build();
     } catch (error) {
@@ -112,6 +116,11 @@ export class ShapedLink {
     const inRouter = (...args: string[]) => run('ip', ['-n', router, ...args]);
     await run('ip', ['netns', 'add', router]);
     await run('ip', ['netns', 'add', namespace]);
+    // IPv4 only: an IPv6 address finishing duplicate detection a second after the browser starts reads
+    // to Chrome as a network change, and fails the page load it is in (ERR_NETWORK_CHANGED).
+    for (const ns of [router, namespace]) {
+      await run('ip', ['netns', 'exec', ns, 'sysctl', '-q', '-w', 'net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1']);
+    }
     await run('ip', ['link', 'add', hostDevice, 'type', 'veth', 'peer', 'name', routerOuter]);
     await run('ip', ['link', 'set', routerOuter, 'netns', router]);
     await run('ip', ['link', 'add', routerInnerDevice, 'netns', router, 'type', 'veth', 'peer', 'name', peer, 'netns', namespace]);
