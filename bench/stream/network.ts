@@ -191,7 +191,7 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
     const video = ended?.video as Record<string, unknown> | undefined;
     const encoder = ended?.encoder as Record<string, unknown> | undefined;
     svcRateControl = video ? `svc rate control: ${video.overuses} delay decreases, ${video.lossBackoffs} loss backoffs, ${video.retransmitted} retransmitted, `
-      + `refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s` : '';
+      + `${video.resentUnasked} resent unasked, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s` : '';
     await app.stop();
   }
 }

@@ -15,11 +15,11 @@ export type Verdict = 'send' | 'in flight' | 'over budget';
 const BUDGET_SHARE = 0.25;
 const BUDGET_WINDOW_MS = 500;
 /**
- * Above this loss a retransmission goes twice, a few ms apart: a lost copy costs the receiver another
+ * From this loss on a retransmission goes twice, a few ms apart: a lost copy costs the receiver another
  * request a round trip later (Chrome's default 100 ms when it has no RTT of its own), long enough for a
- * freeze; at 5 % loss one repair in twenty needed that.
+ * freeze; at 5 % loss one repair in twenty needed that, at 1 % one in a hundred (a few freezes a minute).
  */
-const SECOND_COPY_LOSS = 0.03;
+const SECOND_COPY_LOSS = 0.01;
 /** A queue shorter than this is the machine's and the path's jitter, not a bottleneck's backlog. */
 const MIN_QUEUE_MS = 30;
 

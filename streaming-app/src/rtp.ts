@@ -32,6 +32,12 @@ const RETRANSMIT_HISTORY_MS = 1000;
  */
 const RECOVERY_MAX_WAIT_MS = 1000;
 const RECOVERY_QUEUE_MS = 40;
+/**
+ * A packet the transport-wide feedback reports lost and no NACK has asked for this long after is resent
+ * anyway: the NACK itself was lost on the way back (the receiver asks again only after its own idea of a
+ * round trip, 100 ms when it has none: long enough for a freeze).
+ */
+const UNASKED_WAIT_MS = 20;
 /** A second copy of a retransmission on a lossy link leaves this much after the first (loss comes in bursts). */
 const SECOND_COPY_DELAY_MS = 5;
 
@@ -65,6 +71,10 @@ export class RtpVideoSender {
   readonly retransmissions = new RetransmissionGate();
   #unsubscribe: (() => void) | undefined;
   #recovery: { reason: string; sinceMs: number } | undefined;
+  /** RTP sequence number + 1 (0: none) of each video packet, by its transport-wide sequence number. */
+  readonly #byTransportSeq = new Int32Array(1 << 16);
+  /** Lost packets resent without a NACK (#resendUnasked). */
+  resentUnasked = 0;
   #lastTargetKbps: number;
   #loggedKbps: number;
   packetsSent = 0;
@@ -138,7 +148,9 @@ export class RtpVideoSender {
     // werift would answer NACKs from its own cache, every one at once; this file answers them all (#onNack).
     this.#internals.rtpCache.length = 0;
     // werift stamps the transport-wide sequence number synchronously, before its first await.
-    if (this.estimator) this.estimator.packetSent(this.#internals.dtlsTransport.transportSequenceNumber, packet.payload.length + 40, now);
+    const transportSeq = this.#internals.dtlsTransport.transportSequenceNumber & 0xffff;
+    this.#byTransportSeq[transportSeq] = packet.header.sequenceNumber + 1;
+    if (this.estimator) this.estimator.packetSent(transportSeq, packet.payload.length + 40, now);
     this.#remember(packet, now);
   }
 
@@ -154,7 +166,9 @@ export class RtpVideoSender {
     const estimator = this.estimator;
     if (!estimator) return;
     if (from === 'transport' && packet instanceof RtcpTransportLayerFeedback && packet.feedback instanceof TransportWideCC) {
-      estimator.feedback(transportFeedbackResults(packet.feedback), performance.now());
+      const results = transportFeedbackResults(packet.feedback);
+      estimator.feedback(results, performance.now());
+      this.#resendUnasked(results.filter((r) => !r.received).map((r) => this.#byTransportSeq[r.sequenceNumber & 0xffff] - 1).filter((seq) => seq >= 0));
     } else if (from === 'sender' && packet instanceof RtcpPayloadSpecificFeedback && packet.feedback instanceof ReceiverEstimatedMaxBitrate) {
       estimator.remb(Number(packet.feedback.bitrate));
     } else {
@@ -205,6 +219,23 @@ export class RtpVideoSender {
     }
     if (unrepairable && !this.estimator) this.#rate.onUnrepairable(unrepairable);
     else if (unrepairable) this.#recovery ??= { reason: unrepairable, sinceMs: now };
+  }
+
+  /** Lost packets (by RTP sequence number) that no NACK asks for within UNASKED_WAIT_MS go again, through the gate. */
+  #resendUnasked(lost: number[]): void {
+    if (lost.length === 0) return;
+    setTimeout(() => {
+      if (!this.#unsubscribe) return;
+      const now = performance.now();
+      for (const seq of lost) {
+        const entry = this.#history.get(seq);
+        if (!entry || entry.lastSentMs !== entry.sentMs) continue; // gone, or a NACK came
+        if (this.retransmissions.decide(entry.packet.payload.length + 40, entry.lastSentMs, now, this.estimator?.queueDelayMs ?? 0, this.targetKbps) !== 'send') continue;
+        entry.lastSentMs = now;
+        this.resentUnasked++;
+        this.#resend(entry.packet);
+      }
+    }, UNASKED_WAIT_MS);
   }
 
   /** One retransmission, over RTX when negotiated. */

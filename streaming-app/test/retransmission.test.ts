@@ -29,7 +29,7 @@ test('retransmissions share at most a quarter of the target rate over half a sec
 
 test('on a lossy link a retransmission goes twice, within the same budget', () => {
   const gate = new RetransmissionGate();
-  assert.equal(gate.secondCopy(1200, 1000, 2000, 0.01), false, 'not at 1 % loss');
+  assert.equal(gate.secondCopy(1200, 1000, 2000, 0.005), false, 'not at 0.5 % loss');
   assert.equal(gate.secondCopy(1200, 1000, 2000, 0.05), true, 'at 5 % loss');
   // The budget (26 packets at 2000 kbit/s) counts second copies: 25 more first copies fit, then none.
   const verdicts = Array.from({ length: 30 }, () => gate.decide(1200, 0, 1000, 0, 2000));
