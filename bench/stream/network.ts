@@ -8,25 +8,43 @@
 //              the same kind of picture (moving bars + noise), H.264 preferred, maxBitrate 6 Mbit/s,
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
 //
-//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,3mbit,drop]
+//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop]
 //
-// Profiles: clean (20 Mbit/s), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s for 15 s,
-// then 20 again). Delay, jitter and loss need an emulator this kernel lacks (no netem), and are not
-// measured here yet. Per profile and peer, from the receiver's inbound-rtp counters sampled every 500 ms:
+// Profiles: clean (20 Mbit/s), rtt60 (RTT 60 ms, ± 5 ms jitter each way), rtt40loss1 (RTT 40 ms, 1 % loss
+// each way), loss5 (5 % loss each way), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s
+// for 15 s, then 20 again). Delay, jitter and loss come from the userspace link emulator in the link's
+// router namespace (this kernel has no netem), with the same seed for both peers: they lose the same
+// packets by number. Per profile and peer, from the receiver's inbound-rtp counters sampled every 500 ms:
 // presented fps, freezes and frozen seconds (Chrome's freeze definition), keyframes, PLIs, NACKs, packets
 // lost, mean received bitrate, the jitter buffer's mean delay in the first and last third (delay growth),
-// the time to the first frame, and for the drop: fps during it and the time after the link returns until
+// the time to the first frame (presented; from the client's new WebSocket for svc, from the sender's
+// offer for libwebrtc), and for the drop: fps during it and the time after the link returns until
 // the received rate is back at 90 % of what it was before.
+// Input-to-photon, as bench/stream/run.ts measures it: from 2 s on, the receiving page sends an input
+// every 90-150 ms over a DataChannel on the same link; the sender's picture carries the newest input it
+// has in the frame barcode (streaming-app/client/barcode.ts: svc's pipe source stamps it into the app's
+// next frame, the libwebrtc sender page draws it on its canvas with the same code), and the receiver
+// reads it from each presented frame: input sent → the expected display time of the first frame that
+// shows it (the client's FrameMeter for svc, the same rule in the page for libwebrtc).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS, startApp, type AppProcess } from '../../streaming-app/test/helpers.ts';
-import { ShapedLink, shapedLinkUnavailable } from '../../streaming-app/test/shaped-link.ts';
-import { printTable } from '../lib/report.ts';
+import { NO_IMPAIRMENT, ShapedLink, shapedLinkUnavailable, symmetric, type Impairment } from '../../streaming-app/test/shaped-link.ts';
+import { percentile, printTable } from '../lib/report.ts';
+import { BARCODE_CELLS, BARCODE_ROWS, barcodeChecksum, barcodeLayout, decodeBarcode, encodeBarcode, LUMA_ONE, LUMA_ZERO } from '../../streaming-app/client/barcode.ts';
+import { FrameTiming } from '../../streaming-app/client/frame-timing.ts';
 
-const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '30' }, only: { type: 'string' } } });
+const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '30' }, only: { type: 'string' }, help: { type: 'boolean' } } });
+if (args.help) {
+  console.log(`node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop]
+  svc and a Chromium→Chromium libwebrtc pair over the emulated link, one table per profile (needs root, iproute2, socat, chromium, ffmpeg).
+  --seconds  length of each single-phase profile (the drop profile is 10 + 15 + 15 s)
+  --only     a comma-separated subset of the profiles`);
+  process.exit(0);
+}
 const SECONDS = Number(args.seconds);
 const WIDTH = 640;
 const HEIGHT = 360;
@@ -34,9 +52,14 @@ const FPS = 30;
 const MAX_KBPS = 6000;
 
 type Phase = { seconds: number; rateKbit: number };
-type Profile = { name: string; phases: Phase[] };
+type Profile = { name: string; phases: Phase[]; impairment?: { down: Impairment; up: Impairment }; about?: string };
+/** The emulator's seed for every run: svc and libwebrtc see the same draws. */
+const SEED = 26;
 const PROFILES: Profile[] = [
   { name: 'clean', phases: [{ seconds: SECONDS, rateKbit: 20_000 }] },
+  { name: 'rtt60', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(60, 5), about: 'RTT 60 ms ± 5 ms jitter each way' },
+  { name: 'rtt40loss1', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(40, 0, 0.01), about: 'RTT 40 ms, 1 % loss each way' },
+  { name: 'loss5', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(0, 0, 0.05), about: '5 % loss each way' },
   { name: '3mbit', phases: [{ seconds: SECONDS, rateKbit: 3000 }] },
   { name: 'drop', phases: [{ seconds: 10, rateKbit: 20_000 }, { seconds: 15, rateKbit: 2000 }, { seconds: 15, rateKbit: 20_000 }] },
 ].filter((p) => !args.only || args.only.split(',').includes(p.name));
@@ -55,26 +78,24 @@ const RECEIVER_STATS = `(async (pc) => {
 })`;
 
 /** Runs the phases, changing the link's rate between them, sampling the receiver every 500 ms. */
-async function measure(link: ShapedLink, profile: Profile, read: () => Promise<Stats>, startedAt: number): Promise<{ samples: Sample[]; firstFrameMs: number | undefined }> {
+async function measure(link: ShapedLink, profile: Profile, read: () => Promise<Stats>): Promise<Sample[]> {
   const samples: Sample[] = [];
-  let firstFrameMs: number | undefined;
   for (const [index, phase] of profile.phases.entries()) {
     if (link.rateKbit !== phase.rateKbit) await link.setRate(phase.rateKbit);
     const end = performance.now() + phase.seconds * 1000;
     while (performance.now() < end) {
       const stats: Stats = await read().catch(() => ({}));
       samples.push({ atMs: performance.now(), phase: index, stats });
-      if (firstFrameMs === undefined && (stats.framesDecoded ?? 0) > 0) firstFrameMs = performance.now() - startedAt;
       await new Promise((r) => setTimeout(r, 500));
     }
   }
-  return { samples, firstFrameMs };
+  return samples;
 }
 
 const delta = (a: Sample, b: Sample, key: keyof Stats): number => (b.stats[key] ?? 0) - (a.stats[key] ?? 0);
 const seconds = (a: Sample, b: Sample): number => (b.atMs - a.atMs) / 1000;
 
-function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | undefined): (string | number)[] {
+function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | undefined, inputToPhotonMs: number[]): (string | number)[] {
   // The first two seconds are start-up (ICE, DTLS, the first keyframe): measured separately as first frame.
   const measured = samples.filter((s) => s.atMs - samples[0].atMs >= 2000);
   const first = measured[0];
@@ -90,6 +111,7 @@ function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | u
     fps, delta(first, last, 'freezeCount'), delta(first, last, 'totalFreezesDuration'), delta(first, last, 'keyFramesDecoded'),
     delta(first, last, 'pliCount'), delta(first, last, 'nackCount'), delta(first, last, 'packetsLost'), kbps,
     jb(measured[0], measured[third]), jb(measured[measured.length - third - 1], last), firstFrameMs === undefined ? 'never' : Math.round(firstFrameMs),
+    ...inputToPhoton(inputToPhotonMs),
   ];
   if (profile.phases.length === 3) {
     const during = measured.filter((s) => s.phase === 1);
@@ -107,29 +129,83 @@ function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | u
   return row;
 }
 
-async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile): Promise<(string | number)[]> {
+/** Input-to-photon p50 and p90, ms, and how many inputs were seen on screen. */
+function inputToPhoton(values: number[]): (number | string)[] {
+  if (values.length === 0) return ['none', 'none', 0];
+  const sorted = [...values].sort((a, b) => a - b);
+  return [percentile(sorted, 50), percentile(sorted, 90), values.length];
+}
+
+/** Page script: from 2 s on, one input every 90-150 ms (timed in the page, so CDP latency stays out) until stopInputs(). */
+const START_INPUTS = (send: string): string => `(() => {
+  window.inputsRunning = true;
+  window.stopInputs = () => { window.inputsRunning = false; };
+  (async () => {
+    await new Promise((r) => setTimeout(r, 2000));
+    while (window.inputsRunning) {
+      await new Promise((r) => setTimeout(r, 90 + Math.random() * 60));
+      ${send};
+    }
+  })();
+})()`;
+
+/** The frame barcode's code (streaming-app/client), for the libwebrtc pages: the same cells, checksum and frame timing as svc's. */
+const BARCODE_JS = `const BARCODE_CELLS = ${BARCODE_CELLS}, BARCODE_ROWS = ${BARCODE_ROWS}, LUMA_ONE = ${LUMA_ONE}, LUMA_ZERO = ${LUMA_ZERO};
+${barcodeLayout.toString()}
+${barcodeChecksum.toString()}
+${encodeBarcode.toString()}
+${decodeBarcode.toString()}
+${FrameTiming.toString()}`;
+
+/** The link as the profile starts it: its first rate, its impairment, the emulator's draws from the start. */
+async function prepare(link: ShapedLink, profile: Profile): Promise<void> {
   await link.setRate(profile.phases[0].rateKbit);
+  await link.impair(profile.impairment ?? { down: NO_IMPAIRMENT, up: NO_IMPAIRMENT }, SEED);
+}
+
+/** What svc's rate control did in a run, from the app's 'session ended' line. */
+let svcRateControl = '';
+
+async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile): Promise<(string | number)[]> {
+  await prepare(link, profile);
   const app: AppProcess = await startApp({
     STREAMING_BIND_ADDRESS: link.hostAddress, STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_VIDEO_FPS: String(FPS),
-    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: 'info',
+    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: 'info', STREAMING_FRAME_BARCODE: 'true',
     STREAMING_APP_COMMAND: `exec ffmpeg -hide_banner -loglevel error -re -f lavfi -i testsrc2=size=${WIDTH}x${HEIGHT}:rate=${FPS},noise=alls=12:allf=t -pix_fmt yuv420p -f rawvideo unix:$STREAMING_FRAME_PIPE`,
   });
   const page = await receiver.newPage();
   try {
     const signal = `ws://${link.hostAddress}:${app.streamingPort}/sign_in`;
-    const startedAt = performance.now();
     await page.goto(`http://${link.hostAddress}:${app.streamingPort}/client/?autostart=1&signal=${encodeURIComponent(signal)}`);
     const read = async (): Promise<Stats> => ((await page.evaluate('svcStream.receiverStats()')) ?? {}) as Stats;
-    const { samples, firstFrameMs } = await measure(link, profile, read, startedAt);
-    return summarize(profile, samples, firstFrameMs);
+    await page.evaluate(START_INPUTS('svcStream.sendPointer(Math.random(), Math.random())'));
+    const samples = await measure(link, profile, read);
+    await page.evaluate('window.stopInputs()');
+    // First frame: the client's new WebSocket to the first frame presented (the page's own load over the
+    // link is left out, as the libwebrtc pages are not loaded over it).
+    const { inputToPhotonMs, setupMs } = await page.evaluate('svcStream.snapshot()') as { inputToPhotonMs: number[]; setupMs?: number };
+    return summarize(profile, samples, setupMs, inputToPhotonMs);
   } finally {
     await page.close();
+    const ended = await app.waitForLog((l) => l.msg === 'session ended', 10_000).catch(() => undefined);
+    const video = ended?.video as Record<string, unknown> | undefined;
+    const encoder = ended?.encoder as Record<string, unknown> | undefined;
+    svcRateControl = video ? `svc rate control: ${video.overuses} delay decreases, ${video.lossBackoffs} loss backoffs, ${video.retransmitted} retransmitted, `
+      + `${video.resentUnasked} resent unasked, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s` : '';
     await app.stop();
   }
 }
 
-/** The sender's page: a canvas with moving bars and fresh noise, captured at FPS, sent with H.264 preferred. */
+/**
+ * The sender's page: a canvas with moving bars and fresh noise, captured at FPS, sent with H.264 preferred;
+ * the frame barcode carries the newest input that came in on the DataChannel.
+ */
 const SENDER_SETUP = `(async ({ width, height, fps, maxKbps }) => {
+  window.setupStartedAt = Date.now();
+  ${BARCODE_JS}
+  const bits = new Uint8Array(64);
+  const layout = barcodeLayout(width);
+  let latestInput = 0;
   const canvas = document.createElement('canvas');
   canvas.width = width; canvas.height = height;
   document.body.append(canvas);
@@ -143,9 +219,16 @@ const SENDER_SETUP = `(async ({ width, height, fps, maxKbps }) => {
     const img = g.getImageData(0, 0, width, height);
     for (let i = 0; i < img.data.length; i += 4) { const n = (Math.random() - 0.5) * 48; img.data[i] += n; img.data[i + 1] += n; img.data[i + 2] += n; }
     g.putImageData(img, 0, 0);
+    encodeBarcode(t, latestInput, bits);
+    for (let i = 0; i < 64; i++) {
+      g.fillStyle = bits[i] ? '#fff' : '#000';
+      g.fillRect((i % BARCODE_CELLS) * layout.cellWidth, Math.floor(i / BARCODE_CELLS) * layout.cellHeight, layout.cellWidth, layout.cellHeight);
+    }
   }, 1000 / fps);
   const stream = canvas.captureStream(fps);
   const pc = new RTCPeerConnection();
+  const input = pc.createDataChannel('input');
+  input.onmessage = (e) => { latestInput = Math.max(latestInput, Number(e.data)); };
   const transceiver = pc.addTransceiver(stream.getVideoTracks()[0], { direction: 'sendonly', sendEncodings: [{ maxBitrate: maxKbps * 1000 }] });
   const codecs = RTCRtpSender.getCapabilities('video').codecs;
   const h264 = codecs.filter((c) => c.mimeType === 'video/H264');
@@ -158,9 +241,52 @@ const SENDER_SETUP = `(async ({ width, height, fps, maxKbps }) => {
   return pc.localDescription.sdp;
 })`;
 
+/** The receiver's page; inputs go to the sender on the DataChannel, and each presented frame's barcode says which it shows (as svc's FrameMeter). */
 const RECEIVER_SETUP = `(async (offer) => {
+  ${BARCODE_JS}
   const pc = new RTCPeerConnection();
   window.pc = pc;
+  window.inputToPhotonMs = [];
+  const pending = new Map();
+  let seq = 0;
+  let channel;
+  pc.ondatachannel = (e) => { channel = e.channel; };
+  window.sendInput = () => {
+    if (channel?.readyState !== 'open') return;
+    seq++;
+    pending.set(seq, performance.now());
+    channel.send(String(seq));
+  };
+  const meter = (video) => {
+    const canvas = document.createElement('canvas');
+    canvas.width = BARCODE_CELLS; canvas.height = BARCODE_ROWS;
+    const ctx = canvas.getContext('2d', { willReadFrequently: true });
+    ctx.imageSmoothingEnabled = false;
+    const timing = new FrameTiming();
+    // Drawn for the sender's size; libwebrtc may send it scaled down (its resolution adaptation).
+    const drawn = barcodeLayout(${WIDTH});
+    const step = (_now, meta) => {
+      window.firstFrameAt ??= Date.now();
+      const scale = meta.width / ${WIDTH};
+      const layout = { width: drawn.width * scale, height: drawn.height * scale };
+      let frame;
+      try { frame = new VideoFrame(video); } catch {}
+      ctx.drawImage(frame ?? video, 0, 0, layout.width, layout.height, 0, 0, BARCODE_CELLS, BARCODE_ROWS);
+      const timestampUs = frame?.timestamp;
+      frame?.close();
+      const read = decodeBarcode(ctx.getImageData(0, 0, BARCODE_CELLS, BARCODE_ROWS).data, 4);
+      const shown = timing.shown(meta.mediaTime, read && { inputSeq: read.inputSeq, timestampUs });
+      if (shown !== undefined) {
+        for (const [sent, at] of pending) {
+          if (sent > shown) continue;
+          pending.delete(sent);
+          if (sent === shown) window.inputToPhotonMs.push(meta.expectedDisplayTime - at);
+        }
+      }
+      video.requestVideoFrameCallback(step);
+    };
+    video.requestVideoFrameCallback(step);
+  };
   pc.ontrack = (e) => {
     e.receiver.playoutDelayHint = 0;
     e.receiver.jitterBufferTarget = 0;
@@ -168,6 +294,7 @@ const RECEIVER_SETUP = `(async (offer) => {
     video.muted = true; video.autoplay = true; video.playsInline = true;
     video.srcObject = new MediaStream([e.track]);
     document.body.append(video);
+    meter(video);
   };
   await pc.setRemoteDescription({ type: 'offer', sdp: offer });
   await pc.setLocalDescription(await pc.createAnswer());
@@ -176,17 +303,22 @@ const RECEIVER_SETUP = `(async (offer) => {
 })`;
 
 async function libwebrtcRun(link: ShapedLink, sender: BrowserContext, receiver: BrowserContext, profile: Profile): Promise<(string | number)[]> {
-  await link.setRate(profile.phases[0].rateKbit);
+  await prepare(link, profile);
   const send: Page = await sender.newPage();
   const receive: Page = await receiver.newPage();
   try {
-    const startedAt = performance.now();
     const offer = await send.evaluate(`${SENDER_SETUP}(${JSON.stringify({ width: WIDTH, height: HEIGHT, fps: FPS, maxKbps: MAX_KBPS })})`) as string;
     const answer = await receive.evaluate(`${RECEIVER_SETUP}(${JSON.stringify(offer)})`) as string;
     await send.evaluate(`window.pc.setRemoteDescription({ type: 'answer', sdp: ${JSON.stringify(answer)} })`);
     const read = async (): Promise<Stats> => (await receive.evaluate(`${RECEIVER_STATS}(window.pc)`)) as Stats;
-    const { samples, firstFrameMs } = await measure(link, profile, read, startedAt);
-    return summarize(profile, samples, firstFrameMs);
+    await receive.evaluate(START_INPUTS('window.sendInput()'));
+    const samples = await measure(link, profile, read);
+    await receive.evaluate('window.stopInputs()');
+    const inputToPhotonMs = await receive.evaluate('window.inputToPhotonMs') as number[];
+    // First frame: the sender's offer started to the first frame presented (wall clock: two pages).
+    const startedAt = await send.evaluate('window.setupStartedAt') as number;
+    const firstFrameAt = await receive.evaluate('window.firstFrameAt') as number | undefined;
+    return summarize(profile, samples, firstFrameAt === undefined ? undefined : firstFrameAt - startedAt, inputToPhotonMs);
   } finally {
     await send.close();
     await receive.close();
@@ -210,7 +342,7 @@ async function main(): Promise<void> {
   try {
     console.log(`640x360@30, H.264, max ${MAX_KBPS} kbit/s, ${SECONDS} s per profile (drop: 10 + 15 + 15 s); load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
     for (const profile of PROFILES) {
-      const columns = ['peer', 'fps', 'freezes', 'frozen s', 'keyframes', 'PLIs', 'NACKs', 'lost', 'kbit/s', 'jb ms 1st/3', 'jb ms last/3', 'first frame ms'];
+      const columns = ['peer', 'fps', 'freezes', 'frozen s', 'keyframes', 'PLIs', 'NACKs', 'lost', 'kbit/s', 'jb ms 1st/3', 'jb ms last/3', 'first frame ms', 'i2p p50 ms', 'i2p p90 ms', 'i2p n'];
       if (profile.phases.length === 3) columns.push('fps in drop', 'recovery s');
       const svc = await svcRun(link, receiver, profile);
       const libwebrtc = await libwebrtcRun(link, sender, receiver, profile);
@@ -219,8 +351,9 @@ async function main(): Promise<void> {
         const b = libwebrtc[index];
         return typeof a === 'number' && typeof b === 'number' && b !== 0 ? (a / b).toFixed(2) : '–';
       };
-      printTable(`profile ${profile.name} (${profile.phases.map((p) => `${p.rateKbit / 1000} Mbit/s ${p.seconds} s`).join(' → ')}); load ${loadavg()[0].toFixed(2)}`,
+      printTable(`profile ${profile.name} (${profile.phases.map((p) => `${p.rateKbit / 1000} Mbit/s ${p.seconds} s`).join(' → ')}${profile.about ? `, ${profile.about}` : ''}); load ${loadavg()[0].toFixed(2)}`,
         columns, [['svc', ...svc], ['libwebrtc', ...libwebrtc], ['svc/libwebrtc', ...svc.map((_, i) => ratio(i))]]);
+      if (svcRateControl) console.log(svcRateControl);
     }
   } finally {
     await sender.close();

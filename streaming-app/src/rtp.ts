@@ -13,7 +13,9 @@ import type { EncodedFrame, VideoCodec } from './encoder.ts';
 import type { Logger } from './logger.ts';
 import { BandwidthEstimator, type CongestionSettings } from './congestion.ts';
 import { reportCaptureTime, RtpClock } from './media-clock.ts';
+import { nackedSequenceNumbers } from './nack.ts';
 import { PACING_FACTOR, PacketPacer } from './pacer.ts';
+import { RetransmissionGate } from './retransmission.ts';
 import { transportFeedbackResults } from './transport-feedback.ts';
 
 /** Leaves room for SRTP, the RTP header and header extensions inside a 1280-byte path MTU. */
@@ -22,13 +24,29 @@ const VIDEO_CLOCK_HZ = 90_000;
 /** playout-delay payload: 12-bit minimum and 12-bit maximum delay, both 0. */
 const ZERO_PLAYOUT_DELAY = Buffer.from([0, 0, 0]);
 
-/** About a second of video at the highest rate: what NACKs can still repair (werift itself keeps 128 packets). */
+/** About a second of video at the highest rate: what NACKs can still repair (werift keeps 128 packets, and its cache is emptied: this file answers NACKs). */
 const RETRANSMIT_HISTORY_MS = 1000;
+/**
+ * A keyframe that repairs what retransmission will not is sent once the bottleneck's queue is about
+ * empty (a keyframe into a full queue is lost as well), or after this long at the latest.
+ */
+const RECOVERY_MAX_WAIT_MS = 1000;
+const RECOVERY_QUEUE_MS = 40;
+/**
+ * A packet the transport-wide feedback reports lost and no NACK has asked for this long after is resent
+ * anyway: the NACK itself was lost on the way back (the receiver asks again only after its own idea of a
+ * round trip, 100 ms when it has none: long enough for a freeze).
+ */
+const UNASKED_WAIT_MS = 20;
+/** A second copy of a retransmission on a lossy link leaves this much after the first (loss comes in bursts). */
+const SECOND_COPY_DELAY_MS = 5;
 
 export type VideoRate = CongestionSettings & {
   /** The answer accepted transport-wide feedback: estimate and follow the link. Otherwise send maxKbps. */
   transportCc: boolean;
   onTargetKbps: (kbps: number) => void;
+  /** Lost packets this side will not send again (too old, or over the retransmission budget): a keyframe repairs them. */
+  onUnrepairable: (reason: string) => void;
 };
 
 /** The werift sender's fields this file reads or writes beyond its public API (kept private in its types). */
@@ -39,7 +57,6 @@ type WeriftSenderInternals = {
   readonly rtxSsrc: number;
   dtlsTransport: RTCRtpSender['dtlsTransport'] & { transportSequenceNumber: number };
 };
-const WERIFT_HISTORY = 128;
 
 export class RtpVideoSender {
   readonly #sender: RTCRtpSender;
@@ -50,15 +67,19 @@ export class RtpVideoSender {
   readonly #pacer: PacketPacer<RtpPacket>;
   readonly #rate: VideoRate;
   readonly estimator: BandwidthEstimator | undefined;
-  readonly #history = new Map<number, { packet: RtpPacket; sentMs: number }>();
+  readonly #history = new Map<number, { packet: RtpPacket; sentMs: number; lastSentMs: number }>();
+  readonly retransmissions = new RetransmissionGate();
   #unsubscribe: (() => void) | undefined;
+  #recovery: { reason: string; sinceMs: number } | undefined;
+  /** RTP sequence number + 1 (0: none) of each video packet, by its transport-wide sequence number. */
+  readonly #byTransportSeq = new Int32Array(1 << 16);
+  /** Lost packets resent without a NACK (#resendUnasked). */
+  resentUnasked = 0;
   #lastTargetKbps: number;
   #loggedKbps: number;
   packetsSent = 0;
   bytesSent = 0;
   framesSent = 0;
-  /** Packets resent from this file's history because werift's had already lost them. */
-  retransmittedFromHistory = 0;
 
   readonly #playoutDelayExtensionId: number | undefined;
 
@@ -87,7 +108,7 @@ export class RtpVideoSender {
     // werift's router then drops; it is taken from the transport itself. REMB is routed to the sender.
     const transportRtcp = sender.dtlsTransport.onRtcp.subscribe((packet) => this.#onRtcp(packet, 'transport'));
     const rtcp = sender.onRtcp.subscribe((packet) => this.#onRtcp(packet, 'sender'));
-    const nack = sender.onGenericNack.subscribe((feedback) => this.#onNack(feedback.lost));
+    const nack = sender.onGenericNack.subscribe((feedback) => this.#onNack(nackedSequenceNumbers(feedback)));
     this.#unsubscribe = () => {
       transportRtcp.unSubscribe();
       rtcp.unSubscribe();
@@ -124,13 +145,17 @@ export class RtpVideoSender {
     this.#sender.sendRtp(packet).catch((error: unknown) => {
       this.#log.debug({ err: error }, 'rtp send failed');
     });
+    // werift would answer NACKs from its own cache, every one at once; this file answers them all (#onNack).
+    this.#internals.rtpCache.length = 0;
     // werift stamps the transport-wide sequence number synchronously, before its first await.
-    if (this.estimator) this.estimator.packetSent(this.#internals.dtlsTransport.transportSequenceNumber, packet.payload.length + 40, now);
+    const transportSeq = this.#internals.dtlsTransport.transportSequenceNumber & 0xffff;
+    this.#byTransportSeq[transportSeq] = packet.header.sequenceNumber + 1;
+    if (this.estimator) this.estimator.packetSent(transportSeq, packet.payload.length + 40, now);
     this.#remember(packet, now);
   }
 
   #remember(packet: RtpPacket, now: number): void {
-    this.#history.set(packet.header.sequenceNumber, { packet, sentMs: now });
+    this.#history.set(packet.header.sequenceNumber, { packet, sentMs: now, lastSentMs: now });
     for (const [seq, entry] of this.#history) {
       if (now - entry.sentMs <= RETRANSMIT_HISTORY_MS) break;
       this.#history.delete(seq);
@@ -141,12 +166,15 @@ export class RtpVideoSender {
     const estimator = this.estimator;
     if (!estimator) return;
     if (from === 'transport' && packet instanceof RtcpTransportLayerFeedback && packet.feedback instanceof TransportWideCC) {
-      estimator.feedback(transportFeedbackResults(packet.feedback), performance.now());
+      const results = transportFeedbackResults(packet.feedback);
+      estimator.feedback(results, performance.now());
+      this.#resendUnasked(results.filter((r) => !r.received).map((r) => this.#byTransportSeq[r.sequenceNumber & 0xffff] - 1).filter((seq) => seq >= 0));
     } else if (from === 'sender' && packet instanceof RtcpPayloadSpecificFeedback && packet.feedback instanceof ReceiverEstimatedMaxBitrate) {
       estimator.remb(Number(packet.feedback.bitrate));
     } else {
       return;
     }
+    this.#recoverWhenDrained(estimator);
     const target = estimator.targetKbps;
     this.#pacer.rateKbps = PACING_FACTOR * target;
     if (target !== this.#lastTargetKbps) {
@@ -165,22 +193,68 @@ export class RtpVideoSender {
       usage: estimator.usage, ...estimator.detector, overuses: estimator.overuseEvents, lossBackoffs: estimator.lossBackoffs, pacerQueueMs: Math.round(this.#pacer.queuedMs) }, 'video rate');
   }
 
-  /** werift answers NACKs from its last 128 packets; older ones (up to a second) are resent from here, over RTX when negotiated. */
+  /**
+   * NACKed packets from a second of history, over RTX when negotiated, through the retransmission gate
+   * (not a copy still in flight, within a budget). What it refuses for the budget, or no longer holds, is
+   * left to a keyframe.
+   */
   #onNack(lost: number[]): void {
-    const werift = this.#internals;
+    const now = performance.now();
+    let unrepairable: string | undefined;
     for (const seq of lost) {
-      const cached = werift.rtpCache[seq % WERIFT_HISTORY];
-      if (cached?.header.sequenceNumber === seq) continue;
       const entry = this.#history.get(seq);
-      if (!entry) continue;
-      let packet = entry.packet;
-      if (werift.rtxPayloadType !== undefined) {
-        packet = wrapRtx(packet, werift.rtxPayloadType, werift.rtxSequenceNumber, werift.rtxSsrc);
-        werift.rtxSequenceNumber = (werift.rtxSequenceNumber + 1) & 0xffff;
+      if (!entry) {
+        unrepairable = 'nacked packet no longer in history';
+        continue;
       }
-      this.retransmittedFromHistory++;
-      werift.dtlsTransport.sendRtp(packet.payload, packet.header).catch((error: unknown) => this.#log.debug({ err: error }, 'retransmission failed'));
+      const verdict = this.retransmissions.decide(entry.packet.payload.length + 40, entry.lastSentMs, now, this.estimator?.queueDelayMs ?? 0, this.targetKbps);
+      if (verdict === 'over budget') unrepairable = 'retransmission budget spent';
+      if (verdict !== 'send') continue;
+      entry.lastSentMs = now;
+      this.#resend(entry.packet);
+      const loss = this.estimator?.lossFraction(now) ?? 0;
+      if (this.retransmissions.secondCopy(entry.packet.payload.length + 40, now, this.targetKbps, loss)) {
+        setTimeout(() => { if (this.#unsubscribe) this.#resend(entry.packet); }, SECOND_COPY_DELAY_MS);
+      }
     }
+    if (unrepairable && !this.estimator) this.#rate.onUnrepairable(unrepairable);
+    else if (unrepairable) this.#recovery ??= { reason: unrepairable, sinceMs: now };
+  }
+
+  /** Lost packets (by RTP sequence number) that no NACK asks for within UNASKED_WAIT_MS go again, through the gate. */
+  #resendUnasked(lost: number[]): void {
+    if (lost.length === 0) return;
+    setTimeout(() => {
+      if (!this.#unsubscribe) return;
+      const now = performance.now();
+      for (const seq of lost) {
+        const entry = this.#history.get(seq);
+        if (!entry || entry.lastSentMs !== entry.sentMs) continue; // gone, or a NACK came
+        if (this.retransmissions.decide(entry.packet.payload.length + 40, entry.lastSentMs, now, this.estimator?.queueDelayMs ?? 0, this.targetKbps) !== 'send') continue;
+        entry.lastSentMs = now;
+        this.resentUnasked++;
+        this.#resend(entry.packet);
+      }
+    }, UNASKED_WAIT_MS);
+  }
+
+  /** One retransmission, over RTX when negotiated. */
+  #resend(original: RtpPacket): void {
+    const werift = this.#internals;
+    let packet = original;
+    if (werift.rtxPayloadType !== undefined) {
+      packet = wrapRtx(packet, werift.rtxPayloadType, werift.rtxSequenceNumber, werift.rtxSsrc);
+      werift.rtxSequenceNumber = (werift.rtxSequenceNumber + 1) & 0xffff;
+    }
+    werift.dtlsTransport.sendRtp(packet.payload, packet.header).catch((error: unknown) => this.#log.debug({ err: error }, 'retransmission failed'));
+  }
+
+  #recoverWhenDrained(estimator: BandwidthEstimator): void {
+    const recovery = this.#recovery;
+    if (!recovery) return;
+    if (estimator.queueDelayMs > RECOVERY_QUEUE_MS && performance.now() - recovery.sinceMs < RECOVERY_MAX_WAIT_MS) return;
+    this.#recovery = undefined;
+    this.#rate.onUnrepairable(recovery.reason);
   }
 
   close(): void {

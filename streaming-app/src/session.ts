@@ -347,6 +347,7 @@ export class StreamingSession {
       minKbps: config.minBitrateKbps,
       maxKbps: config.bitrateKbps,
       onTargetKbps: (kbps) => { if (rtp === this.#rtp) encoder.setBitrate(kbps); },
+      onUnrepairable: (reason) => { if (rtp === this.#rtp) encoder.requestKeyframe(reason); },
     }, peer.playoutDelayExtensionId);
     encoder.setBitrate(rtp.targetKbps);
     this.#log.info({ transportCc: peer.transportCc, startKbps: rtp.targetKbps }, 'video rate control');
@@ -431,7 +432,8 @@ export class StreamingSession {
     this.#log.info({ reason, error, wasIdle, source: this.#source.kind, framesSubmitted: feed.framesSubmitted, framesSkipped: feed.framesSkipped, framesUnchanged: feed.framesUnchanged, inputDropped: this.inputDropped,
       audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 },
       video: rtp && { targetKbps: rtp.targetKbps, overuses: rtp.estimator?.overuseEvents, lossBackoffs: rtp.estimator?.lossBackoffs,
-        pacerMaxQueueMs: Math.round(rtp.pacer.maxQueueMs), retransmittedFromHistory: rtp.retransmittedFromHistory } }, 'session ended');
+        pacerMaxQueueMs: Math.round(rtp.pacer.maxQueueMs), retransmitted: rtp.retransmissions.resent, resentUnasked: rtp.resentUnasked,
+        retransmissionsRefused: { inFlight: rtp.retransmissions.refusedInFlight, overBudget: rtp.retransmissions.refusedOverBudget } } }, 'session ended');
     const finish = (): void => this.#options.onEnded(reason, error);
     if (peer) peer.close().then(finish, finish);
     else finish();

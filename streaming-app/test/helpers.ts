@@ -5,6 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createSocket } from 'node:dgram';
 import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { availableParallelism, loadavg } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RTCPeerConnection, useH264, useVP8, type RTCDataChannel, type RtpPacket } from 'werift';
@@ -520,4 +521,12 @@ export async function decodeFrames(frames: Buffer[], codec: string, width: numbe
     decoded.push(result ?? { frameNumber: -1, inputSeq: -1 });
   }
   return decoded;
+}
+
+/**
+ * A generous bound for a wait, stretched by how overloaded this machine is now (two cores shared with a
+ * whole test run): never a speed assertion, only how long to wait before calling something stuck.
+ */
+export function stretchedByLoad(ms: number): number {
+  return Math.round(ms * Math.max(1, loadavg()[0] / availableParallelism()));
 }
