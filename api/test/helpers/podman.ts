@@ -89,7 +89,9 @@ export async function startEngine(options: EngineOptions = {}): Promise<Engine> 
     env.CONTAINERS_REGISTRIES_CONF = registries;
   }
   if (options.runtime) env.CONTAINERS_CONF = await runtimeConf(dir, env.CONTAINERS_CONF!, options.runtime);
-  const service = spawn('podman', ['system', 'service', '--time=0', `unix://${socketPath}`], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  // In its own directory: conmon leaves a file named `oom` in its working directory when a container is
+  // killed for memory, which was the checkout.
+  const service = spawn('podman', ['system', 'service', '--time=0', `unix://${socketPath}`], { cwd: dir, env, stdio: ['ignore', 'ignore', 'pipe'] });
   let errors = '';
   service.stderr.setEncoding('utf8').on('data', (chunk: string) => { errors = (errors + chunk).slice(-4000); });
   const exited = once(service, 'exit');
