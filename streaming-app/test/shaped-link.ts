@@ -125,6 +125,9 @@ export class ShapedLink {
     await run('ip', ['link', 'set', routerOuter, 'netns', router]);
     await run('ip', ['link', 'add', routerInnerDevice, 'netns', router, 'type', 'veth', 'peer', 'name', peer, 'netns', namespace]);
     await run('ip', ['addr', 'add', `${this.hostAddress}/30`, 'dev', hostDevice]);
+    // The host's end too: its link-local address finishing detection would fail the page loads of every
+    // Chromium on the host (other test files' among them).
+    await run('ip', ['link', 'set', hostDevice, 'addrgenmode', 'none']);
     await run('ip', ['link', 'set', hostDevice, 'up']);
     // The host reaches the browser through the router (the route goes with the device).
     await run('ip', ['route', 'add', `${this.peerAddress}/32`, 'via', this.#routerAddress, 'dev', hostDevice]);

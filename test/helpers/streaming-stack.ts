@@ -8,6 +8,7 @@ import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey } from 'jose';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import type { ConfigInput } from '../../api/src/config.ts';
@@ -48,7 +49,8 @@ export async function goto(page: Page, url: string): Promise<void> {
       await page.waitForFunction('typeof svcStream === "object"', undefined, { timeout: 10_000 });
       return;
     } catch (error) {
-      if (attempt >= 3) throw error;
+      if (attempt >= 5) throw error;
+      await sleep(1000); // a change comes with others (a link and its addresses): let them settle
     }
   }
 }
