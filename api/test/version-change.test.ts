@@ -5,9 +5,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { metricValue } from './helpers/autoscaler-platform.ts';
 import { echoBody, localSpec } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
+import { until } from './helpers/wait.ts';
 
 const health = { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT2S', expectedStatusCode: 200 };
 const slow = (name?: string) => echoBody({ name, containerImage: 'local/slow:1', inferenceUrl: '/slow', health });
@@ -31,6 +33,13 @@ describe('requests always end when their version stops taking requests', () => {
       response = await svc.api('GET', `/v2/svc/pexec/status/${response.headers['svc-reqid']}`, { bearer: key, headers: { 'svc-poll-seconds': '5' } });
     }
     return response;
+  }
+
+  /** Waits until a version runs `running` requests and has `waiting` in its queue (the platform's metrics, not a sleep). */
+  async function loadReaches(fn: Deployed, running: number, waiting: number): Promise<void> {
+    const load = async (name: string) => metricValue((await svc.api('GET', '/metrics')).text, name, { function_version_id: fn.versionId });
+    await until(`${running} running and ${waiting} waiting`, async () =>
+      (await load('svc_function_inflight_requests')) === running && (await load('svc_function_queue_depth')) === waiting);
   }
 
   async function newVersion(fn: Deployed): Promise<Deployed> {
@@ -66,8 +75,9 @@ describe('requests always end when their version stops taking requests', () => {
     const v1 = await deploy(svc, token, slow(), { maxInstances: 1 });
     await waitFor(svc, key, v1, running);
     const runningOne = invoke(`/v2/svc/pexec/functions/${v1.id}`, { seconds: 30 });
-    await sleep(300);
+    await loadReaches(v1, 1, 0);
     const waiting = [invoke(`/v2/svc/pexec/functions/${v1.id}`, { seconds: 0.1 }), invoke(`/v2/svc/pexec/functions/${v1.id}`, { seconds: 0.1 })];
+    await loadReaches(v1, 1, 2);
     const v2 = await newVersion(v1);
     await waitFor(svc, key, v2, running);
     await svc.api('DELETE', `/v2/svc/deployments/functions/${v1.id}/versions/${v1.versionId}`, { bearer: token });
@@ -81,10 +91,10 @@ describe('requests always end when their version stops taking requests', () => {
     const fn = await deploy(svc, token, slow(), { maxInstances: 1 });
     await waitFor(svc, key, fn, running);
     const runningOne = invoke(`/v2/svc/pexec/functions/${fn.id}`, { seconds: 3 });
-    await sleep(300);
+    await loadReaches(fn, 1, 0);
     const pinned = invoke(`/v2/svc/pexec/functions/${fn.id}/versions/${fn.versionId}`, { seconds: 0.1 });
     const unpinned = invoke(`/v2/svc/pexec/functions/${fn.id}`, { seconds: 0.1 });
-    await sleep(300);
+    await loadReaches(fn, 1, 2);
     await svc.api('DELETE', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, { bearer: token });
     const [ran, pinnedAnswer, unpinnedAnswer] = await Promise.all([runningOne, pinned, unpinned]) as { status: number; body: any }[];
     assert.equal(ran.status, 502);
