@@ -5,6 +5,7 @@
 // message is about (its context: the version, the receiving replica) as well as the JSON, so one cannot
 // be replayed as another.
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import type { NatsConnection } from '@nats-io/transport-node';
 
 const MAC_LENGTH = 43;
 
@@ -13,6 +14,13 @@ export interface ReplicaSigner {
   sign(context: string, value: unknown): string;
   /** What a message signed for `context` holds (undefined if it is no JSON); undefined when it was not signed so. */
   open(context: string, signed: string): { value: unknown } | undefined;
+}
+
+/** Replicas asking each other over NATS: their connection, the installation's subject for the exchange, their shared signer. */
+export interface ReplicaLink {
+  nc: NatsConnection;
+  subject: string;
+  signer: ReplicaSigner;
 }
 
 export function createReplicaSigner(key: string): ReplicaSigner {

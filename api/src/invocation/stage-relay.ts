@@ -2,10 +2,10 @@
 // others ask it over NATS (request/reply on <prefix>.stage) to have a request's assets put in place. One
 // schema for the ask and one for the answer, decoded at both ends. An ask names an instance and the assets
 // to put there, so it is signed (replica-signing.ts): one from a client that is no replica is refused.
-import type { Msg, NatsConnection } from '@nats-io/transport-node';
+import type { Msg } from '@nats-io/transport-node';
 import { z } from 'zod';
 import type { Logger } from '../logger.ts';
-import type { ReplicaSigner } from './replica-signing.ts';
+import type { ReplicaLink } from './replica-signing.ts';
 
 /** What a signed ask is about. */
 const CONTEXT = 'stage';
@@ -30,15 +30,8 @@ function jsonOf(msg: Msg): unknown {
   }
 }
 
-/** The replicas' exchange: their connection, the installation's subject for it, and their shared signer. */
-export interface StagingLink {
-  nc: NatsConnection;
-  subject: string;
-  signer: ReplicaSigner;
-}
-
 /** On the placement replica: stages what the others ask for with `stage` (its agent hub). */
-export function serveStaging(link: StagingLink, stage: (ask: StageAsk) => Promise<void>, log: Logger) {
+export function serveStaging(link: ReplicaLink, stage: (ask: StageAsk) => Promise<void>, log: Logger) {
   const answer = (msg: Msg, error?: string) => {
     msg.respond(JSON.stringify(error ? { error } : {}));
   };
@@ -58,7 +51,7 @@ export function serveStaging(link: StagingLink, stage: (ask: StageAsk) => Promis
 }
 
 /** On the other replicas: asks the placement replica. */
-export function relayStaging(link: StagingLink) {
+export function relayStaging(link: ReplicaLink) {
   return async (ask: StageAsk): Promise<void> => {
     let reply: Msg;
     try {
@@ -76,7 +69,7 @@ export function relayStaging(link: StagingLink) {
  * How this replica puts assets in place: with its own agent hub when it runs placement (and, on NATS,
  * for the other replicas too), else by asking the placement replica over NATS; with neither, it cannot.
  */
-export function assetStaging(options: { local?: (ask: StageAsk) => Promise<void>; nats?: StagingLink; log: Logger }) {
+export function assetStaging(options: { local?: (ask: StageAsk) => Promise<void>; nats?: ReplicaLink; log: Logger }) {
   const { local, nats, log } = options;
   if (local && nats) serveStaging(nats, local, log);
   return local ?? (nats && relayStaging(nats));

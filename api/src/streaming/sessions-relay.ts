@@ -4,10 +4,10 @@
 // (replica-signing.ts), the answer for the ask's own id: a client that is no replica can neither ask for
 // an account's sessions nor slip a list of its own into an answer.
 import { randomUUID } from 'node:crypto';
-import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
+import type { Msg, Subscription } from '@nats-io/transport-node';
 import { z } from 'zod';
 import { Problem } from '../domain/problem.ts';
-import type { ReplicaSigner } from '../invocation/replica-signing.ts';
+import type { ReplicaLink } from '../invocation/replica-signing.ts';
 import type { Logger } from '../logger.ts';
 import { streamingSessionSchema, type SessionSource, type StreamingSession } from './sessions.ts';
 
@@ -17,17 +17,10 @@ const ANSWER_TIMEOUT_MS = 5000;
 const askSchema = z.object({ askId: z.string(), versionId: z.string() });
 const answerSchema = z.object({ sessions: z.array(streamingSessionSchema) });
 
-/** The replicas' exchange: their connection, the installation's subject for it, and their shared signer. */
-export interface SessionsLink {
-  nc: NatsConnection;
-  subject: string;
-  signer: ReplicaSigner;
-}
-
 const answerContext = (askId: string) => `sessions-answer ${askId}`;
 
 /** On the placement replica: answers the other replicas' asks from its broker. */
-export function serveSessionAsks(link: SessionsLink, sessionsOf: (versionId: string) => StreamingSession[], log: Logger): Subscription {
+export function serveSessionAsks(link: ReplicaLink, sessionsOf: (versionId: string) => StreamingSession[], log: Logger): Subscription {
   return link.nc.subscribe(link.subject, {
     callback: (error, msg) => {
       if (error) return log.warn({ err: error }, 'sessions relay subscription failed');
@@ -40,7 +33,7 @@ export function serveSessionAsks(link: SessionsLink, sessionsOf: (versionId: str
 }
 
 /** On the other replicas: the placement replica's broker, asked over NATS. */
-export function relaySessionAsks(link: SessionsLink): SessionSource {
+export function relaySessionAsks(link: ReplicaLink): SessionSource {
   return {
     async sessionsOf(versionId) {
       const askId = randomUUID();

@@ -6,11 +6,11 @@
 // 3 × ALIVE_MS without word. Signed both ways, so a NATS client that is no replica can neither ask for an
 // account's lines nor slip lines into an answer.
 import { randomUUID } from 'node:crypto';
-import type { NatsConnection, Subscription } from '@nats-io/transport-node';
+import type { Subscription } from '@nats-io/transport-node';
 import { z } from 'zod';
 import { logLineSchema, type LogLine } from '../../compute/protocol.ts';
 import { Problem } from '../../domain/problem.ts';
-import type { ReplicaSigner } from '../../invocation/replica-signing.ts';
+import type { ReplicaLink } from '../../invocation/replica-signing.ts';
 import type { Logger } from '../../logger.ts';
 import type { LogFollower, LogRelay, LogsQuery } from '../agents/logs.ts';
 
@@ -33,15 +33,8 @@ const askSchema = z.object({
 const answerSchema = z.object({ lines: z.array(logLineSchema), caughtUp: z.boolean().optional() });
 type Answer = z.infer<typeof answerSchema>;
 
-/** The replicas' exchange: their connection, the installation's subject for it, and their shared signer. */
-export interface LogsLink {
-  nc: NatsConnection;
-  subject: string;
-  signer: ReplicaSigner;
-}
-
 /** On the placement replica: answers the other replicas' asks with its agents' lines (`relay`, the agent hub's). */
-export function serveLogAsks(link: LogsLink, relay: Pick<LogRelay, 'read' | 'follow'>, log: Logger): Subscription {
+export function serveLogAsks(link: ReplicaLink, relay: Pick<LogRelay, 'read' | 'follow'>, log: Logger): Subscription {
   return link.nc.subscribe(link.subject, {
     callback: (error, msg) => {
       if (error) return log.warn({ err: error }, 'logs relay subscription failed');
@@ -62,7 +55,7 @@ export function serveLogAsks(link: LogsLink, relay: Pick<LogRelay, 'read' | 'fol
 }
 
 /** Follows for an asker until it stops or goes quiet. */
-function followFor(link: LogsLink, subject: string, follow: (follower: LogFollower) => () => void, send: (lines: LogLine[], caughtUp?: true) => void) {
+function followFor(link: ReplicaLink, subject: string, follow: (follower: LogFollower) => () => void, send: (lines: LogLine[], caughtUp?: true) => void) {
   let heard = Date.now();
   const stop = follow({ onHistory: (lines) => send(lines, true), onLines: (lines) => send(lines) });
   const end = () => {
@@ -82,7 +75,7 @@ function followFor(link: LogsLink, subject: string, follow: (follower: LogFollow
 }
 
 /** On the other replicas: the agent hub's read and follow, asked of the placement replica. */
-export function relayLogAsks(link: LogsLink): Pick<LogRelay, 'read' | 'follow'> {
+export function relayLogAsks(link: ReplicaLink): Pick<LogRelay, 'read' | 'follow'> {
   function ask(clusterIds: string[], query: LogsQuery, follow: boolean, onAnswer: (answer: Answer) => void): { subject: string; close(): void } {
     const subject = `${link.subject}.${randomUUID()}`;
     const answers = link.nc.subscribe(subject, {
