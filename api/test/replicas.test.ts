@@ -187,7 +187,9 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
       assert.ok((await onServer()).includes(`SVC_Q_${fn.versionId}`), 'the version has its stream while deployed');
       assert.equal((await api('DELETE', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`)).status, 200);
       assert.equal((await api('DELETE', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`)).status, 204);
-      await until('the version\'s stream and keys to be deleted', async () => (await onServer()).length === 0, 30_000);
+      let left: string[] = [];
+      await until('the version\'s stream and keys to be deleted', async () => (left = await onServer()).length === 0, 30_000)
+        .catch(() => assert.fail(`still on the server after 30 s: ${left.join(', ')}`));
     } finally {
       await client.close();
     }
