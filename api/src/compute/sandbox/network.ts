@@ -13,15 +13,23 @@
 // Slot n of the subnet gives the namespace `svcs-<n>`, the host's interface `svcs<n>`, the host address
 // <subnet> + 4n + 1 and the instance's + 4n + 2. `ip netns add` is the claim: it fails when the name
 // exists, so agents sharing a host (several platforms on one machine) never hand out one slot twice.
+//
+// A mark per slot (/run/svc-sandbox/slots/<n>) names the agent process that made it, by pid and start
+// time. The agent's state dir records its slots for its own restart; the mark lets any agent starting on
+// the host end the namespaces of one that died and whose state dir went with it (kill -9, a temporary dir).
 import { execFile } from 'node:child_process';
 import { randomInt } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
 
 const TABLE = 'svc_sandbox';
 const PREFIX = 'svcs';
+const MARKS = '/run/svc-sandbox/slots';
+/** A namespace without a mark this old was left by a run from before the marks (or one cut off mid-claim). */
+const UNMARKED_GRACE_MS = 10 * 60_000;
 
 export interface SandboxNetwork {
   slot: number;
@@ -107,6 +115,7 @@ export async function createNetwork(options: NetworkOptions): Promise<SandboxNet
     } catch {
       continue; // taken by another instance or agent
     }
+    await mark(slot);
     const [host, inside] = [addressOf(options.subnet, slot, 1), addressOf(options.subnet, slot, 2)];
     try {
       await pipe(options.ip, ['-batch', '-'], [
@@ -128,7 +137,59 @@ export async function createNetwork(options: NetworkOptions): Promise<SandboxNet
 
 /** Deletes a slot's namespace; its veth pair goes with it once no process holds the namespace. */
 export async function removeNetwork(options: NetworkOptions, slot: number): Promise<void> {
+  // The mark goes first: once the namespace is gone another agent may claim the slot and mark it.
+  await rm(markOf(slot), { force: true });
   await run(options.ip, ['netns', 'del', namespaceOf(slot)]).catch(() => {});
+}
+
+/** Ends the namespaces of agents no longer running (by their marks); the number ended. */
+export async function removeOrphanNetworks(options: NetworkOptions): Promise<number> {
+  const slots = (await readdir('/run/netns').catch(() => [] as string[]))
+    .map((name) => /^svcs-(\d+)$/.exec(name)?.[1]).filter((slot) => slot !== undefined).map(Number);
+  let ended = 0;
+  for (const slot of slots) if (await claimOrphan(slot)) {
+    await run(options.ip, ['netns', 'del', namespaceOf(slot)]).catch(() => {});
+    await rm(`${markOf(slot)}.${process.pid}`, { force: true });
+    ended++;
+  }
+  return ended;
+}
+
+const markOf = (slot: number) => path.join(MARKS, String(slot));
+
+async function mark(slot: number): Promise<void> {
+  await mkdir(MARKS, { recursive: true, mode: 0o700 });
+  await writeFile(markOf(slot), await processIdentity(process.pid) ?? '', { mode: 0o600 });
+}
+
+/**
+ * Whether `slot` belongs to no live agent, taken over if so. The mark is moved aside first (only one agent
+ * wins the rename), so two agents starting at once never both delete, nor delete a slot claimed anew.
+ */
+async function claimOrphan(slot: number): Promise<boolean> {
+  const owner = await readFile(markOf(slot), 'utf8').catch(() => undefined);
+  if (owner === undefined) {
+    const made = await stat(`/run/netns/${namespaceOf(slot)}`).catch(() => undefined);
+    if (!made || Date.now() - made.mtimeMs < UNMARKED_GRACE_MS) return false;
+    await writeFile(markOf(slot), '', { flag: 'wx', mode: 0o600 }).catch(() => {});
+  } else if (await processIdentity(Number(owner.split(' ')[0])) === owner) {
+    return false;
+  }
+  const aside = `${markOf(slot)}.${process.pid}`;
+  if (!await rename(markOf(slot), aside).then(() => true, () => false)) return false;
+  const moved = await readFile(aside, 'utf8').catch(() => '');
+  if (moved === (owner ?? '')) return true;
+  await rename(aside, markOf(slot)); // claimed anew meanwhile: it is that agent's
+  return false;
+}
+
+/** "<pid> <start time>": a pid the kernel reused reads as another process. */
+async function processIdentity(pid: number): Promise<string | undefined> {
+  if (!Number.isInteger(pid) || pid <= 0) return undefined;
+  const proc = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  // Fields after the command's closing parenthesis; the start time is the 22nd field of the whole line.
+  const startTime = proc?.slice(proc.lastIndexOf(')') + 2).split(' ')[19];
+  return startTime ? `${pid} ${startTime}` : undefined;
 }
 
 const SLOTS = 16_384;

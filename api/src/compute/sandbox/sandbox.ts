@@ -15,7 +15,7 @@
 //
 // A file per instance (<stateDir>/sandboxes/<instance>.json) names its network slot and published ports, so
 // a restarted agent ends what its crashed run left: the processes of its cgroups, their namespaces and
-// ports, the cgroups.
+// ports, the cgroups. Network namespaces of agents that died with their state dir go too (network.ts).
 import { execFile } from 'node:child_process';
 import { constants, existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, rmdir, writeFile } from 'node:fs/promises';
@@ -29,8 +29,8 @@ import { UnstartableError } from '../runtime.ts';
 import { bwrapArguments, isWithin } from './bwrap.ts';
 import { cgroupLayout, InstanceCgroup, leftoverCgroups, type CgroupLayout } from './cgroups.ts';
 import {
-  createNetwork, enableForwarding, installFirewall, publish, removeNetwork, unpublish, type NetworkOptions, type Published,
-  type SandboxNetwork,
+  createNetwork, enableForwarding, installFirewall, publish, removeNetwork, removeOrphanNetworks, unpublish, type NetworkOptions,
+  type Published, type SandboxNetwork,
 } from './network.ts';
 
 const run = promisify(execFile);
@@ -244,6 +244,8 @@ function createSandbox(options: SandboxOptions, tools: Tools, layout: CgroupLayo
     }
     for (const name of left) await new InstanceCgroup(layout, name).remove();
     if (files.length + left.size) options.log.info({ sandboxes: files.length + left.size }, 'ended sandboxes left by an earlier run');
+    const orphans = await removeOrphanNetworks(network);
+    if (orphans) options.log.info({ networks: orphans }, 'ended sandbox networks of agents no longer running');
     makeSpare();
   }
 
