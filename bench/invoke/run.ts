@@ -15,10 +15,10 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import { createDatabase, postgresAvailable, type TestDatabase } from '../../api/test/helpers/databases.ts';
-import { request } from '../../api/test/helpers/http.ts';
 import { natsServerAvailable, startNats, type TestNats } from '../../api/test/helpers/nats.ts';
 import { servePlatform, type ServedPlatform } from '../../api/test/helpers/served.ts';
 import { freePort } from '../../api/test/helpers/wait.ts';
+import { BODY, deployEcho, JSON_TYPE } from '../lib/echo.ts';
 import { load, type LoadTarget } from '../lib/load.ts';
 import { median, printTable } from '../lib/report.ts';
 
@@ -32,13 +32,6 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const LEVELS = (process.env.BENCH_LEVELS ?? '1,32,256').split(',').map(Number);
 /** BENCH_PROFILE=<dir>: svc serve writes a V8 CPU profile there when it stops (node --cpu-prof). */
 const PROFILE = process.env.BENCH_PROFILE;
-const BODY = JSON.stringify({ message: 'hello', n: 42 });
-/**
- * The echo answers the body alone, not the svc-* headers it was sent: every path then gets the same answer,
- * and what is compared is the proxies, not the size of what the echo writes back.
- */
-const BODY_ONLY = [{ key: 'ECHO_HEADERS', value: 'false' }];
-const JSON_TYPE = { 'content-type': 'application/json' };
 const CONTRACT_ROW = 'bare Node.js proxy, svc headers';
 
 async function startNginx(upstreamPort: number): Promise<{ port: number; process: ChildProcess }> {
@@ -138,24 +131,6 @@ function medianOf(rounds: Measured[]): Measured {
     requestsPerSecond: median(rounds.map((round) => round.requestsPerSecond)), p50: median(rounds.map((round) => round.p50)),
     p99: median(rounds.map((round) => round.p99)), errors: rounds.reduce((sum, round) => sum + round.errors, 0), cpu: cpu.length ? median(cpu) : undefined,
   };
-}
-
-/** Registers and deploys the echo sample through `url`; its pexec target and version id. */
-async function deployEcho(url: string, credentials: { token: string; apiKey: string }): Promise<{ target: LoadTarget; versionId: string }> {
-  const api = (method: string, route: string, body?: unknown) => request(url, method, route, { host: 'api.localhost', bearer: credentials.token, body });
-  const fn = (await api('POST', '/v2/svc/functions', {
-    name: 'bench-echo', containerImage: 'local/echo:1', inferenceUrl: '/echo', inferencePort: 8000, containerEnvironment: BODY_ONLY,
-    health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT5S', expectedStatusCode: 200 },
-  })).body.function;
-  await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
-    deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1, maxRequestConcurrency: 1024 }],
-  });
-  while ((await api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`)).body.function.status !== 'ACTIVE') await sleep(100);
-  const target = {
-    origin: url.replace('localhost', '127.0.0.1'), path: `/v2/svc/pexec/functions/${fn.id}`, body: BODY,
-    headers: { ...JSON_TYPE, host: 'api.localhost', authorization: `Bearer ${credentials.apiKey}` },
-  };
-  return { target, versionId: fn.versionId };
 }
 
 /** Two `svc serve` replicas on one PostgreSQL and NATS; undefined (with a line saying why) when either is missing. */

@@ -1,0 +1,67 @@
+// bench/invoke/capacity.ts: throughput per slot when callers outnumber the slots, so that every request
+// waits for one and the hand-over of a slot from one request to the next is what is measured. The echo
+// sample with BENCH_SLOTS concurrent requests (maxRequestConcurrency), BENCH_CALLERS closed-loop callers
+// on pexec, in rounds (medians): one process on its embedded store, one replica on PostgreSQL and NATS,
+// and two replicas on them behind a round-robin client.
+// Target (issue 27): at capacity, two replicas reach ≥ 0.8× one process's req/s per slot.
+import { randomBytes } from 'node:crypto';
+import os from 'node:os';
+import { createDatabase, postgresAvailable } from '../../api/test/helpers/databases.ts';
+import { natsServerAvailable, startNats } from '../../api/test/helpers/nats.ts';
+import { servePlatform, type ServedPlatform } from '../../api/test/helpers/served.ts';
+import { deployEcho } from '../lib/echo.ts';
+import { load, type LoadResult, type LoadTarget } from '../lib/load.ts';
+import { median, printTable } from '../lib/report.ts';
+
+const SLOTS = Number(process.env.BENCH_SLOTS ?? 4);
+const CALLERS = Number(process.env.BENCH_CALLERS ?? 32);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+
+if (!(await postgresAvailable()) || !natsServerAvailable()) {
+  console.log('bench/invoke/capacity needs PostgreSQL on 127.0.0.1:5432 and nats-server; skipped');
+  process.exit(0);
+}
+
+const quiet = { SVC_LOG_LEVEL: 'warn' };
+const database = await createDatabase('postgres');
+const nats = await startNats();
+const started: ServedPlatform[] = [];
+const serve = async (env: NodeJS.ProcessEnv, replica = false) => {
+  const platform = await servePlatform({ ...quiet, ...env }, { replica });
+  started.push(platform);
+  return platform;
+};
+try {
+  const single = await serve({});
+  const { target: alone } = await deployEcho(single.url, await single.credentials(['invoke_function']), SLOTS);
+  const shared = { ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64') };
+  const first = await serve(shared);
+  const { target: onNats } = await deployEcho(first.url, await first.credentials(['invoke_function']), SLOTS);
+  const second = await serve({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, true);
+  const both = { ...onNats, origin: [onNats.origin as string, second.url.replace('localhost', '127.0.0.1')] };
+  // The second replica learns the instance from the first over NATS.
+  while ((await load({ ...onNats, origin: both.origin[1] }, 1, 0.2)).errors > 0) await new Promise((resolve) => setTimeout(resolve, 200));
+
+  const targets: Record<string, LoadTarget> = {
+    'one process (embedded store)': alone,
+    'one replica on PostgreSQL and NATS': onNats,
+    'two replicas on PostgreSQL and NATS': both,
+  };
+  for (const target of Object.values(targets)) await load(target, CALLERS, 1);
+  const rounds: Record<string, LoadResult[]> = {};
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [name, target] of Object.entries(targets)) (rounds[name] ??= []).push(await load(target, CALLERS, SECONDS));
+  }
+  const perSlot = (name: string) => median(rounds[name].map((result) => result.requestsPerSecond)) / SLOTS;
+  const baseline = perSlot('one process (embedded store)');
+  printTable(`bench/invoke/capacity: ${CALLERS} callers on ${SLOTS} slots, medians of ${ROUNDS} rounds of ${SECONDS} s (load ${os.loadavg()[0].toFixed(1)})`,
+    ['path', 'req/s per slot', 'p50 ms', 'p99 ms', '× one process', 'errors'],
+    Object.entries(rounds).map(([name, results]) => [name, perSlot(name), median(results.map((result) => result.p50)),
+      median(results.map((result) => result.p99)), perSlot(name) / baseline, results.reduce((sum, result) => sum + result.errors, 0)]));
+  console.log('target: two replicas ≥ 0.8× one process per slot');
+} finally {
+  for (const platform of started.reverse()) await platform.stop();
+  await database.drop();
+  await nats.stop();
+}
