@@ -2,13 +2,15 @@
 // waits for one and the hand-over of a slot from one request to the next is what is measured. The echo
 // sample with BENCH_SLOTS concurrent requests (maxRequestConcurrency), BENCH_CALLERS closed-loop callers
 // on pexec, in rounds (medians): one process on its embedded store, one replica on PostgreSQL and NATS,
-// and two replicas on them behind a round-robin client.
+// and two replicas on them behind a round-robin client. CPU per request counts the API processes and, on
+// the NATS rows, nats-server.
 // Target (issue 27): at capacity, two replicas reach ≥ 0.8× one process's req/s per slot.
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { createDatabase, postgresAvailable } from '../../api/test/helpers/databases.ts';
 import { natsServerAvailable, startNats } from '../../api/test/helpers/nats.ts';
 import { servePlatform, type ServedPlatform } from '../../api/test/helpers/served.ts';
+import { cpuMicros } from '../lib/cpu.ts';
 import { deployEcho } from '../lib/echo.ts';
 import { load, type LoadResult, type LoadTarget } from '../lib/load.ts';
 import { median, printTable } from '../lib/report.ts';
@@ -43,22 +45,27 @@ try {
   // The second replica learns the instance from the first over NATS.
   while ((await load({ ...onNats, origin: both.origin[1] }, 1, 0.2)).errors > 0) await new Promise((resolve) => setTimeout(resolve, 200));
 
-  const targets: Record<string, LoadTarget> = {
-    'one process (embedded store)': alone,
-    'one replica on PostgreSQL and NATS': onNats,
-    'two replicas on PostgreSQL and NATS': both,
+  const rows: Record<string, { target: LoadTarget; pids: number[] }> = {
+    'one process (embedded store)': { target: alone, pids: [single.process.pid!] },
+    'one replica on PostgreSQL and NATS': { target: onNats, pids: [first.process.pid!, nats.pid] },
+    'two replicas on PostgreSQL and NATS': { target: both, pids: [first.process.pid!, second.process.pid!, nats.pid] },
   };
-  for (const target of Object.values(targets)) await load(target, CALLERS, 1);
-  const rounds: Record<string, LoadResult[]> = {};
+  for (const { target } of Object.values(rows)) await load(target, CALLERS, 1);
+  const rounds: Record<string, (LoadResult & { cpu: number })[]> = {};
   for (let round = 0; round < ROUNDS; round++) {
-    for (const [name, target] of Object.entries(targets)) (rounds[name] ??= []).push(await load(target, CALLERS, SECONDS));
+    for (const [name, { target, pids }] of Object.entries(rows)) {
+      const before = cpuMicros(pids);
+      const result = await load(target, CALLERS, SECONDS);
+      (rounds[name] ??= []).push({ ...result, cpu: (cpuMicros(pids) - before) / (result.requestsPerSecond * SECONDS) });
+    }
   }
   const perSlot = (name: string) => median(rounds[name].map((result) => result.requestsPerSecond)) / SLOTS;
   const baseline = perSlot('one process (embedded store)');
   printTable(`bench/invoke/capacity: ${CALLERS} callers on ${SLOTS} slots, medians of ${ROUNDS} rounds of ${SECONDS} s (load ${os.loadavg()[0].toFixed(1)})`,
-    ['path', 'req/s per slot', 'p50 ms', 'p99 ms', '× one process', 'errors'],
+    ['path', 'req/s per slot', 'p50 ms', 'p99 ms', '× one process', 'CPU µs/req', 'errors'],
     Object.entries(rounds).map(([name, results]) => [name, perSlot(name), median(results.map((result) => result.p50)),
-      median(results.map((result) => result.p99)), perSlot(name) / baseline, results.reduce((sum, result) => sum + result.errors, 0)]));
+      median(results.map((result) => result.p99)), perSlot(name) / baseline, Math.round(median(results.map((result) => result.cpu))),
+      results.reduce((sum, result) => sum + result.errors, 0)]));
   console.log('target: two replicas ≥ 0.8× one process per slot');
 } finally {
   for (const platform of started.reverse()) await platform.stop();

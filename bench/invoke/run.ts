@@ -19,6 +19,7 @@ import { natsServerAvailable, startNats, type TestNats } from '../../api/test/he
 import { servePlatform, type ServedPlatform } from '../../api/test/helpers/served.ts';
 import { freePort } from '../../api/test/helpers/wait.ts';
 import { BODY, deployEcho, JSON_TYPE } from '../lib/echo.ts';
+import { cpuMicros } from '../lib/cpu.ts';
 import { load, type LoadTarget } from '../lib/load.ts';
 import { median, printTable } from '../lib/report.ts';
 
@@ -107,19 +108,6 @@ async function startBareNodeProxy(upstreamPort: number, contract: boolean): Prom
   const child = spawn(process.execPath, ['--input-type=module', '-e', source], { stdio: 'inherit', cwd: path.resolve(import.meta.dirname, '../..') });
   await sleep(500);
   return { port, process: child };
-}
-
-/**
- * CPU time (user + system, µs) the processes have used so far, from /proc: per-request CPU is steadier than
- * throughput on a shared, noisy machine. Clock ticks are 10 ms (USER_HZ 100).
- */
-function cpuMicros(pids: number[]): number {
-  let ticks = 0;
-  for (const pid of pids) {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    ticks += Number(fields[11]) + Number(fields[12]);
-  }
-  return ticks * 10_000;
 }
 
 type Measured = Awaited<ReturnType<typeof load>> & { cpu?: number };

@@ -53,6 +53,8 @@ export interface TestNats {
   ticketsTaken(versionId: string, prefix?: string): Promise<number>;
   /** Messages the server has taken in from clients and sent out to them since it started (needs `monitor`). */
   messages(): Promise<{ in: number; out: number }>;
+  /** The server's process id (a bench reads its CPU time). */
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -125,6 +127,7 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
     env,
     caFile: pki?.caFile,
     connect,
+    pid: child.pid!,
     async ticketsTaken(versionId, prefix = settings.natsPrefix) {
       const nc = await connect();
       try {
