@@ -131,8 +131,15 @@ export const configSchema = z.object({
   /** Export to the telemetries functions and tasks name (api/src/telemetry). */
   telemetry: telemetrySettingsSchema.prefault({}),
   compute: z.object({
-    /** Runs placement and takes agent links; with several API replicas exactly one does (the others: false). */
-    placement: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
+    /**
+     * Who runs placement (and holds the agents' links): true, this process always (one process, SQLite);
+     * false, never (another replica does); 'elected', whichever replica holds the placement lease in
+     * PostgreSQL, while every replica takes agent links and relays them to it over NATS (docs/scale-out.md).
+     */
+    placement: z.preprocess((value) => (value === 'elected' || typeof value !== 'string' ? value : value !== 'false'),
+      z.union([z.boolean(), z.literal('elected')])).default(true),
+    /** With placement 'elected': how long the lease lasts unless its holder renews it (five times per period). */
+    placementLeaseMs: z.coerce.number().int().min(1000).max(120_000).default(5000),
     /**
      * How long an agent's lease lasts without an answer over its link (pinged three times per lease): once
      * it lapses, the node's instances are LOST and placed on other nodes (docs/scale-out.md, "Hosts").
@@ -197,6 +204,7 @@ export const envSettings: Record<string, string> = {
   SVC_ADMIN_SIGNING_KEY_FILE: 'admin.signingKeyFile',
   SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
   SVC_PLACEMENT: 'compute.placement',
+  SVC_PLACEMENT_LEASE_MS: 'compute.placementLeaseMs',
   SVC_AGENT_LEASE_MS: 'compute.agentLeaseMs',
   ...Object.fromEntries(Object.entries(natsEnvSettings).map(([name, setting]) => [name, `invocation.${setting}`])),
   SVC_ASSET_MAX_BYTES: 'assets.maxBytes',
@@ -261,6 +269,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Conf
   const config = parsed.data;
   if (Boolean(config.gateway.tlsCert) !== Boolean(config.gateway.tlsKey)) {
     throw new ConfigError('gateway.tlsCert and gateway.tlsKey (SVC_TLS_CERT, SVC_TLS_KEY) must be set together');
+  }
+  if (config.compute.placement === 'elected' && (!config.store.databaseUrl || !config.invocation.natsUrl)) {
+    throw new ConfigError('compute.placement (SVC_PLACEMENT) elected needs PostgreSQL and NATS (store.databaseUrl, invocation.natsUrl): replicas elect over the one and relay agent links over the other');
   }
   config.store.dataDir = path.resolve(config.store.dataDir);
   return config;

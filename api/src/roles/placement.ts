@@ -1,0 +1,139 @@
+// Who runs placement, and what comes with it: the rounds (control/instances), the task scheduler, the
+// agents' links, and the answers to the other replicas' asks over NATS (staging, logs, sessions), plus the
+// log feed. compute.placement true: this process, from start to end (one process, SQLite). false: another
+// replica; this one refuses agent links. 'elected': whichever replica holds the placement lease
+// (control/placement/lease.ts); every replica takes agent links and relays them to it (relay.ts), and
+// asks it over NATS like any other replica.
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { Subscription } from '@nats-io/transport-node';
+import type { Config } from '../config.ts';
+import type { AgentHub } from '../control/agents/hub.ts';
+import { createAgentEdge, serveRelayedLinks } from '../control/agents/relay.ts';
+import type { ClustersService } from '../control/clusters/service.ts';
+import type { InstancesService } from '../control/instances/service.ts';
+import { serveLogAsks } from '../control/logs/relay.ts';
+import type { PlacementElection } from '../control/placement/lease.ts';
+import type { TasksPlane } from '../control/tasks/plane.ts';
+import { Problem } from '../domain/problem.ts';
+import { rejectUpgrade } from '../http/upgrade.ts';
+import type { ReplicaLink } from '../invocation/replica-signing.ts';
+import { serveStaging } from '../invocation/stage-relay.ts';
+import type { Logger } from '../logger.ts';
+import type { StreamingSession } from '../streaming/sessions.ts';
+import { serveSessionAsks } from '../streaming/sessions-relay.ts';
+
+/** The installation's NATS exchanges between replicas (absent without NATS). */
+export interface ReplicaLinks {
+  replicaId: string;
+  stage: ReplicaLink;
+  logs: ReplicaLink;
+  sessions: ReplicaLink;
+  agents: ReplicaLink;
+}
+
+export interface PlacementParts {
+  config: Config;
+  log: Logger;
+  clusters: ClustersService;
+  instances: InstancesService;
+  tasks: TasksPlane;
+  hub: AgentHub;
+  sessionsOf: (versionId: string) => StreamingSession[];
+  /** With placement 'elected': the lease this replica competes for (its term fences the instance rows' writes: main.ts). */
+  election?: PlacementElection;
+  links?: ReplicaLinks;
+  /** Starts what runs only beside placement (the log feed); its result is called when placement stops here. */
+  beside(): () => void;
+}
+
+export interface PlacementRole {
+  /** GET /v1/agents/link upgrades. */
+  agentUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  close(): Promise<void>;
+}
+
+/** While placement runs here: the other replicas' asks that only it can answer. */
+function serveAsks(parts: PlacementParts): Subscription[] {
+  const { links, hub, log, sessionsOf } = parts;
+  if (!links) return [];
+  return [
+    serveStaging(links.stage, ({ clusterId, ...request }) => hub.stage(clusterId, request), log),
+    serveLogAsks(links.logs, hub.logs, log),
+    serveSessionAsks(links.sessions, sessionsOf, log),
+  ];
+}
+
+export async function startPlacement(parts: PlacementParts): Promise<PlacementRole> {
+  const { placement } = parts.config.compute;
+  if (placement === 'elected') return startElected(parts);
+  await parts.instances.start();
+  await parts.tasks.start();
+  if (!placement) {
+    return {
+      agentUpgrade: (req, socket) => rejectUpgrade(req, socket, new Problem('service-unavailable', 'This API replica does not run placement; link agents to the one that does')),
+      close: async () => {
+        await parts.tasks.stop();
+        await parts.instances.stop();
+      },
+    };
+  }
+  const asks = serveAsks(parts);
+  const stopBeside = parts.beside();
+  return {
+    agentUpgrade: (req, socket, head) => void parts.hub.upgrade(req, socket, head),
+    async close() {
+      for (const subscription of asks) subscription.unsubscribe();
+      stopBeside();
+      await parts.tasks.stop();
+      await parts.instances.stop();
+      parts.hub.close();
+    },
+  };
+}
+
+async function startElected(parts: PlacementParts): Promise<PlacementRole> {
+  const { log, links, election, instances, tasks, hub } = parts;
+  if (!links || !election) throw new Error('placement elected needs NATS and the placement lease');
+  await instances.start();
+  const edge = createAgentEdge({ link: links.agents, replicaId: links.replicaId, clusters: parts.clusters, log });
+  let term: { stop(): Promise<void> } | undefined;
+  election.start({
+    onSeen: (epoch) => edge.holder(epoch),
+    async onHeld(epoch) {
+      const started = (async () => {
+        await instances.lead();
+        await tasks.start();
+      })();
+      // Subscribed before anything is awaited: an edge may relay a link the moment it sees this term.
+      const relayed = serveRelayedLinks(links.agents, epoch, hub.serve, started, log);
+      let asks: Subscription[] = [];
+      let stopBeside = () => {};
+      term = {
+        async stop() {
+          for (const subscription of asks) subscription.unsubscribe();
+          relayed.close();
+          stopBeside();
+          await tasks.stop();
+          await instances.follow();
+        },
+      };
+      await started;
+      asks = serveAsks(parts);
+      stopBeside = parts.beside();
+    },
+    async onLost() {
+      await term?.stop();
+      term = undefined;
+    },
+  });
+  return {
+    agentUpgrade: (req, socket, head) => void edge.upgrade(req, socket, head),
+    async close() {
+      await election.stop();
+      edge.close();
+      await instances.stop();
+      hub.close();
+    },
+  };
+}
