@@ -343,7 +343,6 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const placementRole = await startPlacement({
       config, log, clusters, instances, tasks: taskPlane, hub: agentHub, sessionsOf: streaming.sessionsOf, election, links, beside: startLogFeed,
     });
-    closers.push(() => placementRole.close());
     const serveLean = leanServer({ ...appOptions, host: 'invocation' });
     const gateway = createGateway({
       address: config.gateway.address,
@@ -360,7 +359,8 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       },
       tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
     });
-    closers.push(() => gateway.close(), () => streaming.close(), () => autoscaler.stop());
+    // Placement stops first: an elected holder hands its lease over before the gateway drains.
+    closers.push(() => gateway.close(), () => streaming.close(), () => autoscaler.stop(), () => placementRole.close());
     autoscaler.start();
     const port = await gateway.listen(config.gateway.port, config.gateway.host).catch((error: NodeJS.ErrnoException) => {
       throw error.code === 'EADDRINUSE' ? portInUse('the gateway', `${config.gateway.host}:${config.gateway.port}`, 'gateway.host, gateway.port: SVC_HOST, SVC_PORT') : error;
