@@ -136,8 +136,8 @@ export const configSchema = z.object({
      * false, never (another replica does); 'elected', whichever replica holds the placement lease in
      * PostgreSQL, while every replica takes agent links and relays them to it over NATS (docs/scale-out.md).
      */
-    placement: z.preprocess((value) => (value === 'elected' || typeof value !== 'string' ? value : value !== 'false'),
-      z.union([z.boolean(), z.literal('elected')])).default(true),
+    placement: z.preprocess((value) => ({ true: true, false: false }[String(value)] ?? value),
+      z.union([z.boolean(), z.literal('elected')], { error: 'must be true, false or elected' })).default(true),
     /** With placement 'elected': how long the lease lasts unless its holder renews it (five times per period). */
     placementLeaseMs: z.coerce.number().int().min(1000).max(120_000).default(5000),
     /**
