@@ -25,6 +25,12 @@ export const configSchema = z.object({
     host: z.string().min(1).default('0.0.0.0'),
     port: port.default(8080),
     tlsCert: z.string().optional(),
+    /**
+     * Where the other API replicas reach this one (compute.placement 'elected': they hand streaming sessions
+     * to the replica holding placement). Default: this machine's first address off loopback (its pod's IP),
+     * or gateway.host when it names one, and the port the gateway listens on.
+     */
+    replicaUrl: z.url({ protocol: /^https?$/ }).optional(),
     tlsKey: z.string().optional(),
     /** Largest JSON body accepted by management endpoints. */
     bodyLimit: z.string().default('1mb'),
@@ -187,6 +193,7 @@ export const envSettings: Record<string, string> = {
   SVC_HOST: 'gateway.host',
   SVC_PORT: 'gateway.port',
   SVC_TLS_CERT: 'gateway.tlsCert',
+  SVC_REPLICA_URL: 'gateway.replicaUrl',
   SVC_TLS_KEY: 'gateway.tlsKey',
   SVC_DATA_DIR: 'store.dataDir',
   SVC_DATABASE_URL: 'store.databaseUrl',

@@ -1,7 +1,7 @@
 // Composition root: config → store → planes → listen. Nothing else lives here.
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { hostname } from 'node:os';
+import { hostname, networkInterfaces } from 'node:os';
 import path from 'node:path';
 import type { DestinationStream } from 'pino';
 import type { Config } from './config.ts';
@@ -82,6 +82,7 @@ import { createPathSigner } from './domain/signed-paths.ts';
 import { createLocalBlobStore } from './store/blobs.ts';
 import { ensurePrivateDir } from './store/store.ts';
 import { leanServer } from './http/lean.ts';
+import { forwarding, forwardUpgrade } from './http/forward.ts';
 import { isLoopbackHost } from './http/host.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
@@ -336,12 +337,17 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });
 
     const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit, metrics };
-    // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host.
-    const api = createApp({ ...appOptions, routes: apiRoutes, host: 'api', handlers: [signInHandler(streaming)], handled: isSignIn });
+    // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host; the replica
+    // running placement brokers sessions, the others hand sign-ins (and session sockets, below) to it.
+    const sessionsElsewhere = () => placementRole.sessionsElsewhere();
+    const api = createApp({
+      ...appOptions, routes: apiRoutes, host: 'api', handlers: [forwarding(isSignIn, sessionsElsewhere), signInHandler(streaming)], handled: isSignIn,
+    });
     const hostRouted = hostRoutedRoute(invocation, invocationOptions);
     await invocation.recover();
     const placementRole = await startPlacement({
       config, log, clusters, instances, tasks: taskPlane, hub: agentHub, sessionsOf: streaming.sessionsOf, election, links, beside: startLogFeed,
+      gatewayCa: config.gateway.tlsCert && readFileSync(config.gateway.tlsCert, 'utf8'),
     });
     const serveLean = leanServer({ ...appOptions, host: 'invocation' });
     const gateway = createGateway({
@@ -355,6 +361,8 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       }),
       apiUpgrade: (req, socket, head) => {
         if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return placementRole.agentUpgrade(req, socket, head);
+        const elsewhere = sessionsElsewhere();
+        if (elsewhere) return forwardUpgrade(req, socket, head, elsewhere);
         void streaming.upgrade(req, socket, head);
       },
       tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
@@ -367,6 +375,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     });
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
+    placementRole.listening(config.gateway.replicaUrl ?? replicaUrlOf(scheme, config.gateway.host, port));
     // The local cluster's agent links to this gateway over loopback, exactly as a remote agent would.
     const worker = localCluster && config.compute.inProcessAgent && placement === true ? await startWorker({
       settings: config.compute.agent, dataDir: config.store.dataDir, declaredGpus: config.compute.localCluster.gpus, log,
@@ -416,4 +425,11 @@ function replicaLinksOf(queue: JetStreamQueue, signer: ReplicaSigner): ReplicaLi
   const link = (subject: string) => ({ nc: queue.connection, subject, signer });
   const { stage, logs, sessions, agents } = queue.names;
   return { replicaId: queue.replicaId, stage: link(stage), logs: link(logs), sessions: link(sessions), agents: link(agents) };
+}
+
+/** Where the other replicas reach this one by default: the host the gateway listens on, or this machine's first address off loopback. */
+function replicaUrlOf(scheme: string, host: string, port: number): string {
+  const own = Object.values(networkInterfaces()).flat().find((entry) => entry && !entry.internal && entry.family === 'IPv4')?.address;
+  const reached = host === '0.0.0.0' || host === '::' ? own ?? '127.0.0.1' : host;
+  return `${scheme}://${reached.includes(':') ? `[${reached}]` : reached}:${port}`;
 }

@@ -3,7 +3,9 @@
 // replica that does not hold the lease (its link is relayed to the holder). kill -9 of the holder: the
 // other takes the lease, the agent links again and its instance is adopted (same id, same process), and a
 // new deployment is placed. A write of the ended term is refused (the fence). SIGTERM of the new holder
-// hands the lease to the first replica, started again. The gaps are printed, not asserted.
+// hands the lease to the first replica, started again. The gaps are printed, not asserted. A streaming
+// session asked of the replica without the lease (sign-in, then its socket) is handed to the holder, whose
+// broker knows the ready streaming instance.
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -11,12 +13,13 @@ import { chmodSync, existsSync, readdirSync, readFileSync, writeFileSync } from 
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { WebSocket } from 'ws';
 import { createInstancesRepo } from '../src/control/instances/repo.ts';
 import { FencedOut, PlacementFence } from '../src/control/placement/fence.ts';
 import { openDatabase } from '../src/database.ts';
 import type { Store } from '../src/store/store.ts';
 import { createDatabase, postgresAvailable, tempDir, type TestDatabase } from './helpers/databases.ts';
-import { echoBody } from './helpers/fixtures.ts';
+import { echoBody, streamingBody } from './helpers/fixtures.ts';
 import { request } from './helpers/http.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
 import { TEST_CATALOG } from './helpers/platform.ts';
@@ -29,10 +32,10 @@ const svcBin = path.resolve(import.meta.dirname, '../bin/svc.js');
 const health = { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT2S', expectedStatusCode: 200 };
 const SPEC = { gpu: 'L40S', instanceType: 'LOCAL.GPU.L40S_1x', clusters: ['elected'], minInstances: 1, maxInstances: 1 };
 
-/** A directory with an nvidia-smi that lists two L40S. */
-function twoGpuHost(): string {
+/** A directory with an nvidia-smi that lists four L40S. */
+function fourGpuHost(): string {
   const dir = tempDir('svc-gpus-');
-  writeFileSync(path.join(dir, 'nvidia-smi'), '#!/bin/sh\nprintf "NVIDIA L40S, 46068 MiB\\nNVIDIA L40S, 46068 MiB\\n"\n');
+  writeFileSync(path.join(dir, 'nvidia-smi'), `#!/bin/sh\nprintf "${'NVIDIA L40S, 46068 MiB\\n'.repeat(4)}"\n`);
   chmodSync(path.join(dir, 'nvidia-smi'), 0o755);
   return dir;
 }
@@ -73,8 +76,8 @@ describe('placement elected among replicas', { skip: !ready }, () => {
     return held;
   }
 
-  async function deployEcho(url: string): Promise<{ id: string; versionId: string }> {
-    const created = await api(url, 'POST', '/v2/svc/functions', { ...echoBody({ containerImage: 'local/echo:1', health }), name: `elected-${randomBytes(3).toString('hex')}` });
+  async function deployEcho(url: string, body: Record<string, unknown> = echoBody({ containerImage: 'local/echo:1', health })): Promise<{ id: string; versionId: string }> {
+    const created = await api(url, 'POST', '/v2/svc/functions', { ...body, name: `elected-${randomBytes(3).toString('hex')}` });
     assert.equal(created.status, 200, created.text);
     const fn = created.body.function;
     const deployed = await api(url, 'POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, { deploymentSpecifications: [SPEC] });
@@ -100,13 +103,13 @@ describe('placement elected among replicas', { skip: !ready }, () => {
     assert.equal((await lease())?.epoch, held.epoch, 'the second replica leaves a live lease alone');
     ({ token, apiKey } = await first.credentials(['invoke_function', 'list_functions']));
     const registered = await api(first.url, 'POST', '/v1/accounts/svc-default/clusters', {
-      clusterName: 'elected', clusterGroupName: 'elected-group', gpus: [{ name: 'L40S', capacity: 2, instanceTypes: [{ name: 'LOCAL.GPU.L40S_1x' }] }],
+      clusterName: 'elected', clusterGroupName: 'elected-group', gpus: [{ name: 'L40S', capacity: 4, instanceTypes: [{ name: 'LOCAL.GPU.L40S_1x' }] }],
     });
     assert.equal(registered.status, 200, registered.text);
     // The agent knows both replicas, the one without the lease first: its link is relayed to the holder.
     agent = spawn(process.execPath, [svcBin, 'agent'], {
       env: {
-        ...process.env, PATH: `${twoGpuHost()}:${process.env.PATH}`, SVC_AGENT_SERVER: `${second.url},${first.url}`,
+        ...process.env, PATH: `${fourGpuHost()}:${process.env.PATH}`, SVC_AGENT_SERVER: `${second.url},${first.url}`,
         SVC_AGENT_CREDENTIAL: registered.body.agentCredential, SVC_AGENT_NODE_NAME: 'elected-node', SVC_AGENT_STATE_DIR: agentState,
         SVC_DATA_DIR: agentState, SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'info', SVC_AGENT_SANDBOX: 'off', SVC_AGENT_UDP_PORT_RANGE: '48700-48749',
       },
@@ -141,9 +144,43 @@ describe('placement elected among replicas', { skip: !ready }, () => {
     assert.deepEqual(invoked.body.echo, { hello: 'elected' });
   });
 
+  test('a streaming session asked of the replica without the lease is brokered by the holder: sign-in and session socket handed over', async () => {
+    const stream = await deployEcho(first.url, streamingBody({ containerEnvironment: [{ key: 'STREAMING_VIDEO_SIZE', value: '320x180' }] }));
+    await until('the stream ACTIVE', async () => (await record(first.url, stream)).status === 'ACTIVE', boundMs(60_000));
+    const headers = { authorization: `Bearer ${apiKey}`, 'svc-function-id': stream.id };
+    const signIn = (method: string, more: Record<string, string> = {}) =>
+      request(second.url, method, '/sign_in', { host: 'api.localhost', headers: { 'x-svc-absorb': 'true', ...headers, ...more } });
+    let granted = await signIn('POST');
+    // The instance may still be confirming that it is ready: ask again with the session's id.
+    for (let asked = 0; granted.status === 202 && asked < 20; asked++) granted = await signIn('POST', { 'svc-reqid': granted.body.sessionId });
+    assert.equal(granted.status, 200, granted.text);
+    assert.equal((await signIn('DELETE', { 'svc-reqid': granted.body.sessionId })).status, 200);
+
+    // The session's socket, opened on the replica without the lease, reaches the instance through the holder.
+    const port = new URL(second.url).port;
+    const config = await until('the instance\'s config over the handed-over socket', () => new Promise<any>((resolve, reject) => {
+      const ws = new WebSocket(`ws://127.0.0.1:${port}/sign_in?app=test`, { headers: { host: `api.localhost:${port}`, ...headers } });
+      ws.once('open', () => ws.send(JSON.stringify({ type: 'hello', protocol: 1 })));
+      ws.on('message', (data) => {
+        const message = JSON.parse(data.toString());
+        if (message.type !== 'config') return;
+        ws.close();
+        resolve(message);
+      });
+      ws.once('unexpected-response', (_req, response) => {
+        response.resume();
+        resolve(undefined); // the retired instance's replacement may not be ready yet: ask again
+      });
+      ws.once('error', reject);
+    }), boundMs(60_000));
+    assert.equal(config.resumed, false);
+  });
+
   test('kill -9 of the holder: the other replica takes the lease, adopts the running instance, places a new deployment; the old term cannot write', async (t) => {
     const before = await lease();
-    const [instanceId, pid] = [...agentInstances()][0];
+    const [instanceId] = await runningIds(second.url, firstFn);
+    const pid = agentInstances().get(instanceId);
+    assert.ok(pid);
     const killedAt = Date.now();
     await first.kill9();
     const taken = await until('another replica to hold the lease', async () => {
@@ -164,8 +201,11 @@ describe('placement elected among replicas', { skip: !ready }, () => {
     assert.deepEqual(invoked.body.echo, { after: 'kill' });
 
     const next = await deployEcho(second.url);
-    await until('a deployment made after the take-over RUNNING', async () => (await runningIds(second.url, next)).length === 1, boundMs(60_000));
-    assert.equal(agentInstances().size, 2);
+    const [placed] = await until('a deployment made after the take-over RUNNING', async () => {
+      const ids = await runningIds(second.url, next);
+      return ids.length === 1 && ids;
+    }, boundMs(60_000));
+    assert.ok(agentInstances().has(placed), 'on the agent');
 
     // The killed replica's term has ended: a write fenced by it is refused, and changes nothing.
     const stale = createInstancesRepo(store.db, new PlacementFence(store.db, () => before!.epoch));

@@ -13,9 +13,10 @@ import { createAgentEdge, serveRelayedLinks } from '../control/agents/relay.ts';
 import type { ClustersService } from '../control/clusters/service.ts';
 import type { InstancesService } from '../control/instances/service.ts';
 import { serveLogAsks } from '../control/logs/relay.ts';
-import type { PlacementElection } from '../control/placement/lease.ts';
+import type { ElectionHandlers, PlacementElection } from '../control/placement/lease.ts';
 import type { TasksPlane } from '../control/tasks/plane.ts';
 import { Problem } from '../domain/problem.ts';
+import type { ForwardTarget } from '../http/forward.ts';
 import { rejectUpgrade } from '../http/upgrade.ts';
 import type { ReplicaLink } from '../invocation/replica-signing.ts';
 import { serveStaging } from '../invocation/stage-relay.ts';
@@ -43,6 +44,8 @@ export interface PlacementParts {
   /** With placement 'elected': the lease this replica competes for (its term fences the instance rows' writes: main.ts). */
   election?: PlacementElection;
   links?: ReplicaLinks;
+  /** The gateway's certificate (PEM) when it serves TLS: what another replica's is checked against. */
+  gatewayCa?: string;
   /** Starts what runs only beside placement (the log feed); its result is called when placement stops here. */
   beside(): () => void;
 }
@@ -50,6 +53,10 @@ export interface PlacementParts {
 export interface PlacementRole {
   /** GET /v1/agents/link upgrades. */
   agentUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /** The gateway listens, reached by the other replicas at `address`: an elected replica starts competing for the lease. */
+  listening(address: string): void;
+  /** Streaming sessions are brokered where placement runs: the replica to hand them to, when another one does. */
+  sessionsElsewhere(): ForwardTarget | undefined;
   close(): Promise<void>;
 }
 
@@ -69,8 +76,10 @@ export async function startPlacement(parts: PlacementParts): Promise<PlacementRo
   if (placement === 'elected') return startElected(parts);
   await parts.instances.start();
   await parts.tasks.start();
+  const fixed = { listening: () => {}, sessionsElsewhere: () => undefined };
   if (!placement) {
     return {
+      ...fixed,
       agentUpgrade: (req, socket) => rejectUpgrade(req, socket, new Problem('service-unavailable', 'This API replica does not run placement; link agents to the one that does')),
       close: async () => {
         await parts.tasks.stop();
@@ -81,6 +90,7 @@ export async function startPlacement(parts: PlacementParts): Promise<PlacementRo
   const asks = serveAsks(parts);
   const stopBeside = parts.beside();
   return {
+    ...fixed,
     agentUpgrade: (req, socket, head) => void parts.hub.upgrade(req, socket, head),
     async close() {
       for (const subscription of asks) subscription.unsubscribe();
@@ -98,8 +108,12 @@ async function startElected(parts: PlacementParts): Promise<PlacementRole> {
   await instances.start();
   const edge = createAgentEdge({ link: links.agents, replicaId: links.replicaId, clusters: parts.clusters, log });
   let term: { stop(): Promise<void> } | undefined;
-  election.start({
-    onSeen: (epoch) => edge.holder(epoch),
+  let holder: { epoch: number; address: string } | undefined;
+  const handlers: ElectionHandlers = {
+    onSeen(seen) {
+      holder = seen;
+      edge.holder(seen?.epoch);
+    },
     async onHeld(epoch) {
       const started = (async () => {
         await instances.lead();
@@ -126,9 +140,11 @@ async function startElected(parts: PlacementParts): Promise<PlacementRole> {
       await term?.stop();
       term = undefined;
     },
-  });
+  };
   return {
     agentUpgrade: (req, socket, head) => void edge.upgrade(req, socket, head),
+    listening: (address) => election.start(handlers, address),
+    sessionsElsewhere: () => (holder && election.epoch === undefined ? { url: new URL(holder.address), ca: parts.gatewayCa } : undefined),
     async close() {
       await election.stop();
       edge.close();

@@ -17,6 +17,8 @@ const ROLE = 'placement';
 
 export interface LeaseView {
   holder: string;
+  /** Where the other replicas reach the holder. */
+  address: string;
   epoch: number;
   /** Not yet run out by the database's clock. */
   live: boolean;
@@ -26,15 +28,15 @@ export function createLeaseRepo(db: Kysely<Database>) {
   const ttl = (ms: number) => sql`now() + ${ms} * interval '1 millisecond'`;
   return {
     async current(): Promise<LeaseView | undefined> {
-      const { rows } = await sql<{ holder: string; epoch: number; live: boolean }>`
-        SELECT holder, epoch, expires_at > now() AS live FROM placement_lease WHERE name = ${ROLE}`.execute(db);
+      const { rows } = await sql<LeaseView>`
+        SELECT holder, address, epoch, expires_at > now() AS live FROM placement_lease WHERE name = ${ROLE}`.execute(db);
       return rows[0];
     },
     /** Takes the lease if it is free (never held, or run out): the new epoch, else undefined. */
-    async acquire(holder: string, leaseMs: number): Promise<number | undefined> {
+    async acquire(holder: string, address: string, leaseMs: number): Promise<number | undefined> {
       const { rows } = await sql<{ epoch: number }>`
-        INSERT INTO placement_lease (name, holder, epoch, expires_at) VALUES (${ROLE}, ${holder}, 1, ${ttl(leaseMs)})
-        ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = placement_lease.epoch + 1, expires_at = excluded.expires_at
+        INSERT INTO placement_lease (name, holder, address, epoch, expires_at) VALUES (${ROLE}, ${holder}, ${address}, 1, ${ttl(leaseMs)})
+        ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, address = excluded.address, epoch = placement_lease.epoch + 1, expires_at = excluded.expires_at
         WHERE placement_lease.expires_at <= now()
         RETURNING epoch`.execute(db);
       return rows[0]?.epoch;
@@ -70,13 +72,15 @@ export interface ElectionHandlers {
   onHeld(epoch: number): Promise<void>;
   /** The term ended (or may have): stop placement at once. */
   onLost(): Promise<void>;
-  /** After each look: the live holder's epoch, or none while the lease is free. */
-  onSeen?(epoch: number | undefined): void;
+  /** After each look: the live holder's term and address, or none while the lease is free. */
+  onSeen?(holder: { epoch: number; address: string } | undefined): void;
 }
 
 export class PlacementElection {
   readonly #options: ElectionOptions;
   #handlers: ElectionHandlers = { onHeld: async () => {}, onLost: async () => {} };
+  /** Where the other replicas reach this one: written with the lease it takes. */
+  #address = '';
   readonly #lookMs: number;
   #timer: NodeJS.Timeout | undefined;
   /** Fires when the lease may have run out since the last renewal that went through. */
@@ -103,8 +107,9 @@ export class PlacementElection {
     return this.#lastEpoch;
   }
 
-  start(handlers: ElectionHandlers): void {
+  start(handlers: ElectionHandlers, address: string): void {
     this.#handlers = handlers;
+    this.#address = address;
     this.#timer = setInterval(() => this.#look(), this.#lookMs);
     this.#look();
   }
@@ -130,15 +135,16 @@ export class PlacementElection {
 
   async #lookOnce(): Promise<void> {
     const { repo, replicaId, leaseMs } = this.#options;
+    const address = this.#address;
     const sentAt = Date.now();
     if (this.#epoch !== undefined) {
       if (!await repo.renew(replicaId, this.#epoch, leaseMs)) return this.#lose('another replica holds the placement lease');
       this.#arm(sentAt);
-      return this.#handlers.onSeen?.(this.#epoch);
+      return this.#handlers.onSeen?.({ epoch: this.#epoch, address });
     }
     const seen = await repo.current();
-    if (seen?.live) return this.#handlers.onSeen?.(seen.epoch);
-    const epoch = await repo.acquire(replicaId, leaseMs);
+    if (seen?.live) return this.#handlers.onSeen?.(seen);
+    const epoch = await repo.acquire(replicaId, address, leaseMs);
     if (epoch === undefined) return this.#handlers.onSeen?.(undefined);
     this.#epoch = this.#lastEpoch = epoch;
     this.#arm(sentAt);
@@ -146,7 +152,7 @@ export class PlacementElection {
     this.#turns = this.#turns.then(() => {
       const held = this.#handlers.onHeld(epoch);
       // After onHeld has begun (and subscribed to what this term is told): this replica's own edge may relay at once.
-      this.#handlers.onSeen?.(epoch);
+      this.#handlers.onSeen?.({ epoch, address });
       return held;
     }).catch((error) => {
       this.#options.log.error({ err: error, epoch }, 'placement could not start; the lease is given up');

@@ -7,6 +7,8 @@ export interface PlacementLeaseTable {
   name: string;
   /** The replica that holds it (its replica id). */
   holder: string;
+  /** Where the other replicas reach the holder (gateway.replicaUrl): they hand streaming sessions over to it. */
+  address: string;
   /** Grows by one each time another term begins: the fencing token placement's writes and commands carry. */
   epoch: number;
   /** The database's clock: the lease is free once this has passed. */
@@ -22,6 +24,7 @@ export function placementLeaseMigration(dialect: 'sqlite' | 'postgres'): Migrati
       await db.schema.createTable('placement_lease')
         .addColumn('name', 'text', (c) => c.primaryKey())
         .addColumn('holder', 'text', (c) => c.notNull())
+        .addColumn('address', 'text', (c) => c.notNull())
         .addColumn('epoch', 'integer', (c) => c.notNull())
         // Only PostgreSQL installations elect (config.ts); SQLite gets the table for one history.
         .addColumn('expires_at', dialect === 'postgres' ? 'timestamptz' : 'text', (c) => c.notNull())
