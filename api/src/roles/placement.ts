@@ -141,13 +141,20 @@ async function startElected(parts: PlacementParts): Promise<PlacementRole> {
       term = undefined;
     },
   };
+  // A holder that stops says so: the others look at once instead of at their next tick.
+  const released = `${links.agents.subject}.released`;
+  const nudges = links.agents.nc.subscribe(released, { callback: () => election.lookNow() });
   return {
     agentUpgrade: (req, socket, head) => void edge.upgrade(req, socket, head),
     listening: (address) => election.start(handlers, address),
     sessionsElsewhere: () => (holder && election.epoch === undefined ? { url: new URL(holder.address), ca: parts.gatewayCa } : undefined),
     async close() {
-      await election.stop();
+      // The agents first: they link again through the other replicas and wait there for the next holder.
       edge.close();
+      const held = election.epoch !== undefined;
+      await election.stop();
+      nudges.unsubscribe();
+      if (held) links.agents.nc.publish(released, '');
       await instances.stop();
       hub.close();
     },

@@ -126,6 +126,11 @@ export class PlacementElection {
       .catch((error) => this.#options.log.warn({ err: error }, 'could not release the placement lease; it runs out by itself'));
   }
 
+  /** Looks now rather than at the next tick (another replica just released the lease). */
+  lookNow(): void {
+    if (!this.#stopped && this.#epoch === undefined) this.#look();
+  }
+
   #look(): void {
     this.#looking = this.#looking.then(() => (this.#stopped ? undefined : this.#lookOnce())).catch((error) => {
       this.#options.log.warn({ err: error }, 'could not look at the placement lease');
