@@ -95,9 +95,9 @@ export async function startPlacement(parts: PlacementParts): Promise<PlacementRo
     async close() {
       for (const subscription of asks) subscription.unsubscribe();
       stopBeside();
-      await parts.tasks.stop();
-      await parts.instances.stop();
       parts.hub.close();
+      await parts.instances.stop();
+      await parts.tasks.stop();
     },
   };
 }
