@@ -107,7 +107,7 @@ async function startElected(parts: PlacementParts): Promise<PlacementRole> {
   if (!links || !election) throw new Error('placement elected needs NATS and the placement lease');
   await instances.start();
   const edge = createAgentEdge({ link: links.agents, replicaId: links.replicaId, clusters: parts.clusters, log });
-  let term: { stop(): Promise<void> } | undefined;
+  let term: { stop(): Promise<void>; resync(): void } | undefined;
   let holder: { epoch: number; address: string } | undefined;
   const handlers: ElectionHandlers = {
     onSeen(seen) {
@@ -124,6 +124,7 @@ async function startElected(parts: PlacementParts): Promise<PlacementRole> {
       let asks: Subscription[] = [];
       let stopBeside = () => {};
       term = {
+        resync: () => relayed.resync(),
         async stop() {
           for (const subscription of asks) subscription.unsubscribe();
           relayed.close();
@@ -141,6 +142,10 @@ async function startElected(parts: PlacementParts): Promise<PlacementRole> {
       term = undefined;
     },
   };
+  resyncAfterReconnects(links.agents, () => {
+    edge.resync();
+    term?.resync();
+  }).catch((error) => log.warn({ err: error }, 'no longer told of NATS reconnects: relayed agent links are not resynced after one'));
   // A holder that stops says so: the others look at once instead of at their next tick.
   const released = `${links.agents.subject}.released`;
   const nudges = links.agents.nc.subscribe(released, { callback: () => election.lookNow() });
@@ -159,4 +164,9 @@ async function startElected(parts: PlacementParts): Promise<PlacementRole> {
       hub.close();
     },
   };
+}
+
+/** Calls `resync` each time the NATS connection is made again (ends with the connection). */
+async function resyncAfterReconnects(link: ReplicaLink, resync: () => void): Promise<void> {
+  for await (const status of link.nc.status()) if (status.type === 'reconnect') resync();
 }

@@ -10,7 +10,9 @@
 // lease changes hands the edge closes its links of the old term (1012, the agent links again at once and
 // its hello reaches the new holder), and drops what a holder of another term sends. A link accepted while
 // the lease is free waits, its frames kept, until a holder is seen. One NATS message per frame: a frame
-// must fit the server's max_payload (1 MiB by default).
+// must fit the server's max_payload (1 MiB by default). Core NATS delivers at most once: after the
+// connection to the server was lost and made again, frames may be missing, so both ends end their links
+// (resync) and the agents start over with a hello.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -128,6 +130,11 @@ export function createAgentEdge({ link, replicaId, clusters, log }: AgentEdgeOpt
       }
     },
 
+    /** Frames may have been lost (NATS reconnected): the relayed links end, their agents link again. */
+    resync() {
+      for (const edgeLink of links.values()) if (edgeLink.epoch !== undefined) edgeLink.ws.close(MOVED, 'the relay to placement was interrupted');
+    },
+
     /** GET /v1/agents/link: 401 problem before the upgrade unless the credential is a cluster's. */
     async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer) {
       try {
@@ -241,6 +248,10 @@ export function serveRelayedLinks(link: ReplicaLink, epoch: number, serve: (sock
   }
 
   return {
+    /** Frames may have been lost (NATS reconnected): the links end, their edges close them. */
+    resync() {
+      for (const socket of [...relayed.values()]) socket.close(MOVED, 'the relay to placement was interrupted');
+    },
     close() {
       subscription.unsubscribe();
       for (const socket of [...relayed.values()]) socket.ended();
