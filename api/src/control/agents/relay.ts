@@ -9,8 +9,9 @@
 // neither speak for an agent nor command one. A link is bound to the term it was opened in: when the
 // lease changes hands the edge closes its links of the old term (1012, the agent links again at once and
 // its hello reaches the new holder), and drops what a holder of another term sends. A link accepted while
-// the lease is free waits, its frames kept, until a holder is seen. One NATS message per frame: a frame
-// must fit the server's max_payload (1 MiB by default). Core NATS delivers at most once: after the
+// the lease is free waits, its frames kept, until a holder is seen. A frame longer than CHUNK characters
+// (a desired set, a batch of log lines) goes in parts (`more`), each well under NATS's max_payload
+// (1 MiB by default), joined again in order at the other end. Core NATS delivers at most once: after the
 // connection to the server was lost and made again, frames may be missing, so both ends end their links
 // (resync) and the agents start over with a hello.
 import { randomUUID } from 'node:crypto';
@@ -29,19 +30,19 @@ import type { LinkSocket } from './hub.ts';
 
 const upSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('open'), link: z.string(), edge: z.string(), clusterId: z.string() }),
-  z.object({ kind: z.literal('frame'), link: z.string(), text: z.string() }),
+  z.object({ kind: z.literal('frame'), link: z.string(), text: z.string(), more: z.literal(true).optional() }),
   z.object({ kind: z.literal('pong'), link: z.string() }),
   z.object({ kind: z.literal('closed'), link: z.string() }),
 ]);
 const downSchema = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('frame'), link: z.string(), epoch: z.number().int(), text: z.string() }),
+  z.object({ kind: z.literal('frame'), link: z.string(), epoch: z.number().int(), text: z.string(), more: z.literal(true).optional() }),
   z.object({ kind: z.literal('ping'), link: z.string(), epoch: z.number().int() }),
   z.object({ kind: z.literal('close'), link: z.string(), epoch: z.number().int(), code: z.number().int(), reason: z.string() }),
 ]);
 type Up = z.infer<typeof upSchema>;
 type Down = z.infer<typeof downSchema>;
 /** What the holder tells an edge about one link; the link and the term are added on the way. */
-type Command = { kind: 'frame'; text: string } | { kind: 'ping' } | { kind: 'close'; code: number; reason: string };
+type Command = { kind: 'frame'; text: string; more?: true } | { kind: 'ping' } | { kind: 'close'; code: number; reason: string };
 
 const upSubject = (link: ReplicaLink, epoch: number) => `${link.subject}.up.${epoch}`;
 const downSubject = (link: ReplicaLink, edge: string) => `${link.subject}.down.${edge}`;
@@ -49,6 +50,25 @@ const downSubject = (link: ReplicaLink, edge: string) => `${link.subject}.down.$
 const MAX_WAITING_FRAMES = 256;
 /** The WebSocket close code for "the service is restarting": the agent links again after its shortest back-off. */
 const MOVED = 1012;
+/** Characters of a frame per NATS message: JSON-escaped and signed, at most 3 bytes each, well under 1 MiB. */
+const CHUNK = 128 * 1024;
+
+/** A frame in parts of at most CHUNK characters, each but the last marked `more`. */
+function* partsOf(text: string): Generator<{ text: string; more?: true }> {
+  for (let at = 0; at === 0 || at < text.length; at += CHUNK) yield at + CHUNK < text.length ? { text: text.slice(at, at + CHUNK), more: true } : { text: text.slice(at) };
+}
+
+/** Joins a frame's parts as they come, in order: the whole frame once its last part is in. */
+function joiner(): (part: { text: string; more?: true }) => string | undefined {
+  let pending = '';
+  return (part) => {
+    pending += part.text;
+    if (part.more) return undefined;
+    const whole = pending;
+    pending = '';
+    return whole;
+  };
+}
 
 function opened<T>(link: ReplicaLink, schema: z.ZodType<T>, subject: string, text: string): T | undefined {
   const value = link.signer.open(subject, text);
@@ -59,6 +79,7 @@ function opened<T>(link: ReplicaLink, schema: z.ZodType<T>, subject: string, tex
 interface EdgeLink {
   ws: WebSocket;
   clusterId: string;
+  join: ReturnType<typeof joiner>;
   /** The term it was opened in; none while it waits for a holder. */
   epoch?: number;
   waiting: string[];
@@ -82,10 +103,18 @@ export function createAgentEdge({ link, replicaId, clusters, log }: AgentEdgeOpt
     const subject = upSubject(link, epoch);
     link.nc.publish(subject, link.signer.sign(subject, message));
   };
+  const frame = (id: string, edgeLink: EdgeLink, epoch: number, text: string) => {
+    try {
+      for (const part of partsOf(text)) up(epoch, { kind: 'frame', link: id, ...part });
+    } catch (error) {
+      log.warn({ err: error, clusterId: edgeLink.clusterId }, 'an agent frame could not be relayed; its link is closed');
+      edgeLink.ws.close(1011, 'the relay to placement failed');
+    }
+  };
   const open = (id: string, edgeLink: EdgeLink, epoch: number) => {
     edgeLink.epoch = epoch;
     up(epoch, { kind: 'open', link: id, edge: replicaId, clusterId: edgeLink.clusterId });
-    for (const text of edgeLink.waiting.splice(0)) up(epoch, { kind: 'frame', link: id, text });
+    for (const text of edgeLink.waiting.splice(0)) frame(id, edgeLink, epoch, text);
   };
 
   const mine = downSubject(link, replicaId);
@@ -96,7 +125,10 @@ export function createAgentEdge({ link, replicaId, clusters, log }: AgentEdgeOpt
       if (!command) return log.warn({ subject: msg.subject }, 'an agent command not signed by a replica, or that does not decode; ignored');
       const target = links.get(command.link);
       if (!target || target.epoch !== command.epoch) return; // a holder of another term: not this link's
-      if (command.kind === 'frame') target.ws.send(command.text);
+      if (command.kind === 'frame') {
+        const whole = target.join(command);
+        if (whole !== undefined) target.ws.send(whole);
+      }
       else if (command.kind === 'ping') target.ws.ping();
       else target.ws.close(command.code, command.reason);
     },
@@ -104,11 +136,11 @@ export function createAgentEdge({ link, replicaId, clusters, log }: AgentEdgeOpt
 
   function accept(ws: WebSocket, clusterId: string) {
     const id = randomUUID();
-    const edgeLink: EdgeLink = { ws, clusterId, waiting: [] };
+    const edgeLink: EdgeLink = { ws, clusterId, join: joiner(), waiting: [] };
     links.set(id, edgeLink);
     ws.on('message', (data) => {
       const text = data.toString();
-      if (edgeLink.epoch !== undefined) return up(edgeLink.epoch, { kind: 'frame', link: id, text });
+      if (edgeLink.epoch !== undefined) return frame(id, edgeLink, edgeLink.epoch, text);
       if (edgeLink.waiting.push(text) > MAX_WAITING_FRAMES) ws.close(1013, 'no replica runs placement yet');
     });
     ws.on('pong', () => edgeLink.epoch !== undefined && up(edgeLink.epoch, { kind: 'pong', link: id }));
@@ -168,7 +200,7 @@ class RelayedLink implements LinkSocket {
   }
 
   send(text: string): void {
-    if (this.open) this.#down({ kind: 'frame', text });
+    if (this.open) for (const part of partsOf(text)) this.#down({ kind: 'frame', ...part });
   }
 
   ping(): void {
@@ -192,6 +224,13 @@ class RelayedLink implements LinkSocket {
 
   /** Frames that came before the hub served this link (placement was still starting). */
   readonly #early: string[] = [];
+  readonly #join = joiner();
+
+  /** One part of a frame; the whole frame goes to the hub once its last part is in. */
+  part(part: { text: string; more?: true }): void {
+    const whole = this.#join(part);
+    if (whole !== undefined) this.received(whole);
+  }
 
   received(text: string): void {
     if (!this.#listeners.message.length) this.#early.push(text);
@@ -229,7 +268,7 @@ export function serveRelayedLinks(link: ReplicaLink, epoch: number, serve: (sock
       if (!message) return log.warn({ subject: msg.subject }, 'an agent frame not signed by a replica, or that does not decode; ignored');
       if (message.kind === 'open') return void accept(message.link, message.edge, message.clusterId);
       const target = relayed.get(message.link);
-      if (message.kind === 'frame') target?.received(message.text);
+      if (message.kind === 'frame') target?.part(message);
       else if (message.kind === 'pong') target?.ponged();
       else target?.ended();
     },
@@ -237,7 +276,14 @@ export function serveRelayedLinks(link: ReplicaLink, epoch: number, serve: (sock
 
   function accept(id: string, edge: string, clusterId: string) {
     const to = downSubject(link, edge);
-    const socket = new RelayedLink((command) => link.nc.publish(to, link.signer.sign(to, { ...command, link: id, epoch } satisfies Down)));
+    const socket = new RelayedLink((command) => {
+      try {
+        link.nc.publish(to, link.signer.sign(to, { ...command, link: id, epoch } satisfies Down));
+      } catch (error) {
+        log.warn({ err: error, clusterId }, 'a message to an agent could not be relayed; its link is ended');
+        socket.ended();
+      }
+    });
     relayed.set(id, socket);
     socket.on('close', () => relayed.delete(id));
     void ready.then(() => {
