@@ -280,6 +280,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Conf
   if (config.compute.placement === 'elected' && (!config.store.databaseUrl || !config.invocation.natsUrl)) {
     throw new ConfigError('compute.placement (SVC_PLACEMENT) elected needs PostgreSQL and NATS (store.databaseUrl, invocation.natsUrl): replicas elect over the one and relay agent links over the other');
   }
+  if (config.compute.placement === 'elected' && config.compute.localCluster.enabled && config.compute.inProcessAgent) {
+    throw new ConfigError('compute.placement (SVC_PLACEMENT) elected runs no in-process agent: set compute.localCluster.enabled (SVC_LOCAL_CLUSTER) false and link agents with `svc agent`');
+  }
   config.store.dataDir = path.resolve(config.store.dataDir);
   return config;
 }
