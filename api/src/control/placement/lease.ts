@@ -111,6 +111,7 @@ export class PlacementElection {
     this.#handlers = handlers;
     this.#address = address;
     this.#timer = setInterval(() => this.#look(), this.#lookMs);
+    this.#timer.unref();
     this.#look();
   }
 
