@@ -133,7 +133,8 @@ describe('placement elected among replicas', { skip: !ready }, () => {
   });
 
   test('an agent linked to a replica without the lease is served by the holder: its instance runs and answers', async () => {
-    firstFn = await deployEcho(first.url);
+    // Deployed through the replica without the lease: it prompts the holder over NATS.
+    firstFn = await deployEcho(second.url);
     const [instanceId] = await until('the instance RUNNING', async () => {
       const ids = await runningIds(second.url, firstFn);
       return ids.length === 1 && ids;

@@ -102,12 +102,54 @@ export async function startPlacement(parts: PlacementParts): Promise<PlacementRo
   };
 }
 
+interface Term {
+  /** Frames relayed to this term may have been lost: its relayed links end. */
+  resync(): void;
+  stop(): Promise<void>;
+}
+
+/**
+ * This replica's placement term begins: the relayed links' subscription first (an edge may relay a link
+ * the moment it sees the term; they wait for `ready`), then placement, the task scheduler, the asks only
+ * the holder answers and what runs beside. The term can be stopped at any point of that.
+ */
+function beginTerm(parts: PlacementParts, links: ReplicaLinks, epoch: number, prompted: string): { term: Term; ready: Promise<void> } {
+  const { instances, tasks, hub, log } = parts;
+  const started = (async () => {
+    await instances.lead();
+    await tasks.start();
+  })();
+  const relayed = serveRelayedLinks(links.agents, epoch, hub.serve, started, log);
+  const prompts = links.agents.nc.subscribe(prompted, { callback: () => void instances.reconcile() });
+  let asks: Subscription[] = [prompts];
+  let stopBeside = () => {};
+  const term: Term = {
+    resync: () => relayed.resync(),
+    async stop() {
+      for (const subscription of asks) subscription.unsubscribe();
+      relayed.close();
+      stopBeside();
+      await tasks.stop();
+      await instances.follow();
+    },
+  };
+  const ready = started.then(() => {
+    asks = [prompts, ...serveAsks(parts)];
+    stopBeside = parts.beside();
+  });
+  return { term, ready };
+}
+
 async function startElected(parts: PlacementParts): Promise<PlacementRole> {
-  const { log, links, election, instances, tasks, hub } = parts;
+  const { log, links, election, instances, hub } = parts;
   if (!links || !election) throw new Error('placement elected needs NATS and the placement lease');
   await instances.start();
   const edge = createAgentEdge({ link: links.agents, replicaId: links.replicaId, clusters: parts.clusters, log });
-  let term: { stop(): Promise<void>; resync(): void } | undefined;
+  // A holder that stops says so on `released`: the others look at once instead of at their next tick. A
+  // replica without the lease that would have run a round (a change made through it) says so on `prompt`.
+  const released = `${links.agents.subject}.released`;
+  const prompted = `${links.agents.subject}.prompt`;
+  let term: Term | undefined;
   let holder: { epoch: number; address: string } | undefined;
   const handlers: ElectionHandlers = {
     onSeen(seen) {
@@ -115,27 +157,9 @@ async function startElected(parts: PlacementParts): Promise<PlacementRole> {
       edge.holder(seen?.epoch);
     },
     async onHeld(epoch) {
-      const started = (async () => {
-        await instances.lead();
-        await tasks.start();
-      })();
-      // Subscribed before anything is awaited: an edge may relay a link the moment it sees this term.
-      const relayed = serveRelayedLinks(links.agents, epoch, hub.serve, started, log);
-      let asks: Subscription[] = [];
-      let stopBeside = () => {};
-      term = {
-        resync: () => relayed.resync(),
-        async stop() {
-          for (const subscription of asks) subscription.unsubscribe();
-          relayed.close();
-          stopBeside();
-          await tasks.stop();
-          await instances.follow();
-        },
-      };
-      await started;
-      asks = serveAsks(parts);
-      stopBeside = parts.beside();
+      const begun = beginTerm(parts, links, epoch, prompted);
+      term = begun.term;
+      await begun.ready;
     },
     async onLost() {
       await term?.stop();
@@ -146,9 +170,8 @@ async function startElected(parts: PlacementParts): Promise<PlacementRole> {
     edge.resync();
     term?.resync();
   }).catch((error) => log.warn({ err: error }, 'no longer told of NATS reconnects: relayed agent links are not resynced after one'));
-  // A holder that stops says so: the others look at once instead of at their next tick.
-  const released = `${links.agents.subject}.released`;
   const nudges = links.agents.nc.subscribe(released, { callback: () => election.lookNow() });
+  instances.promptingElsewhere(() => links.agents.nc.publish(prompted, ''));
   return {
     agentUpgrade: (req, socket, head) => void edge.upgrade(req, socket, head),
     listening: (address) => election.start(handlers, address),

@@ -119,6 +119,8 @@ export class InstancesService {
   /** Instances holding a streaming session (the session broker's), stopped last when scaling down. */
   #inSession: (instanceId: string) => boolean = () => false;
   #timer: NodeJS.Timeout | undefined;
+  /** While placement runs elsewhere: tells it that something changed here (a deployment, a waiting version). */
+  #promptElsewhere: () => void = () => {};
   /** What choosing a cluster needs to know of the clusters' use: instances and tasks on them, their links. */
   readonly #use: ClusterUse = {
     held: (clusterId, gpu) => this.#placed.countOn(clusterId, gpu) + this.#tasksOn(clusterId, gpu),
@@ -196,6 +198,11 @@ export class InstancesService {
     await mirror();
     this.#timer = setInterval(() => void mirror(), this.#options.intervalMs ?? 2000);
     this.#timer.unref();
+  }
+
+  /** Where a round asked for here goes while placement runs on another replica. */
+  promptingElsewhere(prompt: () => void): void {
+    this.#promptElsewhere = prompt;
   }
 
   stop(): Promise<void> {
@@ -333,7 +340,7 @@ export class InstancesService {
 
   /** One round: nothing it calls may ask for another unless something changed (see setDemand). */
   async #round(): Promise<void> {
-    if (!this.#leading) return;
+    if (!this.#leading) return this.#promptElsewhere();
     this.#rounds.inc();
     const world = await this.#readWorld();
     const context: SpecContext = {
