@@ -194,6 +194,9 @@ class RelayedLink implements LinkSocket {
   open = true;
   readonly #down: (command: Command) => void;
   readonly #listeners = { message: [] as ((text: string) => void)[], pong: [] as (() => void)[], close: [] as (() => void)[] };
+  /** Frames that came before the hub served this link (placement was still starting). */
+  readonly #early: string[] = [];
+  readonly #join = joiner();
 
   constructor(down: (command: Command) => void) {
     this.#down = down;
@@ -221,10 +224,6 @@ class RelayedLink implements LinkSocket {
     if (event === 'message') this.#listeners.message.push(listener);
     else this.#listeners[event].push(() => listener(''));
   }
-
-  /** Frames that came before the hub served this link (placement was still starting). */
-  readonly #early: string[] = [];
-  readonly #join = joiner();
 
   /** One part of a frame; the whole frame goes to the hub once its last part is in. */
   part(part: { text: string; more?: true }): void {
