@@ -90,7 +90,6 @@ import { createLogger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
 import { portInUse } from './process/ports.ts';
 import { openDatabase } from './database.ts';
-import type { FunctionRef } from './domain/load.ts';
 import { startPlacement, type ReplicaLinks } from './roles/placement.ts';
 
 export interface Platform {
