@@ -2,8 +2,8 @@
 // Kubernetes requires of its kind (the fields these manifests use, checked with zod), selectors match their
 // pod labels, Services select a workload and name its ports, every image is one `npm run images` builds,
 // the platform's environment is settings config.ts knows and accepts, and what docs/scale-out.md promises
-// holds (one placement replica and N API replicas on NATS over TLS with a user from a Secret, agents and
-// the proxy linked to the placement replica, no engine socket in the platform, the agent on GPU nodes
+// holds (N API replicas electing placement, rolled one at a time, on NATS over TLS with a user from a
+// Secret, agents and the proxy reaching any replica, no engine socket in the platform, the agent on GPU nodes
 // advertising the node's address, no secret on a command line). `kubectl kustomize` renders the base when kubectl is installed (Debian package
 // kubernetes-client; required under CI). No cluster is involved: there is none here.
 import assert from 'node:assert/strict';
@@ -152,7 +152,7 @@ function settingsOf(workload: Workload) {
 describe('deploy/kubernetes', () => {
   test('every object has its kind\'s shape; selectors match their pods; volumes and ports are the ones declared', () => {
     assert.deepEqual(objects.map((object) => object.kind).sort(),
-      ['ConfigMap', 'ConfigMap', 'DaemonSet', 'DaemonSet', 'Deployment', 'Deployment', 'Deployment', 'Ingress', 'Namespace', 'PersistentVolumeClaim', 'Service', 'Service', 'Service']);
+      ['ConfigMap', 'ConfigMap', 'DaemonSet', 'DaemonSet', 'Deployment', 'Deployment', 'Ingress', 'Namespace', 'PersistentVolumeClaim', 'Service', 'Service']);
     assert.ok(named('Namespace', kustomization.namespace), 'the namespace the kustomization puts everything in');
     for (const workload of workloads) {
       const pod = workload.spec.template;
@@ -190,15 +190,14 @@ describe('deploy/kubernetes', () => {
     }
   });
 
-  test('the platform: one placement replica and N API replicas on PostgreSQL and NATS (TLS, credentials from a Secret), settings config.ts accepts; no engine socket, no instances', () => {
-    const placement = named('Deployment', 'svc-placement') as Workload & { kind: 'Deployment' };
+  test('the platform: N API replicas electing placement, rolled one at a time, on PostgreSQL and NATS (TLS, credentials from a Secret), settings config.ts accepts; no engine socket, no instances', () => {
     const api = named('Deployment', 'svc-api') as Workload & { kind: 'Deployment' };
-    assert.equal(placement.spec.replicas, 1);
-    assert.equal(placement.spec.strategy?.type, 'Recreate', 'a rollout never runs two placement replicas');
     assert.ok(api.spec.replicas >= 2);
-    for (const [workload, places] of [[placement, true], [api, false]] as const) {
+    assert.equal(api.spec.strategy?.type, 'RollingUpdate', 'a rollout keeps replicas up: placement moves to one of them');
+    assert.deepEqual(workloads.filter((workload) => workload.kind === 'Deployment' && platformImage(workload)).map((workload) => workload.metadata.name), ['svc-api'], 'one kind of replica');
+    for (const workload of [api]) {
       const config = settingsOf(workload);
-      assert.equal(config.compute.placement, places, workload.metadata.name);
+      assert.equal(config.compute.placement, 'elected', workload.metadata.name);
       assert.ok(config.invocation.natsUrl && config.store.databaseUrl, `${workload.metadata.name} shares the queue and the store`);
       assert.match(config.invocation.natsUrl, /^tls:\/\//, `${workload.metadata.name} speaks TLS to NATS`);
       const env = envOf(workload);
@@ -216,12 +215,11 @@ describe('deploy/kubernetes', () => {
       }
     }
     const service = (wanted: string) => named('Service', wanted)!;
-    assert.deepEqual(workloads.filter((workload) => selects(service('svc-platform'), workload)).map((workload) => workload.metadata.name).sort(), ['svc-api', 'svc-placement']);
-    assert.deepEqual(workloads.filter((workload) => selects(service('svc-placement'), workload)).map((workload) => workload.metadata.name), ['svc-placement']);
+    assert.deepEqual(workloads.filter((workload) => selects(service('svc-platform'), workload)).map((workload) => workload.metadata.name), ['svc-api']);
   });
 
   test('the replicas share one admin signing key (a Secret) and one blob store (a ReadWriteMany claim); an Ingress brings API clients to any of them', () => {
-    const replicas = ['svc-placement', 'svc-api'].map((wanted) => named('Deployment', wanted) as Workload);
+    const replicas = ['svc-api'].map((wanted) => named('Deployment', wanted) as Workload);
     for (const workload of replicas) {
       const config = settingsOf(workload);
       const mounted = (file: string) => {
@@ -235,7 +233,7 @@ describe('deploy/kubernetes', () => {
     const claim = named('PersistentVolumeClaim', 'svc-blobs') as Extract<K8sObject, { kind: 'PersistentVolumeClaim' }>;
     assert.deepEqual(claim.spec.accessModes, ['ReadWriteMany'], 'every replica mounts it at once');
     const ingress = named('Ingress', 'svc-platform') as Extract<K8sObject, { kind: 'Ingress' }>;
-    const address = settingsOf(replicas[1]).gateway.address;
+    const address = settingsOf(replicas[0]).gateway.address;
     assert.deepEqual(ingress.spec.rules.map((rule) => rule.host), [`api.${address}`, `api-keys.${address}`, `*.invocation.${address}`]);
     for (const rule of ingress.spec.rules) {
       assert.deepEqual(rule.http.paths.map((item) => item.backend.service), [{ name: 'svc-platform', port: { name: 'gateway' } }]);
@@ -243,11 +241,11 @@ describe('deploy/kubernetes', () => {
     assert.deepEqual(ingress.spec.tls?.[0].hosts, ingress.spec.rules.map((rule) => rule.host));
   });
 
-  test('agents and the streaming proxy reach the placement replica (agent links, the session broker)', () => {
+  test('agents and the streaming proxy reach the replicas\' Service (any replica takes an agent link and relays it to placement)', () => {
     const agent = settingsOf(named('DaemonSet', 'svc-agent') as Workload);
-    assert.equal(new URL(agent.compute.agent.server!).hostname, `svc-placement.${kustomization.namespace}.svc.cluster.local`);
+    assert.equal(new URL(agent.compute.agent.server!).hostname, `svc-platform.${kustomization.namespace}.svc.cluster.local`);
     const proxy = envOf(named('Deployment', 'svc-proxy') as Workload);
-    assert.equal(new URL(proxy.get('SVC_SERVER')!.value!).hostname, 'svc-placement');
+    assert.equal(new URL(proxy.get('SVC_SERVER')!.value!).hostname, 'svc-platform');
   });
 
   test('no secret is on a command line: no argument expands a variable taken from a Secret', () => {

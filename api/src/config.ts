@@ -25,6 +25,12 @@ export const configSchema = z.object({
     host: z.string().min(1).default('0.0.0.0'),
     port: port.default(8080),
     tlsCert: z.string().optional(),
+    /**
+     * Where the other API replicas reach this one (compute.placement 'elected': they hand streaming sessions
+     * to the replica holding placement). Default: this machine's first address off loopback (its pod's IP),
+     * or gateway.host when it names one, and the port the gateway listens on.
+     */
+    replicaUrl: z.url({ protocol: /^https?$/ }).optional(),
     tlsKey: z.string().optional(),
     /** Largest JSON body accepted by management endpoints. */
     bodyLimit: z.string().default('1mb'),
@@ -131,8 +137,15 @@ export const configSchema = z.object({
   /** Export to the telemetries functions and tasks name (api/src/telemetry). */
   telemetry: telemetrySettingsSchema.prefault({}),
   compute: z.object({
-    /** Runs placement and takes agent links; with several API replicas exactly one does (the others: false). */
-    placement: z.preprocess((value) => (typeof value === 'string' ? value !== 'false' : value), z.boolean()).default(true),
+    /**
+     * Who runs placement (and holds the agents' links): true, this process always (one process, SQLite);
+     * false, never (another replica does); 'elected', whichever replica holds the placement lease in
+     * PostgreSQL, while every replica takes agent links and relays them to it over NATS (docs/scale-out.md).
+     */
+    placement: z.preprocess((value) => ({ true: true, false: false }[String(value)] ?? value),
+      z.union([z.boolean(), z.literal('elected')], { error: 'must be true, false or elected' })).default(true),
+    /** With placement 'elected': how long the lease lasts unless its holder renews it (five times per period). */
+    placementLeaseMs: z.coerce.number().int().min(1000).max(120_000).default(5000),
     /**
      * How long an agent's lease lasts without an answer over its link (pinged three times per lease): once
      * it lapses, the node's instances are LOST and placed on other nodes (docs/scale-out.md, "Hosts").
@@ -180,6 +193,7 @@ export const envSettings: Record<string, string> = {
   SVC_HOST: 'gateway.host',
   SVC_PORT: 'gateway.port',
   SVC_TLS_CERT: 'gateway.tlsCert',
+  SVC_REPLICA_URL: 'gateway.replicaUrl',
   SVC_TLS_KEY: 'gateway.tlsKey',
   SVC_DATA_DIR: 'store.dataDir',
   SVC_DATABASE_URL: 'store.databaseUrl',
@@ -197,6 +211,7 @@ export const envSettings: Record<string, string> = {
   SVC_ADMIN_SIGNING_KEY_FILE: 'admin.signingKeyFile',
   SVC_LOCAL_CLUSTER: 'compute.localCluster.enabled',
   SVC_PLACEMENT: 'compute.placement',
+  SVC_PLACEMENT_LEASE_MS: 'compute.placementLeaseMs',
   SVC_AGENT_LEASE_MS: 'compute.agentLeaseMs',
   ...Object.fromEntries(Object.entries(natsEnvSettings).map(([name, setting]) => [name, `invocation.${setting}`])),
   SVC_ASSET_MAX_BYTES: 'assets.maxBytes',
@@ -261,6 +276,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, overrides: Conf
   const config = parsed.data;
   if (Boolean(config.gateway.tlsCert) !== Boolean(config.gateway.tlsKey)) {
     throw new ConfigError('gateway.tlsCert and gateway.tlsKey (SVC_TLS_CERT, SVC_TLS_KEY) must be set together');
+  }
+  if (config.compute.placement === 'elected' && (!config.store.databaseUrl || !config.invocation.natsUrl)) {
+    throw new ConfigError('compute.placement (SVC_PLACEMENT) elected needs PostgreSQL and NATS (store.databaseUrl, invocation.natsUrl): replicas elect over the one and relay agent links over the other');
+  }
+  if (config.compute.placement === 'elected' && config.compute.localCluster.enabled && config.compute.inProcessAgent) {
+    throw new ConfigError('compute.placement (SVC_PLACEMENT) elected runs no in-process agent: set compute.localCluster.enabled (SVC_LOCAL_CLUSTER) false and link agents with `svc agent`');
   }
   config.store.dataDir = path.resolve(config.store.dataDir);
   return config;

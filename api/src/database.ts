@@ -1,8 +1,9 @@
 // The platform's database: the foundation's tables and migrations (store/) with those of the planes that
-// keep tables of their own (tasks, autoscaler, assets, telemetries, function stats). Every role opens the store through here, so each one
+// keep tables of their own (tasks, autoscaler, assets, telemetries, function stats, the placement lease). Every role opens the store through here, so each one
 // migrates to the same history.
 import { autoscalerMigration } from './autoscaler/migration.ts';
 import { assetsMigration } from './control/assets/migration.ts';
+import { placementLeaseMigration } from './control/placement/migration.ts';
 import { statsMigration } from './control/stats/migration.ts';
 import { tasksMigration } from './control/tasks/migration.ts';
 import { telemetriesMigration } from './control/telemetries/migration.ts';
@@ -14,6 +15,7 @@ export function platformMigrations(dialect: Dialect) {
     ...foundationMigrations(dialect), '0004_tasks': tasksMigration(dialect), '0005_autoscaler': autoscalerMigration(), '0007_assets': assetsMigration(),
     '0011_telemetries': telemetriesMigration(),
     '0012_function_stats': statsMigration(),
+    '0013_placement_lease': placementLeaseMigration(dialect),
   };
 }
 

@@ -1,5 +1,7 @@
 // Composition root: config → store → planes → listen. Nothing else lives here.
+import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { hostname, networkInterfaces } from 'node:os';
 import path from 'node:path';
 import type { DestinationStream } from 'pino';
 import type { Config } from './config.ts';
@@ -47,9 +49,11 @@ import { AGENT_LINK_PATH } from './compute/protocol.ts';
 import { startWorker, type Isolation } from './compute/worker.ts';
 import { createAgentHub } from './control/agents/hub.ts';
 import { logRoutes } from './control/logs/routes.ts';
-import { relayLogAsks, serveLogAsks } from './control/logs/relay.ts';
+import { relayLogAsks } from './control/logs/relay.ts';
 import { createLogsService } from './control/logs/service.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
+import { PlacementFence } from './control/placement/fence.ts';
+import { createLeaseRepo, PlacementElection } from './control/placement/lease.ts';
 import { InstancesService } from './control/instances/service.ts';
 import { createGateway, hostsOf } from './gateway/gateway.ts';
 import { Dispatcher } from './invocation/dispatcher.ts';
@@ -61,14 +65,14 @@ import { DurableResults } from './invocation/results.ts';
 import { invocationHostHandler } from './invocation/host-routing.ts';
 import { hostRoutedRoute, invocationRoutes, type InvocationObserver } from './invocation/routes.ts';
 import { LargeResults } from './invocation/large-results.ts';
-import { createReplicaSigner } from './invocation/replica-signing.ts';
-import { assetStaging } from './invocation/stage-relay.ts';
+import { createReplicaSigner, type ReplicaSigner } from './invocation/replica-signing.ts';
+import { relayStaging, type StageAsk } from './invocation/stage-relay.ts';
 import { InvocationService } from './invocation/service.ts';
 import { createRateLimits } from './rate-limits/plane.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
 import { sessionRoutes } from './streaming/routes.ts';
 import { createSessionListing } from './streaming/sessions.ts';
-import { relaySessionAsks, serveSessionAsks } from './streaming/sessions-relay.ts';
+import { relaySessionAsks } from './streaming/sessions-relay.ts';
 import { isSignIn } from './streaming/request.ts';
 import { signInHandler } from './streaming/sign-in.ts';
 import { startTurn, type TurnService } from './turn/server.ts';
@@ -78,8 +82,7 @@ import { createPathSigner } from './domain/signed-paths.ts';
 import { createLocalBlobStore } from './store/blobs.ts';
 import { ensurePrivateDir } from './store/store.ts';
 import { leanServer } from './http/lean.ts';
-import { Problem } from './domain/problem.ts';
-import { rejectUpgrade } from './http/upgrade.ts';
+import { forwarding, forwardUpgrade } from './http/forward.ts';
 import { isLoopbackHost } from './http/host.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
@@ -87,7 +90,7 @@ import { createLogger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
 import { portInUse } from './process/ports.ts';
 import { openDatabase } from './database.ts';
-import type { FunctionRef } from './domain/load.ts';
+import { startPlacement, type ReplicaLinks } from './roles/placement.ts';
 
 export interface Platform {
   /** http(s)://localhost:<port> */
@@ -191,10 +194,15 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health]);
     metrics.watchHealth(() => health.report());
 
+    // Placement's term, when replicas elect who runs it: the instance rows' writes are fenced by it.
+    const { placement } = config.compute;
+    const election = placement === 'elected' ? new PlacementElection({
+      repo: createLeaseRepo(store.db), replicaId: `${hostname()}-${randomUUID().slice(0, 8)}`, leaseMs: config.compute.placementLeaseMs, log,
+    }) : undefined;
     const instances = new InstancesService({
-      repo: createInstancesRepo(store.db), nodes: nodesRepo, leaseMs: config.compute.agentLeaseMs,
+      repo: createInstancesRepo(store.db, election && new PlacementFence(store.db, () => election.epoch)), nodes: nodesRepo, leaseMs: config.compute.agentLeaseMs,
       deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
-      desired: autoscaler.desiredCounts, places: config.compute.placement, metricsRegistry: metrics.registry, instanceLimits: accounts.instanceLimits,
+      desired: autoscaler.desiredCounts, places: placement === true, metricsRegistry: metrics.registry, instanceLimits: accounts.instanceLimits,
     });
     autoscaler.onApplied(() => void instances.reconcile());
     metrics.watchInstances(() => instances.instanceCounts());
@@ -213,11 +221,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const queue = replicas
       ? await JetStreamQueue.connect({ ...replicas, maxDepth: maxQueueDepth, log, adopt: (requestId) => invocation.adopt(requestId) })
       : new LocalQueue({ maxDepth: maxQueueDepth });
-    const stage = assetStaging({
-      // Agents link to the replica that runs placement: it puts assets on their hosts, for the others too.
-      local: config.compute.placement ? ({ clusterId, ...request }) => agentHub.stage(clusterId, request) : undefined,
-      nats: replicas && queue instanceof JetStreamQueue ? { nc: queue.connection, subject: queue.names.stage, signer: replicas.signer } : undefined, log,
-    });
+    const links: ReplicaLinks | undefined = replicas && queue instanceof JetStreamQueue ? replicaLinksOf(queue, replicas.signer) : undefined;
+    // Agents link to the replica that runs placement: it puts assets on their hosts, the others ask it (roles/placement.ts).
+    const stage = placement === true ? ({ clusterId, ...request }: StageAsk) => agentHub.stage(clusterId, request) : links && relayStaging(links.stage);
     const largeResults = new LargeResults({
       blobs, signer, maxBytes: config.invocation.maxLargeResultBytes, retentionSeconds: config.invocation.resultRetentionSeconds,
     });
@@ -250,13 +256,14 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       onOutput: (taskId, instanceId, lines) => telemetryExport?.exportLogLines(taskId, lines.map((text) => ({ text, instanceId }))),
     });
     instances.countTasks(taskPlane.scheduler.tasksOn);
-    const agentHub = createAgentHub(clusters, instances, log, taskPlane.scheduler);
-    // Agents link to the replica that runs placement: only it can ask them for logs, for the others too.
-    const logsLink = replicas && queue instanceof JetStreamQueue ? { nc: queue.connection, subject: queue.names.logs, signer: replicas.signer } : undefined;
-    if (config.compute.placement && logsLink) serveLogAsks(logsLink, agentHub.logs, log);
-    const logRelay = config.compute.placement ? agentHub.logs : logsLink && relayLogAsks(logsLink);
+    const agentHub = createAgentHub({ clusters, instances, log, tasks: taskPlane.scheduler, epoch: () => election?.lastEpoch });
+    // Agents link to the replica that runs placement: only it can ask them for logs; the others ask it.
+    const logRelay = placement === true ? agentHub.logs : links && relayLogAsks(links.logs);
     const logs = createLogsService({ functions, tasks: taskPlane.service, clusters, now, ...(logRelay ? { relay: logRelay } : {}) });
-    if (config.compute.placement && telemetryExport) {
+    instances.onReady((versionId, ready) => logFeed?.ready(versionId, ready));
+    /** Where placement runs, a version whose logs go to a telemetry has its lines followed (roles/placement.ts starts it). */
+    const startLogFeed = () => {
+      if (!telemetryExport) return () => {};
       const feed = logFeed = new LogFeed({
         logsOwner: async (versionId) => {
           const row = await functionsRepo.findVersionById(versionId);
@@ -266,9 +273,11 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
         follow: (clusterIds, query, follower) => agentHub.logs.follow(clusterIds, query, follower),
         exportLines: (versionId, lines) => telemetryExport.exportLogLines(versionId, lines), now, log,
       });
-      instances.onReady((versionId, ready) => feed.ready(versionId, ready));
-      closers.push(() => feed.close());
-    }
+      return () => {
+        feed.close();
+        if (logFeed === feed) logFeed = undefined;
+      };
+    };
     const turn = await startTurn({
       ...config.turn, secret: config.turn.secret ?? await ensureSealedSecret(settings, box, 'turn.secret', startedAt), runDir: path.join(config.store.dataDir, 'run'),
     }, log);
@@ -278,9 +287,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     instances.keepSessions(streaming.inSession);
     metrics.watchLoad(() => streaming.load());
     // Only the placement replica brokers sessions (it knows the ready instances); the others ask it.
-    const sessionsLink = replicas && queue instanceof JetStreamQueue ? { nc: queue.connection, subject: queue.names.sessions, signer: replicas.signer } : undefined;
-    if (config.compute.placement && sessionsLink) serveSessionAsks(sessionsLink, streaming.sessionsOf, log);
-    const sessionSource = config.compute.placement ? { sessionsOf: async (versionId: string) => streaming.sessionsOf(versionId) } : sessionsLink && relaySessionAsks(sessionsLink);
+    const sessionSource = placement === true ? { sessionsOf: async (versionId: string) => streaming.sessionsOf(versionId) } : links && relaySessionAsks(links.sessions);
     const sessionListing = createSessionListing({ functions, ...(sessionSource ? { source: sessionSource } : {}) });
     const stats = createStatsPlane({
       db: store.db, functionsRepo, settings: config.stats, log, now,
@@ -329,9 +336,18 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });
 
     const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit, metrics };
-    // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host.
-    const api = createApp({ ...appOptions, routes: apiRoutes, host: 'api', handlers: [signInHandler(streaming)], handled: isSignIn });
+    // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host; the replica
+    // running placement brokers sessions, the others hand sign-ins (and session sockets, below) to it.
+    const sessionsElsewhere = () => placementRole.sessionsElsewhere();
+    const api = createApp({
+      ...appOptions, routes: apiRoutes, host: 'api', handlers: [forwarding(isSignIn, sessionsElsewhere), signInHandler(streaming)], handled: isSignIn,
+    });
     const hostRouted = hostRoutedRoute(invocation, invocationOptions);
+    await invocation.recover();
+    const placementRole = await startPlacement({
+      config, log, clusters, instances, tasks: taskPlane, hub: agentHub, sessionsOf: streaming.sessionsOf, election, links, beside: startLogFeed,
+      gatewayCa: config.gateway.tlsCert && readFileSync(config.gateway.tlsCert, 'utf8'),
+    });
     const serveLean = leanServer({ ...appOptions, host: 'invocation' });
     const gateway = createGateway({
       address: config.gateway.address,
@@ -343,27 +359,24 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
         byPath: api,
       }),
       apiUpgrade: (req, socket, head) => {
-        if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) {
-          if (!config.compute.placement) return rejectUpgrade(req, socket, new Problem('service-unavailable', 'This API replica does not run placement; link agents to the one that does'));
-          return void agentHub.upgrade(req, socket, head);
-        }
+        if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return placementRole.agentUpgrade(req, socket, head);
+        const elsewhere = sessionsElsewhere();
+        if (elsewhere) return forwardUpgrade(req, socket, head, elsewhere);
         void streaming.upgrade(req, socket, head);
       },
       tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
     });
-    await invocation.recover();
-    closers.push(() => taskPlane.stop(), () => instances.stop());
-    await instances.start();
-    await taskPlane.start();
-    closers.push(() => gateway.close(), () => streaming.close(), () => agentHub.close(), () => autoscaler.stop());
+    // Placement stops first: an elected holder hands its lease over before the gateway drains.
+    closers.push(() => gateway.close(), () => streaming.close(), () => autoscaler.stop(), () => placementRole.close());
     autoscaler.start();
     const port = await gateway.listen(config.gateway.port, config.gateway.host).catch((error: NodeJS.ErrnoException) => {
       throw error.code === 'EADDRINUSE' ? portInUse('the gateway', `${config.gateway.host}:${config.gateway.port}`, 'gateway.host, gateway.port: SVC_HOST, SVC_PORT') : error;
     });
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
+    placementRole.listening(config.gateway.replicaUrl ?? replicaUrlOf(scheme, config.gateway.host, port));
     // The local cluster's agent links to this gateway over loopback, exactly as a remote agent would.
-    const worker = localCluster && config.compute.inProcessAgent && config.compute.placement ? await startWorker({
+    const worker = localCluster && config.compute.inProcessAgent && placement === true ? await startWorker({
       settings: config.compute.agent, dataDir: config.store.dataDir, declaredGpus: config.compute.localCluster.gpus, log,
       link: {
         server: `${scheme}://127.0.0.1:${port}`, credential: localCluster.agentCredential, apiHost: `${gateway.hosts.api}:${port}`,
@@ -404,4 +417,18 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     await closeAll();
     throw error;
   }
+}
+
+/** The replicas' signed NATS exchanges, each on its subject of the installation. */
+function replicaLinksOf(queue: JetStreamQueue, signer: ReplicaSigner): ReplicaLinks {
+  const link = (subject: string) => ({ nc: queue.connection, subject, signer });
+  const { stage, logs, sessions, agents } = queue.names;
+  return { replicaId: queue.replicaId, stage: link(stage), logs: link(logs), sessions: link(sessions), agents: link(agents) };
+}
+
+/** Where the other replicas reach this one by default: the host the gateway listens on, or this machine's first address off loopback. */
+function replicaUrlOf(scheme: string, host: string, port: number): string {
+  const own = Object.values(networkInterfaces()).flat().find((entry) => entry && !entry.internal && entry.family === 'IPv4')?.address;
+  const reached = host === '0.0.0.0' || host === '::' ? own ?? '127.0.0.1' : host;
+  return `${scheme}://${reached.includes(':') ? `[${reached}]` : reached}:${port}`;
 }

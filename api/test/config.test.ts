@@ -66,6 +66,19 @@ describe('configuration errors', () => {
       { natsUrl: 'tls://nats.example:4222', natsPrefix: 'staging', natsUser: 'svc', natsTlsCaFile: '/etc/svc/ca.pem', natsTlsInsecure: false });
   });
 
+  test('placement: true, false or elected; elected only on PostgreSQL and NATS', () => {
+    assert.equal(loadConfig({}).compute.placement, true);
+    assert.equal(loadConfig({ SVC_PLACEMENT: 'false' }).compute.placement, false);
+    assert.equal(configError({ SVC_PLACEMENT: 'elected' }),
+      'compute.placement (SVC_PLACEMENT) elected needs PostgreSQL and NATS (store.databaseUrl, invocation.natsUrl): replicas elect over the one and relay agent links over the other');
+    const shared = { SVC_PLACEMENT: 'elected', SVC_DATABASE_URL: 'postgres://svc@db.example/svc', SVC_NATS_URL: 'nats://nats.example:4222' };
+    assert.match(configError(shared), /^compute\.placement \(SVC_PLACEMENT\) elected runs no in-process agent: set compute\.localCluster\.enabled \(SVC_LOCAL_CLUSTER\) false/);
+    const elected = loadConfig({ ...shared, SVC_LOCAL_CLUSTER: 'false' }).compute;
+    assert.deepEqual([elected.placement, elected.placementLeaseMs], ['elected', 5000]);
+    assert.equal(configError({ SVC_PLACEMENT: 'elcted' }), 'invalid setting compute.placement (SVC_PLACEMENT): must be true, false or elected');
+    assert.match(configError({ SVC_PLACEMENT_LEASE_MS: '10' }), /^invalid setting compute\.placementLeaseMs \(SVC_PLACEMENT_LEASE_MS\): /);
+  });
+
   test('a store sealed with another key: the line names the key that was used, SVC_SECRETS_KEY only when it was set', async () => {
     const dataDir = tempDir();
     const store = await openDatabase({ dataDir });

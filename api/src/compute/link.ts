@@ -12,6 +12,9 @@
 // held; a welcome granting another lease (a newer generation: the old one lapsed, and the control plane
 // has placed this node's instances elsewhere) makes the agent stop every instance it still runs before
 // it takes the new desired set (fencing).
+// Placement's term: a message carrying an `epoch` older than the newest one seen is refused (a replica
+// whose elected placement was taken over). Several server URLs (comma-separated) are tried in turn, one
+// per connect: any API replica serves agent links.
 import { WebSocket, type ClientOptions, type RawData } from 'ws';
 import type { Logger } from '../logger.ts';
 import type { Agent } from './agent.ts';
@@ -23,7 +26,7 @@ import {
 } from './protocol.ts';
 
 export interface AgentLinkOptions {
-  /** Base URL of the platform, e.g. http://127.0.0.1:8080 or https://gateway.example:443. */
+  /** Base URL of the platform, e.g. http://127.0.0.1:8080 or https://gateway.example:443; several, comma-separated. */
   server: string;
   /** The cluster's agent credential. */
   credential: string;
@@ -53,6 +56,8 @@ export interface AgentLinkOptions {
 
 export interface AgentLink {
   readonly connected: boolean;
+  /** The server URL of the current (or next) link. */
+  readonly server: string;
   /** Closes the link and stops reconnecting. Instances keep running (stop the agent for that). */
   close(): Promise<void>;
 }
@@ -60,8 +65,9 @@ export interface AgentLink {
 export function connectAgentLink(options: AgentLinkOptions): AgentLink {
   const reconnect: BackoffSettings = { initialMs: 250, maxMs: 5000, ...options.reconnect };
   const pingIntervalMs = options.pingIntervalMs ?? 15_000;
-  const url = new URL(AGENT_LINK_PATH, options.server.replace(/^http/, 'ws'));
-  const log = options.log.child({ link: url.origin });
+  const servers = options.server.split(',').map((server) => server.trim()).filter(Boolean);
+  let turn = 0;
+  let log = options.log;
   let socket: WebSocket | undefined;
   let open = false;
   let closed = false;
@@ -69,6 +75,8 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
   let retryTimer: NodeJS.Timeout | undefined;
   /** The lease the last welcome granted: said in the next hello, compared with the next welcome's. */
   let lease: LeaseHeld | undefined;
+  /** The newest placement term a message carried. */
+  let epoch: number | undefined;
 
   const send = (message: AgentMessage) => {
     if (open && socket?.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
@@ -79,6 +87,8 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
   const followed = logStreams(options.outputs, send);
 
   function connect(): void {
+    const url = new URL(AGENT_LINK_PATH, servers[turn % servers.length].replace(/^http/, 'ws'));
+    log = options.log.child({ link: url.origin });
     const headers: Record<string, string> = { authorization: `Bearer ${options.credential}` };
     if (options.apiHost) headers.host = options.apiHost;
     // ws hands these to tls.connect too: the server name checked against the certificate is the api host.
@@ -130,6 +140,7 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
       }
       if (wasOpen) log.warn('agent link lost');
       if (!closed) {
+        turn++;
         retryTimer = setTimeout(connect, backoffDelay(reconnect, attempt++));
       }
     });
@@ -148,6 +159,10 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
     const decoded = decodeMessage(controlMessageSchema, text);
     if ('error' in decoded) return log.warn({ reason: decoded.error }, 'agent link: a message that does not decode was ignored');
     const message = decoded.message;
+    if (message.epoch !== undefined) {
+      if (epoch !== undefined && message.epoch < epoch) return log.warn({ type: message.type, epoch: message.epoch, newest: epoch }, 'agent link: a message of an older placement term was refused');
+      epoch = message.epoch;
+    }
     if (message.type === 'welcome') {
       attempt = 0; // accepted: after a later drop, back-off starts over
       log.info({ clusterId: message.clusterId, clusterName: message.clusterName, node: message.lease?.name, generation: message.lease?.generation }, 'agent link welcomed');
@@ -173,6 +188,9 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
   return {
     get connected() {
       return open;
+    },
+    get server() {
+      return servers[turn % servers.length];
     },
     async close() {
       closed = true;

@@ -176,8 +176,16 @@ export const taskReportSchema = z.object({
  * Input assets of one request, to be put in <outputDir>/<requestId>/assets/<assetId> of the instance before
  * the request reaches it. `path` is a signed download path on the api host (no credential needed).
  */
+/**
+ * Placement's term (compute.placement 'elected': the placement lease's epoch), on every message the control
+ * plane sends when it has one. An agent refuses a message of a term older than the newest it has seen: it
+ * comes from a replica whose placement has been taken over (docs/scale-out.md, "Placement").
+ */
+const term = { epoch: z.number().int().nonnegative().optional() };
+
 const stageSchema = z.object({
   type: z.literal('stage'),
+  ...term,
   requestId: z.string(),
   instanceId: z.string(),
   assets: z.array(z.object({ assetId: z.string(), path: z.string() })),
@@ -199,6 +207,7 @@ export const logLineSchema = z.object({
 });
 const logsRequestSchema = z.object({
   type: z.literal('logs'),
+  ...term,
   streamId: z.string(),
   functionVersionId: z.string(),
   instanceId: z.string().optional(),
@@ -208,7 +217,7 @@ const logsRequestSchema = z.object({
   tail: z.number().int().positive().optional(),
   follow: z.boolean(),
 });
-const logsStopSchema = z.object({ type: z.literal('logs-stop'), streamId: z.string() });
+const logsStopSchema = z.object({ type: z.literal('logs-stop'), streamId: z.string(), ...term });
 const logLinesSchema = z.object({
   type: z.literal('log-lines'),
   streamId: z.string(),
@@ -263,15 +272,15 @@ export const agentMessageSchema = z.discriminatedUnion('type', [
 
 export const controlMessageSchema = z.discriminatedUnion('type', [
   /** ncaId: the account that owns the cluster (the only one an agent without isolation runs). */
-  z.object({ type: z.literal('welcome'), clusterId: z.string(), clusterName: z.string(), ncaId: z.string(), lease: leaseGrantSchema.optional() }),
-  z.object({ type: z.literal('desired'), instances: z.array(instanceSpecSchema) }),
+  z.object({ type: z.literal('welcome'), clusterId: z.string(), clusterName: z.string(), ncaId: z.string(), lease: leaseGrantSchema.optional(), ...term }),
+  z.object({ type: z.literal('desired'), instances: z.array(instanceSpecSchema), ...term }),
   /**
    * The whole desired set of tasks by id, like `desired`; `specs` carries only the specs this link has not
    * been sent yet (or whose revision changed), so a set of a thousand tasks is not resent on every change.
    * Ids the agent does not know and gets no spec for are ignored; ids missing from `desired` are stopped
    * (if still running) and forgotten.
    */
-  z.object({ type: z.literal('tasks'), desired: z.array(z.string()), specs: z.array(taskSpecSchema) }),
+  z.object({ type: z.literal('tasks'), desired: z.array(z.string()), specs: z.array(taskSpecSchema), ...term }),
   stageSchema,
   logsRequestSchema,
   logsStopSchema,

@@ -86,7 +86,8 @@ export const agentSettingsSchema = z.object({
   /** …for this long after the instance last exited. */
   logRetentionMs: z.coerce.number().int().min(0).default(3_600_000),
   /** A remote agent (`svc agent`): the platform URL, the cluster's agent credential, the api host. */
-  server: z.string().url().optional(),
+  /** Several, comma-separated, are tried in turn (API replicas without a load balancer in front). */
+  server: z.string().refine((value) => value.split(',').every((url) => URL.canParse(url.trim())), 'must be a URL, or several separated by commas').optional(),
   credential: z.string().optional(),
   apiHost: z.string().optional(),
 });

@@ -87,15 +87,16 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     },
     probe: { intervalMs: options.settings.healthIntervalMs, failureThreshold: options.settings.healthFailureThreshold },
   });
+  // Uploads and asset downloads go to the server the link uses now (it may name several: link.ts).
+  const server = options.link && { ...options.link, get server(): string { return link?.server ?? options.link!.server.split(',')[0]; } };
   // After startAgent: its runtime.cleanup() has ended whatever an earlier run left, tasks included.
   const tasks = await startTaskRunner({
     runtime, stateDir, log, outputs, progressIntervalMs: options.settings.taskProgressIntervalMs,
-    uploader: options.link && httpResultUploader(options.link),
+    uploader: server && httpResultUploader(server),
   });
-  const server = options.link;
-  const link = server && connectAgentLink({
-    ...server, agent, tasks, outputs, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log, unisolated, node: options.settings.nodeName ?? hostname(),
-    stage: (request) => stageAssets(agent.outputDirOf(request.instanceId), request, httpAssetFetcher(server)),
+  const link: AgentLink | undefined = options.link && connectAgentLink({
+    ...options.link, agent, tasks, outputs, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log, unisolated, node: options.settings.nodeName ?? hostname(),
+    stage: (request) => stageAssets(agent.outputDirOf(request.instanceId), request, httpAssetFetcher(server!)),
     onWelcome: (welcome) => { owner = welcome.ncaId; },
   });
   return {

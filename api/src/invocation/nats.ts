@@ -21,6 +21,8 @@ export function natsNames(prefix: string) {
     logs: `${prefix}.logs`,
     /** A version's streaming sessions asked of the placement replica (streaming/sessions-relay.ts). */
     sessions: `${prefix}.sessions`,
+    /** Agent links relayed to the placement lease's holder (control/agents/relay.ts). */
+    agents: `${prefix}.agents`,
     /** Replies come here: a server's permissions can give each installation its own. */
     inbox: `_INBOX_${prefix}`,
   };

@@ -165,4 +165,36 @@ describe('agent link', () => {
 
     await link.close();
   });
+
+  test('several servers are tried in turn; a message of an older placement term is refused, a newer one taken', async () => {
+    const spec = instanceSpec('local/echo');
+    control.onHello = (send) => {
+      send({ type: 'welcome', clusterId: 'cluster-1', clusterName: 'local', ncaId: 'nca-test', epoch: 3 });
+      send({ type: 'desired', instances: [spec], epoch: 3 });
+    };
+    const first = control.messages.length;
+    const reports = () => (control.messages[first] ?? []).flatMap((m) => (m.type === 'instance' && m.report.instanceId === spec.instanceId ? [m.report.state] : []));
+    // The first server refuses connections (nothing listens there): the link goes on to the next.
+    const closed = await new Promise<number>((resolve) => {
+      const probe = http.createServer().listen(0, '127.0.0.1', () => {
+        const { port } = probe.address() as AddressInfo;
+        probe.close(() => resolve(port));
+      });
+    });
+    link = connectAgentLink({
+      server: `http://127.0.0.1:${closed}, http://127.0.0.1:${control.port}`, credential: 'svcagent-secret', agent, gpus, agentVersion: '9.9.9', log,
+      reconnect: { initialMs: 50, maxMs: 200 },
+    });
+    await eventually(() => reports().includes('RUNNING') || undefined, 'RUNNING through the second server');
+    assert.equal(link.server, `http://127.0.0.1:${control.port}`);
+
+    // A replica whose term (2) has been taken over still sends an empty set: refused, the instance runs on.
+    control.socket!.send(JSON.stringify({ type: 'desired', instances: [], epoch: 2 } satisfies ControlMessage));
+    await eventually(() => lines.some((line) => line.includes('a message of an older placement term was refused')) || undefined, 'the refusal logged');
+    assert.ok(!reports().includes('STOPPED'), 'the stale command changed nothing');
+    control.socket!.send(JSON.stringify({ type: 'desired', instances: [], epoch: 4 } satisfies ControlMessage));
+    await eventually(() => reports().includes('STOPPED') || undefined, 'a newer term\'s command taken');
+
+    await link.close();
+  });
 });

@@ -6,6 +6,9 @@
 // answering. Tasks ride the same link, one node per cluster at a time (task-nodes.ts): hello's task
 // reports, `tasks` desired sets and `task` reports go to the task scheduler when one is given. Logs are
 // asked of the agents of a cluster's nodes through `logs` (logs.ts: LogRelay).
+// A link is a LinkSocket: the agent's WebSocket itself, or (compute.placement 'elected') one that another
+// replica accepted and relays over NATS (relay.ts). Every message to an agent carries placement's term
+// (`epoch`) when it has one: the agent refuses one of a term older than it has seen.
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -30,7 +33,44 @@ const HELLO_TIMEOUT_MS = 10_000;
 /** Pings per lease period: a link that misses one answer is dropped, the lease still has two to go. */
 const PINGS_PER_LEASE = 3;
 
-export function createAgentHub(clusters: ClustersService, instances: InstancesService, log: Logger, tasks?: TaskAgents) {
+/** One agent link as the hub uses it: a WebSocket, or one relayed from another replica (relay.ts). */
+export interface LinkSocket {
+  readonly open: boolean;
+  send(text: string): void;
+  ping(): void;
+  close(code: number, reason: string): void;
+  terminate(): void;
+  on(event: 'message', listener: (text: string) => void): void;
+  on(event: 'pong' | 'close', listener: () => void): void;
+}
+
+/** An agent's WebSocket, as a LinkSocket. */
+export function webSocketLink(ws: WebSocket): LinkSocket {
+  return {
+    get open() {
+      return ws.readyState === ws.OPEN;
+    },
+    send: (text) => ws.send(text),
+    ping: () => ws.ping(),
+    close: (code, reason) => ws.close(code, reason),
+    terminate: () => ws.terminate(),
+    on(event: 'message' | 'pong' | 'close', listener: (text: string) => void) {
+      if (event === 'message') ws.on('message', (data) => listener(data.toString()));
+      else ws.on(event, () => listener(''));
+    },
+  };
+}
+
+export interface AgentHubOptions {
+  clusters: ClustersService;
+  instances: InstancesService;
+  log: Logger;
+  tasks?: TaskAgents;
+  /** Placement's term while this replica holds the elected lease: stamped on every message to an agent. */
+  epoch?: () => number | undefined;
+}
+
+export function createAgentHub({ clusters, instances, log, tasks, epoch }: AgentHubOptions) {
   const server = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
   const staging = new AssetStaging();
   const taskNodes = tasks && new TaskNodes(tasks);
@@ -39,8 +79,14 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
   });
   const logs = new LogRelay();
 
-  function serve(ws: WebSocket, clusterId: string) {
-    const send = (message: ControlMessage) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(message));
+  const sockets = new Set<LinkSocket>();
+
+  function serve(ws: LinkSocket, clusterId: string) {
+    sockets.add(ws);
+    const send = (message: ControlMessage) => {
+      const term = epoch?.();
+      if (ws.open) ws.send(JSON.stringify(term === undefined ? message : { ...message, epoch: term }));
+    };
     const channel: AgentChannel = {
       sendDesired: (desired) => send({ type: 'desired', instances: desired }),
       close: (reason) => ws.close(4410, reason),
@@ -60,9 +106,9 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
     };
     ws.on('pong', answered);
 
-    ws.on('message', (data) => {
+    ws.on('message', (text) => {
       answered();
-      const decoded = decodeMessage(agentMessageSchema, data.toString());
+      const decoded = decodeMessage(agentMessageSchema, text);
       if ('error' in decoded) return log.warn({ clusterId, reason: decoded.error }, 'agent sent a frame that does not decode; ignored');
       void handle(decoded.message).catch((error) => log.error({ clusterId, err: error }, 'agent message failed'));
     });
@@ -71,7 +117,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       node = await instances.agentConnected(cluster, channel, message, (lease) => {
         send({ type: 'welcome', clusterId, clusterName: cluster.name, ncaId: cluster.nca_id, lease });
       });
-      if (ws.readyState !== ws.OPEN) return closed();
+      if (!ws.open) return closed();
       log.info({ clusterId, nodeId: node.id, node: message.node, runtime: message.runtime, agentVersion: message.agentVersion, instances: message.instances.length }, 'agent connected');
       staging.linked(node.id, send);
       logs.linked(clusterId, node.id, send);
@@ -119,6 +165,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
     let released = false;
     /** The link closed (also when it closed while hello was still being handled, once it has been). */
     function closed() {
+      sockets.delete(ws);
       clearTimeout(helloTimer);
       clearInterval(heartbeat);
       if (!node || released) return;
@@ -144,7 +191,7 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       try {
         const cluster = await clusters.authenticateAgent(bearerOf(req.headers.authorization) ?? '');
         if (!cluster) return rejectUpgrade(req, socket, unauthorized('An agent link needs its cluster\'s agent credential as bearer'));
-        server.handleUpgrade(req, socket, head, (ws) => serve(ws, cluster.id));
+        server.handleUpgrade(req, socket, head, (ws) => serve(webSocketLink(ws), cluster.id));
       } catch (error) {
         // The store is out of reach (say, the database refuses connections): the agent retries later.
         log.warn({ err: error }, 'could not check an agent credential');
@@ -154,8 +201,11 @@ export function createAgentHub(clusters: ClustersService, instances: InstancesSe
       }
     },
 
+    /** Serves a link another replica accepted and relays (relay.ts). */
+    serve,
+
     close() {
-      for (const client of server.clients) client.terminate();
+      for (const link of [...sockets]) link.terminate();
       server.close();
     },
   };

@@ -47,6 +47,17 @@ export class PlacedInstances {
   }
 
   /**
+   * What the store holds, endpoints too: a replica taking placement over (compute.placement 'elected')
+   * carries on from the rows its predecessor wrote moments ago, so no ready instance drops out meanwhile;
+   * the agents' hellos over their new links confirm them.
+   */
+  async adopt(): Promise<void> {
+    const rows = await this.#repo.listStored();
+    this.#rows.clear();
+    for (const row of rows) this.#rows.set(row.instance_id, row);
+  }
+
+  /**
    * What the store holds, as it holds it: on a replica that does not place, whose view of instances is the
    * placement replica's, which writes every report to the store.
    */

@@ -17,7 +17,7 @@ import type { ActiveInstances, FunctionsService } from '../functions/service.ts'
 import type { RegistryService } from '../registry/service.ts';
 import { AgentLinks, type AgentChannel } from './agents.ts';
 import { chooseNode, type ClusterUse, type NodeUse } from './choose.ts';
-import { DEFAULT_LEASE_MS, DEFAULT_NODE_NAME, NodeLeases } from './leases.ts';
+import { DEFAULT_LEASE_MS, DEFAULT_NODE_NAME, NodeLeases, NodeRefused } from './leases.ts';
 import { healthInfoOf, instanceCounts, instancesOf, UnplacedReasons } from './listing.ts';
 import { PlacedInstances } from './placed.ts';
 import { readyOf, type ReadyInstance } from './ready.ts';
@@ -82,7 +82,7 @@ export interface InstancesOptions {
   metricsRegistry?: Registry;
   /** Each account's maxInstancesAllowed, read once per round; no entry: no limit. */
   instanceLimits?: () => Promise<Map<string, number>>;
-  /** False on API replicas that leave placement to the one replica that runs it (compute.placement). */
+  /** False: placement runs elsewhere until lead() (compute.placement false or 'elected'); start() only mirrors it. */
   places?: boolean;
 }
 
@@ -97,8 +97,10 @@ export class InstancesService {
   readonly #log: Logger;
   readonly #now: () => Date;
   readonly #placed: PlacedInstances;
-  readonly #agents = new AgentLinks();
-  readonly #leases: NodeLeases;
+  #agents = new AgentLinks();
+  #leases: NodeLeases;
+  /** Whether this process runs placement now: rounds, leases and agents' hellos only while it does. */
+  #leading = false;
   readonly #demand = new Demand();
   /** Versions undeployed gracefully → until when (ms) their instances wait for their running requests. */
   readonly #draining = new Map<string, number>();
@@ -117,6 +119,8 @@ export class InstancesService {
   /** Instances holding a streaming session (the session broker's), stopped last when scaling down. */
   #inSession: (instanceId: string) => boolean = () => false;
   #timer: NodeJS.Timeout | undefined;
+  /** While placement runs elsewhere: tells it that something changed here (a deployment, a waiting version). */
+  #promptElsewhere: () => void = () => {};
   /** What choosing a cluster needs to know of the clusters' use: instances and tasks on them, their links. */
   readonly #use: ClusterUse = {
     held: (clusterId, gpu) => this.#placed.countOn(clusterId, gpu) + this.#tasksOn(clusterId, gpu),
@@ -136,9 +140,7 @@ export class InstancesService {
     this.#placed = new PlacedInstances(options.repo);
     this.#unplaced = new UnplacedReasons(options.log);
     this.#desiredSet = createSpecBuilder(options);
-    this.#leases = new NodeLeases({
-      repo: options.nodes, leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS, now: this.#now, log: options.log, onLapse: (node) => this.#nodeLost(node),
-    });
+    this.#leases = this.#newLeases();
     this.#rounds = new Counter({ name: 'svc_placement_rounds_total', help: 'Placement rounds run', registers: options.metricsRegistry ? [options.metricsRegistry] : [] });
   }
 
@@ -159,8 +161,22 @@ export class InstancesService {
   };
 
   async start(): Promise<void> {
-    if (this.#options.places === false) return this.#mirrorPlacement();
+    if (this.#options.places === false) return this.follow();
     await this.#placed.load();
+    await this.#lead();
+  }
+
+  /** This replica took placement over (compute.placement 'elected'): it carries on from the stored rows. */
+  async lead(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.#placed.adopt();
+    await this.#lead();
+  }
+
+  async #lead(): Promise<void> {
+    this.#leases = this.#newLeases();
+    this.#agents = new AgentLinks();
+    this.#leading = true;
     // Before the first round, so that it counts the known nodes' capacity and gives them time to link.
     await this.#leases.start();
     await this.reconcile();
@@ -168,18 +184,37 @@ export class InstancesService {
     this.#timer.unref();
   }
 
-  /** A replica that does not place shows the instances as the placement replica last stored them. */
-  async #mirrorPlacement(): Promise<void> {
-    await this.#placed.mirror();
+  /**
+   * Placement runs elsewhere (from the start, or since this replica's term ended): no more rounds here,
+   * and the instances shown are those the placement replica last stored.
+   */
+  async follow(): Promise<void> {
+    this.#leading = false;
+    clearInterval(this.#timer);
+    this.#leases.stop();
+    this.#agents = new AgentLinks();
+    await this.reconcile.settled();
     const mirror = () => this.#placed.mirror().catch((error) => this.#log.warn({ err: error }, 'could not read the instances placement stored'));
+    await mirror();
     this.#timer = setInterval(() => void mirror(), this.#options.intervalMs ?? 2000);
     this.#timer.unref();
   }
 
+  /** Where a round asked for here goes while placement runs on another replica. */
+  promptingElsewhere(prompt: () => void): void {
+    this.#promptElsewhere = prompt;
+  }
+
   stop(): Promise<void> {
+    this.#leading = false;
     clearInterval(this.#timer);
     this.#leases.stop();
     return this.reconcile.stop();
+  }
+
+  #newLeases(): NodeLeases {
+    const { nodes, leaseMs, log } = this.#options;
+    return new NodeLeases({ repo: nodes, leaseMs: leaseMs ?? DEFAULT_LEASE_MS, now: this.#now, log, onLapse: (node) => this.#nodeLost(node) });
   }
 
   /** Instances per version placement holds now (metrics: svc_function_instances). */
@@ -247,7 +282,7 @@ export class InstancesService {
   /** Stops an instance and lets placement start a fresh one in its place (a session ended by sign-out). */
   async retire(instanceId: string): Promise<void> {
     const row = this.#placed.get(instanceId);
-    if (!row || row.desired === 0) return;
+    if (!this.#leading || !row || row.desired === 0) return;
     await this.#placed.stop(row, this.#now().toISOString());
     await this.reconcile();
   }
@@ -257,6 +292,7 @@ export class InstancesService {
    * replaces an older one of the same node, its reports are folded in, and the next round sends it its set.
    */
   async agentConnected(cluster: ClusterRow, channel: AgentChannel, hello: AgentHello, greet: (lease: LeaseGrant) => void): Promise<NodeRef> {
+    if (!this.#leading) throw new NodeRefused('this replica does not run placement now; link again');
     const { grant, node, renewed } = await this.#leases.grant(cluster, {
       name: hello.node ?? DEFAULT_NODE_NAME, held: hello.lease, gpus: hello.gpus, agentVersion: hello.agentVersion,
     });
@@ -280,16 +316,16 @@ export class InstancesService {
 
   /** The node's agent answered over its link: its lease runs on. */
   renew(nodeId: string): void {
-    this.#leases.renew(nodeId);
+    if (this.#leading) this.#leases.renew(nodeId);
   }
 
   agentDisconnected(nodeId: string, channel: AgentChannel): void {
-    if (!this.#agents.disconnect(nodeId, channel)) return;
+    if (!this.#leading || !this.#agents.disconnect(nodeId, channel)) return;
     void this.#leases.unlinked(nodeId).catch((error) => this.#log.warn({ err: error, nodeId }, 'could not record an agent link closing'));
   }
 
   async report(node: NodeRef, report: InstanceReport): Promise<void> {
-    if (await this.#apply(node, report)) await this.reconcile();
+    if (this.#leading && await this.#apply(node, report)) await this.reconcile();
   }
 
   /** The node that runs an instance (its input assets are staged over that node's link). */
@@ -304,7 +340,7 @@ export class InstancesService {
 
   /** One round: nothing it calls may ask for another unless something changed (see setDemand). */
   async #round(): Promise<void> {
-    if (this.#options.places === false) return;
+    if (!this.#leading) return this.#promptElsewhere();
     this.#rounds.inc();
     const world = await this.#readWorld();
     const context: SpecContext = {
