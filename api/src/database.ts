@@ -3,6 +3,7 @@
 // migrates to the same history.
 import { autoscalerMigration } from './autoscaler/migration.ts';
 import { assetsMigration } from './control/assets/migration.ts';
+import { versionDrainsMigration } from './control/deployments/drains.ts';
 import { placementLeaseMigration } from './control/placement/migration.ts';
 import { statsMigration } from './control/stats/migration.ts';
 import { tasksMigration } from './control/tasks/migration.ts';
@@ -16,6 +17,7 @@ export function platformMigrations(dialect: Dialect) {
     '0011_telemetries': telemetriesMigration(),
     '0012_function_stats': statsMigration(),
     '0013_placement_lease': placementLeaseMigration(dialect),
+    '0014_version_drains': versionDrainsMigration(),
   };
 }
 

@@ -208,10 +208,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     metrics.watchInstances(() => instances.instanceCounts());
     functions.useInstances(instances.activeInstances);
     deployments.useHealthInfo(instances.activeInstances.healthInfo);
-    deployments.onChange((versionId, change) => {
-      if (change?.drain) instances.drain(versionId);
-      void instances.reconcile();
-    });
+    deployments.onChange(() => void instances.reconcile());
     const resolver = createVersionResolver(functionsRepo);
     const { natsUrl, maxQueueDepth } = config.invocation;
     // Every replica on this store has the key: what they tell each other over NATS is signed with it.
@@ -222,6 +219,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ? await JetStreamQueue.connect({ ...replicas, maxDepth: maxQueueDepth, log, adopt: (requestId) => invocation.adopt(requestId) })
       : new LocalQueue({ maxDepth: maxQueueDepth });
     const links: ReplicaLinks | undefined = replicas && queue instanceof JetStreamQueue ? replicaLinksOf(queue, replicas.signer) : undefined;
+    if (queue instanceof JetStreamQueue) instances.countingRunning((versionId) => queue.running(versionId));
     // Agents link to the replica that runs placement: it puts assets on their hosts, the others ask it (roles/placement.ts).
     const stage = placement === true ? ({ clusterId, ...request }: StageAsk) => agentHub.stage(clusterId, request) : links && relayStaging(links.stage);
     const largeResults = new LargeResults({

@@ -261,6 +261,11 @@ export class JetStreamQueue implements SharedQueue {
     return this.#depths.get(versionId) ?? 0;
   }
 
+  /** Requests running on the version's instances, sent by any replica (a graceful undeploy waits for them). */
+  running(versionId: string): number {
+    return this.#leases.running(versionId);
+  }
+
   /**
    * From placement (on the replica that runs it): published for every replica when it differs from what
    * was published last (compared as the watch decodes it, so an unchanged set is never written again).

@@ -166,6 +166,17 @@ export class SlotLeases {
     return undefined;
   }
 
+  /** Requests running on the version now, by every replica whose record has not run out (spare slots not counted). */
+  running(versionId: string): number {
+    const now = Date.now();
+    let sum = 0;
+    for (const record of Object.values(this.#entries.get(versionId)?.records ?? {})) {
+      if (record.until <= now) continue;
+      for (const [instanceId, count] of Object.entries(record.inflight)) sum += count - (record.spare?.[instanceId] ?? 0);
+    }
+    return sum;
+  }
+
   /** Whether requests of the version wait here for slots: the record says so, and the others give way. */
   wait(versionId: string, waiting: boolean) {
     const share = this.#share(versionId);

@@ -5,6 +5,7 @@ import { z } from 'zod';
 import type { Logger } from '../../logger.ts';
 import { decodeEach, decodeJson } from '../../store/json.ts';
 import type { Database, DeploymentsTable } from '../../store/schema.ts';
+import { createDrainsRepo, type VersionDrainsDatabase } from './drains.ts';
 import { storedGpuSpecificationSchema, type GpuSpecification } from './schema.ts';
 
 /** A deployment as stored, its GPU specifications decoded. */
@@ -43,6 +44,8 @@ export function createDeploymentsRepo(db: Kysely<Database>, log: Logger) {
     async delete(deploymentId: string): Promise<void> {
       await db.deleteFrom('deployments').where('deployment_id', '=', deploymentId).execute();
     },
+    /** Graceful undeploys in progress (drains.ts). */
+    drains: createDrainsRepo(db.withTables<VersionDrainsDatabase>()),
   };
 }
 

@@ -14,8 +14,10 @@ import type { DeploymentRow, DeploymentsRepo } from './repo.ts';
 import type { CreateDeployment, Deployment, GpuSpecification, HealthInfo, PatchGpuSpecification, UpdateDeployment } from './schema.ts';
 
 /** Told whenever a version's deployment is created, changed or removed. */
-/** `drain`: an undeploy that lets the version's running requests finish before its instances stop. */
-export type DeploymentListener = (versionId: string, change?: { drain: boolean }) => void;
+export type DeploymentListener = (versionId: string) => void;
+
+/** The longest a graceful undeploy keeps a version's instances for its running requests. */
+export const DRAIN_MAX_MS = 600_000;
 
 export function createDeploymentsService(
   repo: DeploymentsRepo,
@@ -25,7 +27,7 @@ export function createDeploymentsService(
   now: () => Date = () => new Date(),
 ) {
   const listeners: DeploymentListener[] = [];
-  const changed = (versionId: string, change?: { drain: boolean }) => listeners.forEach((listener) => listener(versionId, change));
+  const changed = (versionId: string) => listeners.forEach((listener) => listener(versionId));
   /** Why a version is not (fully) running, from placement (wired once the execution plane exists). */
   let healthOf: (versionId: string) => HealthInfo[] | undefined = () => undefined;
 
@@ -140,6 +142,7 @@ export function createDeploymentsService(
         if (isUniqueViolation(error)) throw conflict(`Function id '${functionId}', version '${versionId}' is already deployed; update or delete that deployment`);
         throw error;
       }
+      await repo.drains.end(versionId); // deployed again while an earlier undeploy drained it
       await functions.setStatus(versionId, 'DEPLOYING');
       changed(versionId);
       return toDeployment(row);
@@ -200,13 +203,16 @@ export function createDeploymentsService(
 
     /**
      * Both graceful and immediate removal make the version INACTIVE at once (its waiting requests move to
-     * another version or end); `graceful` keeps its instances until their running requests end.
+     * another version or end); `graceful` keeps its instances until their running requests end, on every
+     * replica: the drain is stored before the deployment goes, where placement finds it (drains.ts).
      */
     async remove(principal: Principal, functionId: string, versionId: string, options: { graceful: boolean } = { graceful: false }): Promise<FunctionRecord> {
       const row = await requireByVersion(principal, functionId, versionId);
+      if (options.graceful) await repo.drains.start(versionId, new Date(now().getTime() + DRAIN_MAX_MS).toISOString());
+      else await repo.drains.end(versionId);
       await repo.delete(row.deployment_id);
       await functions.setStatus(versionId, 'INACTIVE');
-      changed(versionId, { drain: options.graceful });
+      changed(versionId);
       return functions.get(principal, functionId, versionId);
     },
   };

@@ -87,8 +87,6 @@ export interface InstancesOptions {
 }
 
 const DEFAULT_IDLE_BEFORE_ZERO_MS = 300_000;
-/** The longest a graceful undeploy keeps a version's instances for its running requests. */
-export const DRAIN_MAX_MS = 600_000;
 
 type Listener<T extends unknown[]> = (...args: T) => void;
 
@@ -102,8 +100,8 @@ export class InstancesService {
   /** Whether this process runs placement now: rounds, leases and agents' hellos only while it does. */
   #leading = false;
   readonly #demand = new Demand();
-  /** Versions undeployed gracefully → until when (ms) their instances wait for their running requests. */
-  readonly #draining = new Map<string, number>();
+  /** Versions undeployed gracefully → until when (ISO) their instances wait for their running requests, as the last round read them. */
+  #draining = new Map<string, string>();
   readonly #unplaced: UnplacedReasons;
   readonly #desiredSet: ReturnType<typeof createSpecBuilder>;
   readonly #readyListeners: Listener<[string, ReadyInstance[]]>[] = [];
@@ -121,6 +119,8 @@ export class InstancesService {
   #timer: NodeJS.Timeout | undefined;
   /** While placement runs elsewhere: tells it that something changed here (a deployment, a waiting version). */
   #promptElsewhere: () => void = () => {};
+  /** Requests running on a version sent by any API replica (the invocation plane's count, once wired). */
+  #runningAnywhere: (versionId: string) => number = () => 0;
   /** What choosing a cluster needs to know of the clusters' use: instances and tasks on them, their links. */
   readonly #use: ClusterUse = {
     held: (clusterId, gpu) => this.#placed.countOn(clusterId, gpu) + this.#tasksOn(clusterId, gpu),
@@ -201,6 +201,11 @@ export class InstancesService {
   }
 
   /** Where a round asked for here goes while placement runs on another replica. */
+  /** With several API replicas: what runs on a version through the others too (a graceful undeploy waits for it). */
+  countingRunning(running: (versionId: string) => number): void {
+    this.#runningAnywhere = running;
+  }
+
   promptingElsewhere(prompt: () => void): void {
     this.#promptElsewhere = prompt;
   }
@@ -267,16 +272,18 @@ export class InstancesService {
     else if (count === 0 && this.#draining.has(versionId)) void this.reconcile(); // drained: its instances may stop
   }
 
-  /** A graceful undeploy: the version's instances stay until its running requests end, DRAIN_MAX_MS at most. */
-  drain(versionId: string): void {
-    this.#draining.set(versionId, this.#now().getTime() + DRAIN_MAX_MS);
+  /** Whether a version undeployed gracefully keeps its instances: while requests run on it, until its deadline. */
+  #drains(versionId: string, at: Date): boolean {
+    const until = this.#draining.get(versionId);
+    if (until === undefined) return false;
+    if (Date.parse(until) > at.getTime() && (this.#demand.waiting(versionId) || this.#runningAnywhere(versionId) > 0)) return true;
+    this.#endDrain(versionId);
+    return false;
   }
 
-  #drains(versionId: string): boolean {
-    const until = this.#draining.get(versionId);
-    if (until !== undefined && until > this.#now().getTime() && this.#demand.waiting(versionId)) return true;
+  #endDrain(versionId: string): void {
     this.#draining.delete(versionId);
-    return false;
+    void this.#options.deployments.drains.end(versionId).catch((error) => this.#log.warn({ err: error, versionId }, 'could not end a drain; the next round tries again'));
   }
 
   /** Stops an instance and lets placement start a fresh one in its place (a session ended by sign-out). */
@@ -348,7 +355,9 @@ export class InstancesService {
       clusters: new Map(world.clusters.map((cluster) => [cluster.id, cluster])),
     };
     this.#backends = new Map(world.clusters.map((cluster) => [cluster.id, cluster.group_name]));
-    await this.#placed.dropFinished(context.deployed, world.at.toISOString(), (versionId) => this.#drains(versionId));
+    this.#draining = await this.#options.deployments.drains.list();
+    await this.#placed.dropFinished(context.deployed, world.at.toISOString(), (versionId) => this.#drains(versionId, world.at));
+    for (const versionId of this.#draining.keys()) if (!this.#placed.hasVersion(versionId)) this.#endDrain(versionId);
     await this.#assignWaiting(world.at.toISOString());
     this.#demand.keepOnly(context.deployed);
     const { desired, idleBeforeZeroMs } = this.#options;
