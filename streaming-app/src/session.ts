@@ -313,7 +313,8 @@ export class StreamingSession {
   }
 
   #peerState(peer: PeerLink, state: PeerState): void {
-    this.#log.info({ state, pair: state === 'connected' ? peer.selectedPair : undefined, ports: peer.localCandidatePorts() }, 'peer connection state');
+    const connected = state === 'connected' ? { pair: peer.selectedPair, dtlsRole: peer.dtlsRole } : {};
+    this.#log.info({ state, ...connected, ports: peer.localCandidatePorts() }, 'peer connection state');
     if (state === 'connected') {
       if (this.#connectTimer) clearTimeout(this.#connectTimer);
       this.#connectTimer = undefined;
