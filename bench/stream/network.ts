@@ -237,7 +237,7 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
     const video = ended?.video as Record<string, unknown> | undefined;
     const encoder = ended?.encoder as Record<string, unknown> | undefined;
     const startedAt = app.logs.find((l) => l.msg === 'peer connection state' && l.state === 'connected')?.time as number | undefined;
-    const changes = app.logs.filter((l) => l.msg === 'video degraded for the link')
+    const changes = app.logs.filter((l) => l.msg === 'video operating point changed')
       .map((l) => `${l.width}x${l.height}@${l.fps} at ${(((l.time as number) - (startedAt ?? 0)) / 1000).toFixed(1)} s (${l.estimateKbps} kbit/s)`);
     const steps = changes.length ? `; ${degradation}: ${changes.join(', ')}` : '';
     svcRateControl = video ? `svc rate control: ${video.overuses} delay decreases, ${video.lossBackoffs} loss backoffs, ${video.retransmitted} retransmitted, `

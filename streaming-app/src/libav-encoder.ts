@@ -14,6 +14,8 @@ type NodeAv = typeof import('node-av');
 type Constants = typeof import('node-av/constants');
 type Context = InstanceType<NodeAv['CodecContext']>;
 type Frame = InstanceType<NodeAv['Frame']>;
+/** A frame of a smaller size and libswscale set up to fill it from the full picture. */
+type Scaled = { frame: Frame; scaler: InstanceType<NodeAv['SoftwareScaleContext']> };
 
 /** Loads node-av once; undefined (with the reason) where its native part cannot load on this machine. */
 let loaded: Promise<{ av: NodeAv; constants: Constants } | { error: string }> | undefined;
@@ -120,7 +122,7 @@ export class LibavVideoEncoder implements FrameEncoder {
   /** The size and frame rate encoded now (below the configured ones while the link is too slow). */
   #point: OperatingPoint;
   /** The full picture scaled to #point's size, when that is smaller. */
-  #scaled: { frame: Frame; scaler: InstanceType<NodeAv['SoftwareScaleContext']> } | undefined;
+  #scaled: Scaled | undefined;
   #lastAcceptedMs = -Infinity;
   /** The link's estimate as last given, kbit/s (the encoder's own rate is clamped). */
   #estimateKbps: number;
@@ -213,14 +215,14 @@ export class LibavVideoEncoder implements FrameEncoder {
   /**
    * Follows the degradation policy through a fresh encoder context at the new size and frame rate (its
    * first frame is a keyframe). Frames come to the encoder at the new rate (the rest are skipped before
-   * it). A lower rate in the same context would cost no keyframe, but libx264 and NVENC budget each frame
-   * by the context's frame rate, whatever the timestamps say: at half the frames the link got half the
-   * rate, and the estimate, bound to what arrives, stayed there after the link came back.
+   * it). A lower rate in the same context would cost no keyframe, but libx264 budgets each frame by the
+   * context's frame rate, whatever the timestamps say: at half the frames the link got half the rate, and
+   * the estimate, bound to what arrives, stayed there after the link came back.
    */
   #followLink(nowMs: number): void {
     const point = this.#degradation?.update(this.#estimateKbps, nowMs);
     if (!point || point === this.#point) return;
-    this.#log.info({ ...point, estimateKbps: Math.round(this.#estimateKbps), from: this.#point }, 'video degraded for the link');
+    this.#log.info({ ...point, estimateKbps: Math.round(this.#estimateKbps), from: this.#point }, 'video operating point changed');
     this.#point = point;
     this.stats.degradations = (this.stats.degradations ?? 0) + 1;
     this.#chain = this.#chain.then(() => this.#reopen(point));
@@ -239,19 +241,22 @@ export class LibavVideoEncoder implements FrameEncoder {
     this.#ctx = ctx;
     this.#pts = 0n;
     this.#freeScaled();
-    if (point.width === this.settings.width && point.height === this.settings.height) return;
-    const { av, constants } = { av: this.#av, constants: this.#constants };
+    if (point.width !== this.settings.width || point.height !== this.settings.height) this.#scaled = this.#scaler(point);
+  }
+
+  #scaler(point: OperatingPoint): Scaled {
+    const av = this.#av;
+    const { AV_PIX_FMT_YUV420P, SWS_AREA } = this.#constants;
     const frame = new av.Frame();
     frame.alloc();
     frame.width = point.width;
     frame.height = point.height;
-    frame.format = constants.AV_PIX_FMT_YUV420P;
+    frame.format = AV_PIX_FMT_YUV420P;
     if (frame.getBuffer() < 0) throw new Error('could not allocate a scaled frame');
     const scaler = new av.SoftwareScaleContext();
-    scaler.getContext(this.settings.width, this.settings.height, constants.AV_PIX_FMT_YUV420P,
-      point.width, point.height, constants.AV_PIX_FMT_YUV420P, constants.SWS_AREA);
+    scaler.getContext(this.settings.width, this.settings.height, AV_PIX_FMT_YUV420P, point.width, point.height, AV_PIX_FMT_YUV420P, SWS_AREA);
     if (scaler.initContext() < 0) throw new Error('could not set up the scaler');
-    this.#scaled = { frame, scaler };
+    return { frame, scaler };
   }
 
   #freeScaled(): void {

@@ -40,9 +40,9 @@ test('maintain-resolution: the same drop halves the frame rate and keeps the siz
   assert.equal(at(timeline, 28_000), '640x360@30');
 });
 
-test('balanced gives up size first, then frame rate; every preference goes as low as the rate needs', () => {
+test('balanced gives up size first, then frame rate; every preference goes as low as the rate needs, disabled nowhere', () => {
   const deep = (ms: number): number => (ms < 10_000 ? 150 : 20_000);
-  const ladders: Record<DegradationPreference, string[]> = {
+  const ladders: Record<Exclude<DegradationPreference, 'disabled'>, string[]> = {
     'maintain-framerate': ['640x360@30', '480x270@30', '320x180@30'],
     'maintain-resolution': ['640x360@30', '640x360@15', '640x360@10', '640x360@5'],
     balanced: ['640x360@30', '480x270@30', '480x270@15'],
@@ -55,6 +55,7 @@ test('balanced gives up size first, then frame rate; every preference goes as lo
     assert.ok(kbpsNeeded(timeline.find((t) => t.atMs === 9900)!.point) <= 150, `${preference}: low enough for 150 kbit/s`);
     assert.equal(at(timeline, 25_000), '640x360@30', `${preference}: all the way back up`);
   }
+  assert.deepEqual(pointsOf(run(new DegradationPolicy('disabled', FULL), 25, deep)), ['640x360@30'], 'disabled: the full picture at any rate');
 });
 
 test('no step for a moment of low rate, and none back and forth near a step\'s threshold', () => {
