@@ -182,8 +182,7 @@ export class StreamingSession {
 
   /**
    * A new mode's capture replaces the old one only once it sends: ffmpeg takes about 1.5 s from its start
-   * to its first packet, and stopping the old capture first left the sound that long without packets
-   * (concealed by the browser: at 5 % loss more than the losses themselves).
+   * to its first packet, and stopping the old capture first left a silence that long at every switch.
    */
   #takeOverAudio(capture: AudioCapture): void {
     this.#audioCapture?.stop();
