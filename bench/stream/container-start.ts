@@ -6,20 +6,21 @@
 //
 //   CONTAINERS_CONF=images/containers.conf flock /tmp/svc-bench.lock node bench/stream/container-start.ts [--samples 5]
 //
-// Needs root, podman with the project's images (npm run images), Chromium and coturn.
+// Needs root, podman with the project's images (npm run images; SVC_IMAGE_TAG picks another tag of
+// localhost/svc/streaming-app, e.g. one built from a branch), Chromium and coturn.
 // Per sample, ms after the Start click: the instance reserved, the offer, ICE connected, the peer
 // connection connected (DTLS done), the first frame due on screen (requestVideoFrameCallback's
 // expectedDisplayTime). Target: first frame ≤ 1,000 ms on both.
 import { loadavg } from 'node:os';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Page } from 'playwright-core';
-import { image, removeAgentLeftovers, startEngine, type Engine } from '../../api/test/helpers/podman.ts';
 import { agentNameOf } from '../../api/src/compute/worker.ts';
+import { image, removeAgentLeftovers, startEngine, type Engine } from '../../api/test/helpers/podman.ts';
 import { until } from '../../api/test/helpers/wait.ts';
 import { freeTcpPort, freeUdpRange } from '../../streaming-app/test/helpers.ts';
 import { goto, startStreamingStack, waitForSnapshot, type StreamingStack } from '../../test/helpers/streaming-stack.ts';
 import { percentile, printTable } from '../lib/report.ts';
-import path from 'node:path';
 
 const { values: args } = parseArgs({ options: { samples: { type: 'string', default: '5' } } });
 const SAMPLES = Number(args.samples);
@@ -27,9 +28,13 @@ const TARGET_MS = 1000;
 const STEPS = ['reserved', 'offer', 'ice-connected', 'peer-connected', 'first frame'] as const;
 type Sample = Record<(typeof STEPS)[number], number>;
 
-/** The wall-clock time (page clock) the first frame of the stream is due on screen, armed before Start. */
-const FIRST_FRAME = `void (window.firstFrameAt = new Promise((resolve) => document.getElementById('video')
-  .requestVideoFrameCallback((_now, frame) => resolve(frame.expectedDisplayTime))))`;
+/**
+ * Armed before Start, on the page's clock: when the Start button took the click (the automation's own
+ * round trip left out), and when the first frame of the stream is due on screen.
+ */
+const ARM = `void (document.getElementById('action').addEventListener('click', () => { window.clickedAt = performance.now(); }, { capture: true }),
+  window.firstFrameAt = new Promise((resolve) => document.getElementById('video')
+    .requestVideoFrameCallback((_now, frame) => resolve(frame.expectedDisplayTime))))`;
 
 async function idleInstance(stack: StreamingStack) {
   await until('a free instance', async () => {
@@ -45,9 +50,9 @@ async function sample(stack: StreamingStack): Promise<Sample> {
   const page: Page = await stack.context.newPage();
   try {
     await goto(page, stack.pageUrl());
-    await page.evaluate(FIRST_FRAME);
-    const clickedAt = await page.evaluate('performance.now()') as number;
+    await page.evaluate(ARM);
     await page.click('#action');
+    const clickedAt = await page.evaluate('window.clickedAt') as number;
     await waitForSnapshot(page, 'the first frame', (s) => s.framesDecodedFromBarcode >= 1, 60_000);
     const timeline = await page.evaluate('svcStream.client.timeline') as Record<string, number>;
     const firstFrame = await page.evaluate('window.firstFrameAt') as number;

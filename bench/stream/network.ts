@@ -9,16 +9,17 @@
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
 //
 //   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop,drop05]
-//     [--degradation balanced,maintain-framerate,maintain-resolution] [--audio]
+//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--audio]
 //
 // Profiles: clean (20 Mbit/s), rtt60 (RTT 60 ms, ± 5 ms jitter each way), rtt40loss1 (RTT 40 ms, 1 % loss
 // each way), loss5 (5 % loss each way), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s
-// for 15 s, then 20 again), drop05 (the same with 0.5 Mbit/s, too little for the full picture: svc steps its
-// size or frame rate down by STREAMING_DEGRADATION, one svc row per preference given). Delay, jitter and loss come from the userspace link emulator in the link's
-// router namespace (this kernel has no netem), with the same seed for both peers: they lose the same
-// packets by number. Per profile and peer, from the receiver's inbound-rtp counters sampled every 500 ms:
-// presented fps, freezes and frozen seconds (Chrome's freeze definition), keyframes, PLIs, NACKs, packets
-// lost, mean received bitrate, the smallest frame size received, the jitter buffer's mean delay in the first and last third (delay growth),
+// for 15 s, then 20 again), drop05 (the same with 0.5 Mbit/s, too little for the full picture: svc steps
+// its size or frame rate down by STREAMING_DEGRADATION, one svc row per preference given). Delay, jitter
+// and loss come from the userspace link emulator in the link's router namespace (this kernel has no
+// netem), with the same seed for both peers: they lose the same packets by number. Per profile and peer,
+// from the receiver's inbound-rtp counters sampled every 500 ms: presented fps, freezes and frozen seconds
+// (Chrome's freeze definition), keyframes, PLIs, NACKs, packets lost, mean received bitrate, the smallest
+// frame size received, the jitter buffer's mean delay in the first and last third (delay growth),
 // the time to the first frame (presented; from the client's new WebSocket for svc, from the sender's
 // offer for libwebrtc), and for the drop: fps during it and the time after the link returns until
 // the received rate is back at 90 % of what it was before.
@@ -50,7 +51,7 @@ if (args.help) {
   svc and a Chromium→Chromium libwebrtc pair over the emulated link, one table per profile (needs root, iproute2, socat, chromium, ffmpeg).
   --seconds      length of each single-phase profile (the drop profiles are 10 + 15 + 15 s)
   --only         a comma-separated subset of the profiles
-  --degradation  svc's STREAMING_DEGRADATION, comma-separated for a row each (balanced, maintain-framerate, maintain-resolution)
+  --degradation  svc's STREAMING_DEGRADATION, comma-separated for a row each (balanced, maintain-framerate, maintain-resolution, disabled)
   --audio        svc's app also plays a tone (needs pulseaudio): its Opus losses, concealment and mode changes under each table`);
   process.exit(0);
 }
