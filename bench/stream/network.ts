@@ -8,15 +8,18 @@
 //              the same kind of picture (moving bars + noise), H.264 preferred, maxBitrate 6 Mbit/s,
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
 //
-//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop]
+//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop,drop05]
+//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--audio]
 //
 // Profiles: clean (20 Mbit/s), rtt60 (RTT 60 ms, ± 5 ms jitter each way), rtt40loss1 (RTT 40 ms, 1 % loss
 // each way), loss5 (5 % loss each way), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s
-// for 15 s, then 20 again). Delay, jitter and loss come from the userspace link emulator in the link's
-// router namespace (this kernel has no netem), with the same seed for both peers: they lose the same
-// packets by number. Per profile and peer, from the receiver's inbound-rtp counters sampled every 500 ms:
-// presented fps, freezes and frozen seconds (Chrome's freeze definition), keyframes, PLIs, NACKs, packets
-// lost, mean received bitrate, the jitter buffer's mean delay in the first and last third (delay growth),
+// for 15 s, then 20 again), drop05 (the same with 0.5 Mbit/s, too little for the full picture: svc steps
+// its size or frame rate down by STREAMING_DEGRADATION, one svc row per preference given). Delay, jitter
+// and loss come from the userspace link emulator in the link's router namespace (this kernel has no
+// netem), with the same seed for both peers: they lose the same packets by number. Per profile and peer,
+// from the receiver's inbound-rtp counters sampled every 500 ms: presented fps, freezes and frozen seconds
+// (Chrome's freeze definition), keyframes, PLIs, NACKs, packets lost, mean received bitrate, the smallest
+// frame size received, the jitter buffer's mean delay in the first and last third (delay growth),
 // the time to the first frame (presented; from the client's new WebSocket for svc, from the sender's
 // offer for libwebrtc), and for the drop: fps during it and the time after the link returns until
 // the received rate is back at 90 % of what it was before.
@@ -31,18 +34,25 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
-import { CHROMIUM, CHROMIUM_ARGS, startApp, type AppProcess } from '../../streaming-app/test/helpers.ts';
+import { CHROMIUM, CHROMIUM_ARGS, startApp, TONE, type AppProcess } from '../../streaming-app/test/helpers.ts';
 import { NO_IMPAIRMENT, ShapedLink, shapedLinkUnavailable, symmetric, type Impairment } from '../../streaming-app/test/shaped-link.ts';
 import { percentile, printTable } from '../lib/report.ts';
 import { BARCODE_CELLS, BARCODE_ROWS, barcodeChecksum, barcodeLayout, decodeBarcode, encodeBarcode, LUMA_ONE, LUMA_ZERO } from '../../streaming-app/client/barcode.ts';
 import { FrameTiming } from '../../streaming-app/client/frame-timing.ts';
 
-const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '30' }, only: { type: 'string' }, help: { type: 'boolean' } } });
+const { values: args } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '30' }, only: { type: 'string' }, degradation: { type: 'string', default: 'balanced' },
+    audio: { type: 'boolean', default: false }, help: { type: 'boolean' },
+  },
+});
 if (args.help) {
-  console.log(`node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop]
+  console.log(`node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop,drop05] [--degradation balanced]
   svc and a Chromium→Chromium libwebrtc pair over the emulated link, one table per profile (needs root, iproute2, socat, chromium, ffmpeg).
-  --seconds  length of each single-phase profile (the drop profile is 10 + 15 + 15 s)
-  --only     a comma-separated subset of the profiles`);
+  --seconds      length of each single-phase profile (the drop profiles are 10 + 15 + 15 s)
+  --only         a comma-separated subset of the profiles
+  --degradation  svc's STREAMING_DEGRADATION, comma-separated for a row each (balanced, maintain-framerate, maintain-resolution, disabled)
+  --audio        svc's app also plays a tone (needs pulseaudio): its Opus losses, concealment and mode changes under each table`);
   process.exit(0);
 }
 const SECONDS = Number(args.seconds);
@@ -50,6 +60,7 @@ const WIDTH = 640;
 const HEIGHT = 360;
 const FPS = 30;
 const MAX_KBPS = 6000;
+const DEGRADATIONS = args.degradation.split(',');
 
 type Phase = { seconds: number; rateKbit: number };
 type Profile = { name: string; phases: Phase[]; impairment?: { down: Impairment; up: Impairment }; about?: string };
@@ -62,11 +73,13 @@ const PROFILES: Profile[] = [
   { name: 'loss5', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(0, 0, 0.05), about: '5 % loss each way' },
   { name: '3mbit', phases: [{ seconds: SECONDS, rateKbit: 3000 }] },
   { name: 'drop', phases: [{ seconds: 10, rateKbit: 20_000 }, { seconds: 15, rateKbit: 2000 }, { seconds: 15, rateKbit: 20_000 }] },
+  { name: 'drop05', phases: [{ seconds: 10, rateKbit: 20_000 }, { seconds: 15, rateKbit: 500 }, { seconds: 15, rateKbit: 20_000 }] },
 ].filter((p) => !args.only || args.only.split(',').includes(p.name));
 
 type Stats = {
   framesDecoded?: number; freezeCount?: number; totalFreezesDuration?: number; keyFramesDecoded?: number; pliCount?: number;
   nackCount?: number; packetsLost?: number; bytesReceived?: number; jitterBufferDelay?: number; jitterBufferEmittedCount?: number;
+  frameWidth?: number; frameHeight?: number;
 };
 type Sample = { atMs: number; phase: number; stats: Stats };
 
@@ -109,7 +122,7 @@ function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | u
   };
   const row: (string | number)[] = [
     fps, delta(first, last, 'freezeCount'), delta(first, last, 'totalFreezesDuration'), delta(first, last, 'keyFramesDecoded'),
-    delta(first, last, 'pliCount'), delta(first, last, 'nackCount'), delta(first, last, 'packetsLost'), kbps,
+    delta(first, last, 'pliCount'), delta(first, last, 'nackCount'), delta(first, last, 'packetsLost'), kbps, smallest(measured),
     jb(measured[0], measured[third]), jb(measured[measured.length - third - 1], last), firstFrameMs === undefined ? 'never' : Math.round(firstFrameMs),
     ...inputToPhoton(inputToPhotonMs),
   ];
@@ -127,6 +140,14 @@ function summarize(profile: Profile, samples: Sample[], firstFrameMs: number | u
     row.push(duringFps, back ? ((back.atMs - after[0].atMs) / 1000).toFixed(1) : 'not in time');
   }
   return row;
+}
+
+/** The smallest frame size the receiver decoded in the samples, as WIDTHxHEIGHT. */
+function smallest(samples: Sample[]): string {
+  const sizes = samples.filter((s) => s.stats.frameWidth && s.stats.frameHeight).map((s) => [s.stats.frameWidth!, s.stats.frameHeight!]);
+  if (sizes.length === 0) return '-';
+  const [width, height] = sizes.reduce((a, b) => (b[0] * b[1] < a[0] * a[1] ? b : a));
+  return `${width}x${height}`;
 }
 
 /** Input-to-photon p50 and p90, ms, and how many inputs were seen on screen. */
@@ -165,13 +186,38 @@ async function prepare(link: ShapedLink, profile: Profile): Promise<void> {
 
 /** What svc's rate control did in a run, from the app's 'session ended' line. */
 let svcRateControl = '';
+/** With --audio: what became of the Opus packets the link lost. */
+let svcAudio = '';
 
-async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile): Promise<(string | number)[]> {
+type AudioStats = { packetsReceived?: number; packetsLost?: number; concealmentEvents?: number; concealedSamples?: number; totalSamplesReceived?: number };
+const AUDIO_STATS = `(async () => {
+  const report = await svcStream.client.peerConnection.getStats();
+  let audio;
+  report.forEach((s) => { if (s.type === 'inbound-rtp' && s.kind === 'audio') audio = s; });
+  return audio ?? {};
+})()`;
+
+/**
+ * Opus packets lost against what the receiver concealed: a lost packet that in-band FEC does not recover
+ * is concealed (one concealment event per run of losses, its samples as concealed).
+ */
+function describeAudio(stats: AudioStats, app: AppProcess): string {
+  const changes = app.logs.filter((l) => l.msg === 'audio mode changed').map((l) => `${l.to} at loss ${l.loss}`);
+  const concealedMs = ((stats.concealedSamples ?? 0) / 48_000) * 1000;
+  const heardS = (stats.totalSamplesReceived ?? 0) / 48_000;
+  return `svc audio: ${stats.packetsLost ?? 0} packets lost of ${(stats.packetsReceived ?? 0) + (stats.packetsLost ?? 0)}, `
+    + `${stats.concealmentEvents ?? 0} concealment events, ${concealedMs.toFixed(0)} ms concealed in ${heardS.toFixed(1)} s; `
+    + `mode changes: ${changes.length ? changes.join(', ') : 'none'}`;
+}
+
+async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile, degradation: string): Promise<(string | number)[]> {
   await prepare(link, profile);
+  const video = `exec ffmpeg -hide_banner -loglevel error -re -f lavfi -i testsrc2=size=${WIDTH}x${HEIGHT}:rate=${FPS},noise=alls=12:allf=t -pix_fmt yuv420p -f rawvideo unix:$STREAMING_FRAME_PIPE`;
   const app: AppProcess = await startApp({
+    STREAMING_DEGRADATION: degradation, STREAMING_AUDIO: String(args.audio),
     STREAMING_BIND_ADDRESS: link.hostAddress, STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_VIDEO_FPS: String(FPS),
     STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: 'info', STREAMING_FRAME_BARCODE: 'true',
-    STREAMING_APP_COMMAND: `exec ffmpeg -hide_banner -loglevel error -re -f lavfi -i testsrc2=size=${WIDTH}x${HEIGHT}:rate=${FPS},noise=alls=12:allf=t -pix_fmt yuv420p -f rawvideo unix:$STREAMING_FRAME_PIPE`,
+    STREAMING_APP_COMMAND: args.audio ? `${TONE} & ${video}` : video,
   });
   const page = await receiver.newPage();
   try {
@@ -184,14 +230,19 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
     // First frame: the client's new WebSocket to the first frame presented (the page's own load over the
     // link is left out, as the libwebrtc pages are not loaded over it).
     const { inputToPhotonMs, setupMs } = await page.evaluate('svcStream.snapshot()') as { inputToPhotonMs: number[]; setupMs?: number };
+    if (args.audio) svcAudio = describeAudio(await page.evaluate(AUDIO_STATS) as AudioStats, app);
     return summarize(profile, samples, setupMs, inputToPhotonMs);
   } finally {
     await page.close();
     const ended = await app.waitForLog((l) => l.msg === 'session ended', 10_000).catch(() => undefined);
     const video = ended?.video as Record<string, unknown> | undefined;
     const encoder = ended?.encoder as Record<string, unknown> | undefined;
+    const startedAt = app.logs.find((l) => l.msg === 'peer connection state' && l.state === 'connected')?.time as number | undefined;
+    const changes = app.logs.filter((l) => l.msg === 'video operating point changed')
+      .map((l) => `${l.width}x${l.height}@${l.fps} at ${(((l.time as number) - (startedAt ?? 0)) / 1000).toFixed(1)} s (${l.estimateKbps} kbit/s)`);
+    const steps = changes.length ? `; ${degradation}: ${changes.join(', ')}` : '';
     svcRateControl = video ? `svc rate control: ${video.overuses} delay decreases, ${video.lossBackoffs} loss backoffs, ${video.retransmitted} retransmitted, `
-      + `${video.resentUnasked} resent unasked, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s` : '';
+      + `${video.resentUnasked} resent unasked, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s${steps}` : '';
     await app.stop();
   }
 }
@@ -342,18 +393,24 @@ async function main(): Promise<void> {
   try {
     console.log(`640x360@30, H.264, max ${MAX_KBPS} kbit/s, ${SECONDS} s per profile (drop: 10 + 15 + 15 s); load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
     for (const profile of PROFILES) {
-      const columns = ['peer', 'fps', 'freezes', 'frozen s', 'keyframes', 'PLIs', 'NACKs', 'lost', 'kbit/s', 'jb ms 1st/3', 'jb ms last/3', 'first frame ms', 'i2p p50 ms', 'i2p p90 ms', 'i2p n'];
+      const columns = ['peer', 'fps', 'freezes', 'frozen s', 'keyframes', 'PLIs', 'NACKs', 'lost', 'kbit/s', 'smallest', 'jb ms 1st/3', 'jb ms last/3', 'first frame ms', 'i2p p50 ms', 'i2p p90 ms', 'i2p n'];
       if (profile.phases.length === 3) columns.push('fps in drop', 'recovery s');
-      const svc = await svcRun(link, receiver, profile);
+      const svcRows: (string | number)[][] = [];
+      const notes: string[] = [];
+      for (const degradation of DEGRADATIONS) {
+        svcRows.push([DEGRADATIONS.length > 1 ? `svc ${degradation}` : 'svc', ...await svcRun(link, receiver, profile, degradation)]);
+        if (svcRateControl) notes.push(svcRateControl);
+        if (svcAudio) notes.push(svcAudio);
+      }
       const libwebrtc = await libwebrtcRun(link, sender, receiver, profile);
       const ratio = (index: number): string => {
-        const a = svc[index];
+        const a = svcRows[0][index + 1];
         const b = libwebrtc[index];
         return typeof a === 'number' && typeof b === 'number' && b !== 0 ? (a / b).toFixed(2) : '–';
       };
       printTable(`profile ${profile.name} (${profile.phases.map((p) => `${p.rateKbit / 1000} Mbit/s ${p.seconds} s`).join(' → ')}${profile.about ? `, ${profile.about}` : ''}); load ${loadavg()[0].toFixed(2)}`,
-        columns, [['svc', ...svc], ['libwebrtc', ...libwebrtc], ['svc/libwebrtc', ...svc.map((_, i) => ratio(i))]]);
-      if (svcRateControl) console.log(svcRateControl);
+        columns, [...svcRows, ['libwebrtc', ...libwebrtc], [`${svcRows[0][0]}/libwebrtc`, ...libwebrtc.map((_, i) => ratio(i))]]);
+      for (const note of notes) console.log(note);
     }
   } finally {
     await sender.close();

@@ -19,6 +19,16 @@ export function barcodeLayout(videoWidth: number): BarcodeLayout {
   return { cellWidth, cellHeight, width: cellWidth * BARCODE_CELLS, height: cellHeight * BARCODE_ROWS };
 }
 
+/**
+ * Where the barcode drawn for a `sourceWidth` picture is in a picture shown `shownWidth` wide: the sender
+ * may send it scaled down (STREAMING_DEGRADATION), and the cells then scale with it.
+ */
+export function shownBarcodeLayout(sourceWidth: number, shownWidth: number): BarcodeLayout {
+  const drawn = barcodeLayout(sourceWidth);
+  const scale = shownWidth / sourceWidth;
+  return { cellWidth: drawn.cellWidth * scale, cellHeight: drawn.cellHeight * scale, width: drawn.width * scale, height: drawn.height * scale };
+}
+
 /** CRC-8 (polynomial 0x07) over the frame number and input sequence, so a misread frame is discarded. */
 export function barcodeChecksum(frameNumber: number, inputSeq: number): number {
   let crc = 0;

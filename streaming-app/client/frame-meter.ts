@@ -1,7 +1,7 @@
 // Reads the frame barcode from every frame the browser presents (requestVideoFrameCallback) and turns it
 // into measurements: frames seen, session setup time (new WebSocket to first decoded frame) and
 // input-to-photon latency (input event sent to the first frame that reflects it).
-import { barcodeLayout, BARCODE_CELLS, BARCODE_ROWS, decodeBarcode } from './barcode.ts';
+import { BARCODE_CELLS, BARCODE_ROWS, decodeBarcode, shownBarcodeLayout } from './barcode.ts';
 import { FrameTiming, type ReadFrame } from './frame-timing.ts';
 
 const MAX_SAMPLES = 600;
@@ -40,6 +40,8 @@ export class FrameMeter {
   readonly inputToReceiveMs: number[] = [];
   readonly inputToPresentMs: number[] = [];
   onFrame?: (frameNumber: number) => void;
+  /** The width the app draws its barcode for (its configured video width); frames may come smaller. */
+  sourceWidth: number | undefined;
 
   constructor(video: HTMLVideoElement) {
     this.#video = video;
@@ -79,7 +81,7 @@ export class FrameMeter {
     if (this.setupMs === undefined && this.#connectStartedAt !== undefined) this.setupMs = metadata.expectedDisplayTime - this.#connectStartedAt;
     const width = metadata.width;
     if (!width) return;
-    const frame = this.#readBarcode(barcodeLayout(width));
+    const frame = this.#readBarcode(shownBarcodeLayout(this.sourceWidth ?? width, width));
     const inputSeq = this.#timing.shown(metadata.mediaTime, frame);
     if (inputSeq !== undefined) this.#inputsShown(inputSeq, metadata);
     if (!frame) return;

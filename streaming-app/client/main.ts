@@ -7,7 +7,7 @@
 // its place in line while every instance is busy, the stream with Stop / Fullscreen / Lock pointer,
 // and one message per way a session ends, with what to do. Leaving the page ends the session.
 // `window.svcStream` exposes the pieces for scripted use (tests, benchmarks).
-import { barcodeLayout } from './barcode.ts';
+import { shownBarcodeLayout } from './barcode.ts';
 import { FrameMeter } from './frame-meter.ts';
 import { InputCapture } from './input-capture.ts';
 import { StatsOverlay } from './stats-overlay.ts';
@@ -94,6 +94,7 @@ function start() {
     signalUrl,
     relayOnly: params.get('relay') === '1',
     onConnecting: (resuming) => { if (!resuming) meter.connecting(); },
+    onConfig: (config) => { meter.sourceWidth = config.video.width; },
     onWaiting: waiting,
     onVideo: (stream) => {
       video.srcObject = stream;
@@ -172,7 +173,7 @@ function maskBarcode() {
   }
   const box = video.getBoundingClientRect();
   const scale = Math.min(box.width / width, box.height / height);
-  const top = (box.height - height * scale) / 2 + barcodeLayout(width).height * scale;
+  const top = (box.height - height * scale) / 2 + shownBarcodeLayout(meter.sourceWidth ?? width, width).height * scale;
   video.style.clipPath = `inset(${Math.ceil(top)}px 0 0 0)`;
 }
 

@@ -5,6 +5,7 @@ import { spawnSync } from 'node:child_process';
 import { networkInterfaces } from 'node:os';
 import { isIPv4 } from 'node:net';
 import { z } from 'zod';
+import type { DegradationPreference } from './degradation.ts';
 import { defaultFfmpeg } from './ffmpeg-binary.ts';
 import { which } from './which.ts';
 
@@ -55,6 +56,8 @@ const envSchema = z.object({
   STREAMING_ENCODER_BACKEND: z.enum(['auto', 'libav', 'ffmpeg']).default('auto'),
   STREAMING_MIN_BITRATE_KBPS: z.coerce.number().int().min(50).max(100_000).default(300),
   STREAMING_START_BITRATE_KBPS: z.coerce.number().int().min(50).max(100_000).default(1500),
+  /** What gives way when the link is too slow for the full picture (in-process encoder only). */
+  STREAMING_DEGRADATION: z.enum(['maintain-framerate', 'maintain-resolution', 'balanced', 'disabled']).default('balanced'),
   STREAMING_VIDEO_SIZE: videoSize.default({ width: 1280, height: 720 }),
   STREAMING_VIDEO_FPS: z.coerce.number().int().min(1).max(240).default(60),
   STREAMING_VIDEO_BITRATE_KBPS: z.coerce.number().int().min(100).max(100_000).default(6000),
@@ -99,6 +102,7 @@ export type Config = {
   /** The bandwidth estimate's floor and starting point, kbit/s (capped at bitrateKbps). */
   minBitrateKbps: number;
   startBitrateKbps: number;
+  degradation: DegradationPreference;
   width: number;
   height: number;
   fps: number;
@@ -168,6 +172,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     encoderBackend: e.STREAMING_ENCODER_BACKEND,
     minBitrateKbps: Math.min(e.STREAMING_MIN_BITRATE_KBPS, e.STREAMING_VIDEO_BITRATE_KBPS),
     startBitrateKbps: Math.min(e.STREAMING_START_BITRATE_KBPS, e.STREAMING_VIDEO_BITRATE_KBPS),
+    degradation: e.STREAMING_DEGRADATION,
     width: e.STREAMING_VIDEO_SIZE.width,
     height: e.STREAMING_VIDEO_SIZE.height,
     fps: e.STREAMING_VIDEO_FPS,

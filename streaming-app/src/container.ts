@@ -57,7 +57,7 @@ async function openEncoder(config: Config, log: Logger, onFrame: (frame: Encoded
   };
   if (config.encoderBackend !== 'ffmpeg') {
     try {
-      return await openInProcessEncoder(config.encoder, base, log, onFrame, onFatal);
+      return await openInProcessEncoder(config.encoder, base, log, onFrame, onFatal, config.degradation);
     } catch (error) {
       if (config.encoderBackend === 'libav') throw error;
       log.warn({ reason: (error as Error).message }, 'in-process encoder unavailable: the ffmpeg CLI encodes at a fixed rate');

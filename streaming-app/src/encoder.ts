@@ -223,6 +223,8 @@ export type EncoderStats = {
   keyframes: number;
   bytesOut: number;
   restarts: number;
+  /** Size or frame-rate changes made for a slow link (STREAMING_DEGRADATION; the in-process encoder only). */
+  degradations?: number;
   /** Encode time of recent frames, ms, newest last. */
   recentEncodeMs: number[];
 };

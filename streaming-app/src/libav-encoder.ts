@@ -7,11 +7,15 @@
 import { existsSync } from 'node:fs';
 import type { EncodedFrame, EncoderName, EncoderSettings, EncoderStats, FrameEncoder, VideoCodec } from './encoder.ts';
 import { codecOf, NVIDIA_DEVICES } from './encoder.ts';
+import { DegradationPolicy, type DegradationPreference, type OperatingPoint } from './degradation.ts';
 import type { Logger } from './logger.ts';
 
 type NodeAv = typeof import('node-av');
 type Constants = typeof import('node-av/constants');
 type Context = InstanceType<NodeAv['CodecContext']>;
+type Frame = InstanceType<NodeAv['Frame']>;
+/** A frame of a smaller size and libswscale set up to fill it from the full picture. */
+type Scaled = { frame: Frame; scaler: InstanceType<NodeAv['SoftwareScaleContext']> };
 
 /** Loads node-av once; undefined (with the reason) where its native part cannot load on this machine. */
 let loaded: Promise<{ av: NodeAv; constants: Constants } | { error: string }> | undefined;
@@ -78,6 +82,29 @@ export function annexBToLengthPrefixed(data: Buffer): Buffer {
   return Buffer.concat(parts);
 }
 
+/** An encoder context for `point` (a size and frame rate), opened; throws with FFmpeg's reason. */
+async function openContext({ av, constants }: { av: NodeAv; constants: Constants }, settings: EncoderSettings, point: OperatingPoint, kbps: number): Promise<Context> {
+  const names = { libx264: constants.FF_ENCODER_LIBX264, h264_nvenc: constants.FF_ENCODER_H264_NVENC, libvpx: constants.FF_ENCODER_LIBVPX_VP8 };
+  const codec = av.Codec.findEncoderByName(names[settings.encoder]);
+  if (!codec) throw new Error(`${settings.encoder} is not in node-av's FFmpeg`);
+  const ctx = new av.CodecContext();
+  ctx.allocContext3(codec);
+  ctx.width = point.width;
+  ctx.height = point.height;
+  ctx.pixelFormat = constants.AV_PIX_FMT_YUV420P;
+  ctx.timeBase = new av.Rational(1, point.fps);
+  ctx.framerate = new av.Rational(point.fps, 1);
+  ctx.gopSize = Math.max(1, Math.round((settings.keyframeIntervalFrames * point.fps) / settings.fps));
+  ctx.maxBFrames = 0;
+  applyRate(ctx, kbps, point.fps);
+  const result = await ctx.open2(codec, av.Dictionary.fromObject(encoderOptions(settings)));
+  if (result < 0) {
+    ctx.freeContext();
+    throw new Error(`${settings.encoder} did not open: ${new av.FFmpegError(result).message}`);
+  }
+  return ctx;
+}
+
 export class LibavVideoEncoder implements FrameEncoder {
   readonly settings: EncoderSettings;
   readonly codec: VideoCodec;
@@ -88,9 +115,17 @@ export class LibavVideoEncoder implements FrameEncoder {
   readonly #log: Logger;
   readonly #onFrame: (frame: EncodedFrame) => void;
   readonly #onFatal: (reason: string) => void;
-  readonly #ctx: Context;
-  readonly #frame: InstanceType<NodeAv['Frame']>;
+  #ctx: Context;
+  readonly #frame: Frame;
   readonly #packet: InstanceType<NodeAv['Packet']>;
+  readonly #degradation: DegradationPolicy | undefined;
+  /** The size and frame rate encoded now (below the configured ones while the link is too slow). */
+  #point: OperatingPoint;
+  /** The full picture scaled to #point's size, when that is smaller. */
+  #scaled: Scaled | undefined;
+  #lastAcceptedMs = -Infinity;
+  /** The link's estimate as last given, kbit/s (the encoder's own rate is clamped). */
+  #estimateKbps: number;
   /** Encodes run one at a time, in order. */
   #chain: Promise<void> = Promise.resolve();
   #inFlight = 0;
@@ -108,7 +143,7 @@ export class LibavVideoEncoder implements FrameEncoder {
   rateChanges = 0;
 
   private constructor(settings: EncoderSettings, loadedAv: { av: NodeAv; constants: Constants }, ctx: Context, log: Logger,
-    onFrame: (frame: EncodedFrame) => void, onFatal: (reason: string) => void) {
+    onFrame: (frame: EncodedFrame) => void, onFatal: (reason: string) => void, degradation: DegradationPolicy | undefined) {
     this.settings = settings;
     this.codec = codecOf(settings.encoder);
     this.#av = loadedAv.av;
@@ -118,7 +153,10 @@ export class LibavVideoEncoder implements FrameEncoder {
     this.#onFrame = onFrame;
     this.#onFatal = onFatal;
     this.#rateKbps = settings.bitrateKbps;
-    this.stats = { encoder: settings.encoder, framesIn: 0, framesOut: 0, framesSkipped: 0, keyframes: 0, bytesOut: 0, restarts: 0, recentEncodeMs: [] };
+    this.#estimateKbps = settings.bitrateKbps;
+    this.#degradation = degradation;
+    this.#point = degradation?.point ?? { width: settings.width, height: settings.height, fps: settings.fps };
+    this.stats = { encoder: settings.encoder, framesIn: 0, framesOut: 0, framesSkipped: 0, keyframes: 0, bytesOut: 0, restarts: 0, degradations: 0, recentEncodeMs: [] };
     this.#frame = new this.#av.Frame();
     this.#frame.alloc();
     this.#frame.width = settings.width;
@@ -130,29 +168,13 @@ export class LibavVideoEncoder implements FrameEncoder {
   }
 
   /** Opens the encoder at `bitrateKbps`; throws with FFmpeg's reason when it cannot open (no NVENC, say). */
-  static async open(settings: EncoderSettings, log: Logger, onFrame: (frame: EncodedFrame) => void, onFatal: (reason: string) => void): Promise<LibavVideoEncoder> {
+  static async open(settings: EncoderSettings, log: Logger, onFrame: (frame: EncodedFrame) => void, onFatal: (reason: string) => void,
+    degradation?: DegradationPolicy): Promise<LibavVideoEncoder> {
     const loadedAv = await loadNodeAv();
     if ('error' in loadedAv) throw new Error(`node-av unavailable: ${loadedAv.error}`);
-    const { av, constants } = loadedAv;
-    const names = { libx264: constants.FF_ENCODER_LIBX264, h264_nvenc: constants.FF_ENCODER_H264_NVENC, libvpx: constants.FF_ENCODER_LIBVPX_VP8 };
-    const codec = av.Codec.findEncoderByName(names[settings.encoder]);
-    if (!codec) throw new Error(`${settings.encoder} is not in node-av's FFmpeg`);
-    const ctx = new av.CodecContext();
-    ctx.allocContext3(codec);
-    ctx.width = settings.width;
-    ctx.height = settings.height;
-    ctx.pixelFormat = constants.AV_PIX_FMT_YUV420P;
-    ctx.timeBase = new av.Rational(1, settings.fps);
-    ctx.framerate = new av.Rational(settings.fps, 1);
-    ctx.gopSize = settings.keyframeIntervalFrames;
-    ctx.maxBFrames = 0;
-    applyRate(ctx, settings.bitrateKbps, settings.fps);
-    const result = await ctx.open2(codec, av.Dictionary.fromObject(encoderOptions(settings)));
-    if (result < 0) {
-      ctx.freeContext();
-      throw new Error(`${settings.encoder} did not open: ${new av.FFmpegError(result).message}`);
-    }
-    return new LibavVideoEncoder(settings, loadedAv, ctx, log, onFrame, onFatal);
+    const full = { width: settings.width, height: settings.height, fps: settings.fps };
+    const ctx = await openContext(loadedAv, settings, full, settings.bitrateKbps);
+    return new LibavVideoEncoder(settings, loadedAv, ctx, log, onFrame, onFatal, degradation);
   }
 
   get running(): boolean {
@@ -176,12 +198,71 @@ export class LibavVideoEncoder implements FrameEncoder {
 
   /** Follows the bandwidth estimate from the next frame on; no keyframe, no new process. */
   setBitrate(kbps: number): void {
+    this.#estimateKbps = kbps;
     const target = Math.round(Math.min(this.settings.bitrateKbps, Math.max(MIN_KBPS, kbps)));
     if (Math.abs(target - this.#rateKbps) < this.#rateKbps * MIN_CHANGE) return;
     this.#rateKbps = target;
     this.rateChanges++;
     // Applied between two encodes: the chain serialises it with them.
-    this.#chain = this.#chain.then(() => applyRate(this.#ctx, target, this.settings.fps));
+    this.#chain = this.#chain.then(() => applyRate(this.#ctx, target, this.#point.fps));
+  }
+
+  /** The size and frame rate encoded now. */
+  get operatingPoint(): OperatingPoint {
+    return this.#point;
+  }
+
+  /**
+   * Follows the degradation policy through a fresh encoder context at the new size and frame rate (its
+   * first frame is a keyframe). Frames come to the encoder at the new rate (the rest are skipped before
+   * it). A lower rate in the same context would cost no keyframe, but libx264 budgets each frame by the
+   * context's frame rate, whatever the timestamps say: at half the frames the link got half the rate, and
+   * the estimate, bound to what arrives, stayed there after the link came back.
+   */
+  #followLink(nowMs: number): void {
+    const point = this.#degradation?.update(this.#estimateKbps, nowMs);
+    if (!point || point === this.#point) return;
+    this.#log.info({ ...point, estimateKbps: Math.round(this.#estimateKbps), from: this.#point }, 'video operating point changed');
+    this.#point = point;
+    this.stats.degradations = (this.stats.degradations ?? 0) + 1;
+    this.#chain = this.#chain.then(() => this.#reopen(point));
+  }
+
+  /** At a lower frame rate, a frame closer to the last than its interval (less half a source frame) is not encoded. */
+  #belowRate(captureMs: number): boolean {
+    const { fps } = this.#point;
+    return fps < this.settings.fps && captureMs - this.#lastAcceptedMs < 1000 / fps - 500 / this.settings.fps;
+  }
+
+  async #reopen(point: OperatingPoint): Promise<void> {
+    if (this.#stopped) return;
+    const ctx = await openContext({ av: this.#av, constants: this.#constants }, this.settings, point, this.#rateKbps);
+    this.#ctx.freeContext();
+    this.#ctx = ctx;
+    this.#pts = 0n;
+    this.#freeScaled();
+    if (point.width !== this.settings.width || point.height !== this.settings.height) this.#scaled = this.#scaler(point);
+  }
+
+  #scaler(point: OperatingPoint): Scaled {
+    const av = this.#av;
+    const { AV_PIX_FMT_YUV420P, SWS_AREA } = this.#constants;
+    const frame = new av.Frame();
+    frame.alloc();
+    frame.width = point.width;
+    frame.height = point.height;
+    frame.format = AV_PIX_FMT_YUV420P;
+    if (frame.getBuffer() < 0) throw new Error('could not allocate a scaled frame');
+    const scaler = new av.SoftwareScaleContext();
+    scaler.getContext(this.settings.width, this.settings.height, AV_PIX_FMT_YUV420P, point.width, point.height, AV_PIX_FMT_YUV420P, SWS_AREA);
+    if (scaler.initContext() < 0) throw new Error('could not set up the scaler');
+    return { frame, scaler };
+  }
+
+  #freeScaled(): void {
+    this.#scaled?.frame.free();
+    this.#scaled?.scaler.freeContext();
+    this.#scaled = undefined;
   }
 
   prime(frame: Buffer, frameNumber: number, captureMs: number, done: () => void): boolean {
@@ -209,11 +290,14 @@ export class LibavVideoEncoder implements FrameEncoder {
 
   submit(frame: Buffer, frameNumber: number, captureMs: number, done: () => void): boolean {
     if (!this.#running || this.#stopped) return false;
+    this.#followLink(captureMs);
+    if (this.#belowRate(captureMs)) return false;
     if (this.#inFlight > MAX_IN_FLIGHT) {
       this.stats.framesSkipped++;
       return false;
     }
     this.stats.framesIn++;
+    this.#lastAcceptedMs = captureMs;
     const keyframe = this.#keyframeWanted;
     this.#keyframeWanted = false;
     this.#encode(frame, frameNumber, captureMs, keyframe, done, (encoded) => this.#deliver(encoded));
@@ -242,18 +326,26 @@ export class LibavVideoEncoder implements FrameEncoder {
   #encode(data: Buffer, frameNumber: number, captureMs: number, keyframe: boolean, done: () => void, emit: (frame: EncodedFrame) => void): void {
     this.#inFlight++;
     const submittedMs = performance.now();
-    const pts = this.#pts++;
     this.#chain = this.#chain.then(async () => {
       if (this.#stopped) return;
+      // Counted here, in encode order: a fresh context (a new operating point) starts from 0.
+      const pts = this.#pts++;
       const { AV_PICTURE_TYPE_I, AV_PICTURE_TYPE_NONE } = this.#constants;
       this.#frame.makeWritable();
       // node-av's fromBuffer wraps the buffer rather than copying it: the buffer goes back to the source
       // only once the encoder has taken the picture (below, in finally). Given back before, the source
       // filled it with a later frame while a loaded machine's worker thread had yet to read it.
       this.#frame.fromBuffer(data);
-      this.#frame.pts = pts;
-      this.#frame.pictType = keyframe ? AV_PICTURE_TYPE_I : AV_PICTURE_TYPE_NONE;
-      const sent = await this.#ctx.sendFrame(this.#frame);
+      let picture = this.#frame;
+      if (this.#scaled) {
+        picture = this.#scaled.frame;
+        picture.makeWritable();
+        const scaled = await this.#scaled.scaler.scaleFrame(picture, this.#frame);
+        if (scaled < 0) throw new Error(`scaling failed: ${new this.#av.FFmpegError(scaled).message}`);
+      }
+      picture.pts = pts;
+      picture.pictType = keyframe ? AV_PICTURE_TYPE_I : AV_PICTURE_TYPE_NONE;
+      const sent = await this.#ctx.sendFrame(picture);
       if (sent < 0) throw new Error(`encode failed: ${new this.#av.FFmpegError(sent).message}`);
       const parts: Buffer[] = [];
       let isKey = false;
@@ -299,6 +391,7 @@ export class LibavVideoEncoder implements FrameEncoder {
       this.#ctx.freeContext();
       this.#frame.free();
       this.#packet.free();
+      this.#freeScaled();
     });
   }
 }
@@ -313,14 +406,16 @@ export async function openInProcessEncoder(
   log: Logger,
   onFrame: (frame: EncodedFrame) => void,
   onFatal: (reason: string) => void,
+  degradation?: DegradationPreference,
 ): Promise<LibavVideoEncoder> {
   const candidates: EncoderName[] = wanted === 'auto' ? ['h264_nvenc', 'libx264', 'libvpx'] : [wanted];
   if (wanted === 'auto' && !NVIDIA_DEVICES.some((device) => existsSync(device))) candidates.shift();
   const failures: string[] = [];
   for (const encoder of candidates) {
     try {
-      const opened = await LibavVideoEncoder.open({ ...base, encoder }, log, onFrame, onFatal);
-      log.info({ encoder, backend: 'libav', codec: codecOf(encoder), width: base.width, height: base.height, fps: base.fps, maxBitrateKbps: base.bitrateKbps },
+      const policy = degradation && new DegradationPolicy(degradation, base);
+      const opened = await LibavVideoEncoder.open({ ...base, encoder }, log, onFrame, onFatal, policy);
+      log.info({ encoder, backend: 'libav', codec: codecOf(encoder), width: base.width, height: base.height, fps: base.fps, maxBitrateKbps: base.bitrateKbps, degradation },
         'video encoder selected');
       return opened;
     } catch (error) {

@@ -133,6 +133,12 @@ export class PeerLink {
   /**
    * Creates the offer and returns its SDP at once; candidates follow through onCandidate while werift
    * gathers (host sockets first, then STUN/TURN), so the browser can start working on the answer early.
+   *
+   * The offer takes the DTLS client role (`setup:active`; werift would offer `actpass`, and a browser then
+   * always picks the client role). As server, werift drops the browser's ClientHello when it comes before
+   * werift's own ICE check is done, and the handshake then waits for the browser's retransmission timer
+   * (measured 0.1-0.6 s, and a cookie round trip more); as client, werift sends its ClientHello the moment
+   * its ICE is done, and a browser holds one that arrives early until its side is ready.
    */
   async createOffer(): Promise<string> {
     const offer = await this.pc.createOffer();
@@ -140,7 +146,7 @@ export class PeerLink {
       if (!this.#closed) this.#log.debug({ candidates: this.localCandidatePorts() }, 'ice gathering complete');
     });
     this.#localDescriptionApplied.catch(() => { /* surfaced by applyAnswer */ });
-    return offer.sdp;
+    return offer.sdp.replaceAll(/^a=setup:actpass(?=\r?$)/gm, 'a=setup:active');
   }
 
   async applyAnswer(sdp: string): Promise<void> {
@@ -183,6 +189,11 @@ export class PeerLink {
       }
     }
     return [...ports].sort((a, b) => a - b);
+  }
+
+  /** This side's DTLS role once the answer set it ('client' with any answer to our offer). */
+  get dtlsRole(): string | undefined {
+    return this.pc.dtlsTransports[0]?.role;
   }
 
   get selectedPair(): { local: string; remote: string } | undefined {

@@ -65,6 +65,8 @@ export class StreamingSession {
   #rtp: RtpVideoSender | undefined;
   #rtpAudio: RtpAudioSender | undefined;
   #audioCapture: AudioCapture | undefined;
+  /** The capture of a new audio mode while it starts; it takes over with its first packet. */
+  #nextAudioCapture: AudioCapture | undefined;
   /** Origin of every RTP clock of the session (media-clock.ts). */
   readonly #clockOriginMs = performance.now();
   #resumeTimer: NodeJS.Timeout | undefined;
@@ -166,12 +168,26 @@ export class StreamingSession {
   #startAudio(mode: AudioMode): void {
     const { audio, config } = this.#options;
     if (!audio) return;
-    const capture: AudioCapture = new AudioCapture(audio, config.ffmpegPath, this.#log, (packet) => this.#rtpAudio?.send(packet), (reason) => {
-      if (capture !== this.#audioCapture) return;
+    const capture: AudioCapture = new AudioCapture(audio, config.ffmpegPath, this.#log, (packet) => {
+      if (capture === this.#nextAudioCapture) this.#takeOverAudio(capture);
+      if (capture === this.#audioCapture) this.#rtpAudio?.send(packet);
+    }, (reason) => {
+      if (capture !== this.#audioCapture && capture !== this.#nextAudioCapture) return;
       this.#log.error({ reason }, 'audio capture failed');
       this.end(reason, true);
     }, mode);
+    if (this.#audioCapture) this.#nextAudioCapture = capture;
+    else this.#audioCapture = capture;
+  }
+
+  /**
+   * A new mode's capture replaces the old one only once it sends: ffmpeg takes about 1.5 s from its start
+   * to its first packet, and stopping the old capture first left a silence that long at every switch.
+   */
+  #takeOverAudio(capture: AudioCapture): void {
+    this.#audioCapture?.stop();
     this.#audioCapture = capture;
+    this.#nextAudioCapture = undefined;
   }
 
   /**
@@ -181,14 +197,13 @@ export class StreamingSession {
   #adaptAudio(): void {
     const capture = this.#audioCapture;
     const loss = this.#rtp?.estimator?.lossFraction(performance.now());
-    if (!capture || loss === undefined || !this.#peer?.opusInbandFec) return;
+    if (!capture || this.#nextAudioCapture || loss === undefined || !this.#peer?.opusInbandFec) return;
     this.#cleanSeconds = loss < AUDIO_CLEAN_LOSS ? this.#cleanSeconds + 1 : 0;
     const want: AudioMode = capture.mode === 'low-delay'
       ? (loss > AUDIO_LOSSY_LOSS ? 'resilient' : 'low-delay')
       : (this.#cleanSeconds >= AUDIO_CLEAN_SECONDS ? 'low-delay' : 'resilient');
     if (want === capture.mode) return;
     this.#log.info({ from: capture.mode, to: want, loss: Math.round(loss * 1000) / 1000 }, 'audio mode changed');
-    capture.stop();
     this.#startAudio(want);
   }
 
@@ -313,7 +328,8 @@ export class StreamingSession {
   }
 
   #peerState(peer: PeerLink, state: PeerState): void {
-    this.#log.info({ state, pair: state === 'connected' ? peer.selectedPair : undefined, ports: peer.localCandidatePorts() }, 'peer connection state');
+    const connected = state === 'connected' ? { pair: peer.selectedPair, dtlsRole: peer.dtlsRole } : {};
+    this.#log.info({ state, ...connected, ports: peer.localCandidatePorts() }, 'peer connection state');
     if (state === 'connected') {
       if (this.#connectTimer) clearTimeout(this.#connectTimer);
       this.#connectTimer = undefined;
@@ -414,6 +430,7 @@ export class StreamingSession {
     if (this.#statsTimer) clearInterval(this.#statsTimer);
     this.#source.stop();
     this.#audioCapture?.stop();
+    this.#nextAudioCapture?.stop();
     this.#options.encoder.stop();
     const channel = this.#channel;
     this.#channel = undefined;

@@ -72,6 +72,9 @@ describe('browser client in Chromium', { skip: missingTools([FFMPEG, CHROMIUM]) 
     assert.equal(first.state, 'streaming');
     assert.ok(first.setupMs !== undefined && first.setupMs > 0, 'setup time measured from the first frame');
     assert.equal(first.metrics.codec, 'video/H264');
+    // The app is the DTLS client: its ClientHello leaves when its ICE is done (see PeerLink.createOffer).
+    const connected = await app.waitForLog((l) => l.msg === 'peer connection state' && l.state === 'connected');
+    assert.equal(connected.dtlsRole, 'client');
 
     const seq = await page.evaluate('svcStream.sendPointer(0.8, 0.6)') as number;
     assert.ok(seq >= 1, 'input sent over the DataChannel');

@@ -15,6 +15,7 @@ test('defaults follow spec §4.6', () => {
   assert.equal(config.bindAddress, '192.0.2.10');
   assert.equal(config.encoder, 'auto');
   assert.deepEqual([config.width, config.height, config.fps], [1280, 720, 60]);
+  assert.equal(config.degradation, 'balanced');
 });
 
 test('values are read from the environment; blanks count as unset', () => {
@@ -22,7 +23,9 @@ test('values are read from the environment; blanks count as unset', () => {
     CONTROL_SERVER_PORT: '9000', STREAMING_SERVER_PORT: '9001', STREAMING_START_ENDPOINT: '/stream/start',
     STREAMING_PORT_BINDING_RANGE: ' 48000 - 48010 ', STREAMING_RESUME_WINDOW_SECONDS: '300', STREAMING_VIDEO_SIZE: '1920x1080',
     STREAMING_ENCODER: 'libvpx', STREAMING_SERVE_CLIENT: 'false', STREAMING_BIND_ADDRESS: '10.0.0.5', LOG_LEVEL: '',
+    STREAMING_DEGRADATION: 'maintain-resolution',
   });
+  assert.equal(config.degradation, 'maintain-resolution');
   assert.equal(config.controlPort, 9000);
   assert.equal(config.startEndpoint, '/stream/start');
   assert.deepEqual(config.portRange, { min: 48000, max: 48010 });
@@ -42,6 +45,7 @@ test('bad values are rejected naming the variable', () => {
     [{ STREAMING_VIDEO_SIZE: '1281x720' }, /STREAMING_VIDEO_SIZE/],
     [{ STREAMING_START_ENDPOINT: 'sign_in' }, /STREAMING_START_ENDPOINT/],
     [{ STREAMING_BIND_ADDRESS: '::1' }, /STREAMING_BIND_ADDRESS/],
+    [{ STREAMING_DEGRADATION: 'keep-sharpness' }, /STREAMING_DEGRADATION/],
     [{ CONTROL_SERVER_PORT: '9000', STREAMING_SERVER_PORT: '9000' }, /must differ/],
   ];
   for (const [env, message] of cases) {

@@ -15,7 +15,8 @@ type Sample = { atMs: number; targetKbps: number; queueMs: number };
  * Runs the sender at the estimator's target through a link whose rate (kbit/s) is `linkKbps(t)`.
  * `randomLoss` drops that fraction on the wire (at that moment), independent of the queue.
  */
-function simulate(estimator: BandwidthEstimator, seconds: number, linkKbps: (ms: number) => number, randomLoss: number | ((ms: number) => number) = 0): Sample[] {
+function simulate(estimator: BandwidthEstimator, seconds: number, linkKbps: (ms: number) => number, randomLoss: number | ((ms: number) => number) = 0,
+  stamp: (arrivalMs: number) => number = (ms) => ms): Sample[] {
   let seq = 0;
   let budget = 0;
   let queueBytes = 0;
@@ -42,7 +43,7 @@ function simulate(estimator: BandwidthEstimator, seconds: number, linkKbps: (ms:
       queueBytes += PACKET_BYTES;
       linkFreeAtMs = Math.max(linkFreeAtMs, now) + (PACKET_BYTES * 8) / rate;
       const arrival = linkFreeAtMs + PROPAGATION_MS;
-      pending.push({ sequenceNumber, received: true, receivedAtMs: arrival, reportAtMs: arrival });
+      pending.push({ sequenceNumber, received: true, receivedAtMs: stamp(arrival), reportAtMs: arrival });
     }
     if (now % FEEDBACK_MS === 0) {
       const due = pending.filter((p) => p.reportAtMs <= now - PROPAGATION_MS);
@@ -139,4 +140,38 @@ test('30 % loss backs off; REMB caps the estimate', () => {
   const capped = new BandwidthEstimator({ startKbps: 6000, minKbps: 150, maxKbps: 6000 });
   capped.remb(1_500_000);
   assert.equal(capped.targetKbps, 1500);
+});
+
+/**
+ * A receiver on a loaded host: its network thread is off the CPU now and then (every 50-300 ms, for
+ * 5-40 ms), and what arrived meanwhile is stamped when it runs again. Arrival times jitter by tens of ms
+ * although no queue builds anywhere.
+ */
+function scheduledReceiver(seed: number): (arrivalMs: number) => number {
+  let lcg = seed;
+  const random = (): number => (lcg = (lcg * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  let stall = { from: 0, to: 0 };
+  return (arrivalMs) => {
+    while (arrivalMs >= stall.to) {
+      const from = stall.to + 50 + random() * 250;
+      stall = { from, to: from + 5 + random() * 35 };
+    }
+    return arrivalMs >= stall.from ? stall.to : arrivalMs;
+  };
+}
+
+test('a receiver\'s scheduling jitter on a fast link is not congestion; a real queue behind the same jitter still is', () => {
+  for (const seed of [1, 2, 3]) {
+    const fast = new BandwidthEstimator({ startKbps: 6000, minKbps: 150, maxKbps: 6000 });
+    const samples = simulate(fast, 30, () => 20_000, 0, scheduledReceiver(seed));
+    assert.ok(fast.overuseEvents <= 1, `seed ${seed}: ${fast.overuseEvents} delay decreases in 30 s on a 20 Mbit/s link`);
+    assert.ok(mean(between(samples, 5, 30).map((s) => s.targetKbps)) > 5500, `seed ${seed}: the rate stays near the maximum`);
+
+    const bottleneck = new BandwidthEstimator({ startKbps: 1000, minKbps: 150, maxKbps: 6000 });
+    const late = between(simulate(bottleneck, 40, () => 3000, 0, scheduledReceiver(seed)), 15, 40);
+    const meanTarget = mean(late.map((s) => s.targetKbps));
+    assert.ok(meanTarget > 1800 && meanTarget < 3000, `seed ${seed}: mean target ${meanTarget.toFixed(0)} kbit/s behind 3 Mbit/s`);
+    assert.ok(mean(late.map((s) => s.queueMs)) < 100, `seed ${seed}: mean queue ${mean(late.map((s) => s.queueMs)).toFixed(0)} ms`);
+    assert.ok(bottleneck.overuseEvents > 0, `seed ${seed}: the queue was found by its delay trend`);
+  }
 });

@@ -96,6 +96,8 @@ export interface StreamingStackOptions {
   video?: string;
   /** More of the container's environment (e.g. the application an x11 container streams). */
   environment?: { key: string; value: string }[];
+  /** The function's container image (default: the catalog's process-runtime copy of the reference app). */
+  image?: string;
 }
 
 export interface StreamingStack {
@@ -125,7 +127,7 @@ export async function startStreamingStack(options: StreamingStackOptions): Promi
     const key = await svc.apiKey(token, ['invoke_function', 'list_functions']);
     const fn = await deploy(svc, token, streamingBody({
       name: options.name, description: 'The reference streaming container: a test scene that follows your pointer',
-      containerImage: 'local/streaming-app:1',
+      containerImage: options.image ?? 'local/streaming-app:1',
       containerEnvironment: [
         { key: 'STREAMING_VIDEO_SIZE', value: options.video ?? '640x360' }, { key: 'STREAMING_VIDEO_FPS', value: '30' }, ...(options.environment ?? []),
       ],
