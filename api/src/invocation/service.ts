@@ -84,8 +84,7 @@ export class InvocationService {
    * 429 when its version's queue is full. The sink is answered with the response, a result, or a 202.
    */
   async submit(id: string, target: Target, principal: Principal, request: InvocationRequest, sink: ClientSink, pollMs: number): Promise<Invocation> {
-    const invocation = new Invocation(id, target, principal.ownerId, request);
-    invocation.sink = sink;
+    const invocation = new Invocation(id, target, principal.ownerId, request, sink);
     this.#invocations.set(invocation.id, invocation);
     this.#noteRequest(target);
     try {
@@ -94,7 +93,7 @@ export class InvocationService {
       this.#invocations.delete(invocation.id);
       throw error;
     }
-    if (invocation.sink) invocation.pollTimer = setTimeout(() => this.#pollWindowPassed(invocation), pollMs);
+    invocation.startPollWindow(pollMs, () => this.#pollWindowPassed(invocation));
     this.#reportDemand(target.versionId);
     return invocation;
   }
@@ -102,13 +101,10 @@ export class InvocationService {
   /** The synchronous client left before its 202: a waiting request is dropped, a running one aborted. */
   async cancel(invocation: Invocation) {
     if (invocation.durable || invocation.state === 'done') return;
-    invocation.cancelled = true;
-    detachSink(invocation);
+    invocation.cancel();
     if (await this.#queue.remove(invocation)) {
       this.#invocations.delete(invocation.id);
       this.#reportDemand(invocation.versionId);
-    } else {
-      invocation.abort?.();
     }
   }
 
@@ -117,7 +113,7 @@ export class InvocationService {
     if (this.#shared) return this.#sharedStatus(this.#shared, principal, requestId, pollMs);
     const invocation = this.#invocations.get(requestId);
     if (!invocation || !invocation.durable || invocation.target.ncaId !== principal.ncaId) throw gone(requestId);
-    if (!invocation.result) await resultOrTimeout(invocation, pollMs);
+    await invocation.untilResult(pollMs);
     if (!invocation.result) return { pending: invocation };
     if (!this.#invocations.has(requestId)) throw gone(requestId);
     this.#forget(invocation);
@@ -166,8 +162,7 @@ export class InvocationService {
   }
 
   progress(report: ProgressReport) {
-    const invocation = this.#invocations.get(report.requestId);
-    if (invocation) invocation.progress = { percent: Math.max(0, Math.min(100, Math.round(report.percent))), partialResponse: report.partialResponse };
+    this.#invocations.get(report.requestId)?.reportProgress(report.percent, report.partialResponse);
   }
 
   /**
@@ -192,12 +187,7 @@ export class InvocationService {
 
   async close() {
     for (const timer of this.#timers) clearInterval(timer);
-    for (const invocation of this.#invocations.values()) {
-      invocation.cancelled = true;
-      detachSink(invocation);
-      invocation.abort?.();
-      invocation.wake();
-    }
+    for (const invocation of this.#invocations.values()) invocation.shutDown();
     await this.#queue.close();
     await this.#dispatcher.close();
   }
@@ -207,7 +197,7 @@ export class InvocationService {
    * place, then send. What fails before the send gives the slot back and ends the request.
    */
   #run(invocation: Invocation, grant: Grant) {
-    invocation.state = 'running';
+    invocation.start();
     this.#count(invocation.versionId, 1);
     if (!invocation.durable && !invocation.request.assets?.length) return this.#send(invocation, grant);
     const unsent = (result?: StoredResult) => {
@@ -252,11 +242,11 @@ export class InvocationService {
 
   /** The response starts: to the waiting client if there is one, else into a result. */
   #started(invocation: Invocation, status: number, headers: ResponseHeaders): BodyWriter {
-    const sink = detachSink(invocation);
+    const sink = invocation.takeSink();
     if (sink) return sink.start(invocation, status, headers);
     const done = (result: StoredResult, abort: boolean) => {
       void this.#complete(invocation, result);
-      if (abort) invocation.abort?.();
+      if (abort) invocation.stopExchange();
     };
     // The reference zips large results, but not errors (they are rewrapped) nor host-routed responses.
     const { largeResults } = this.#options;
@@ -273,7 +263,7 @@ export class InvocationService {
     if (invocation.cancelled || (outcome === 'done' && !invocation.durable)) this.#forget(invocation);
     else if (failed && outcome === 'unreachable') {
       // The instance went away before the request reached it: it waits for the next free slot.
-      invocation.state = 'queued';
+      invocation.requeue();
       this.#queue.requeue(invocation);
     } else if (failed) {
       this.#log.warn({ reqId: invocation.id, code: (error as { code?: string } | undefined)?.code }, 'instance failed while running a request');
@@ -283,10 +273,8 @@ export class InvocationService {
   }
 
   async #complete(invocation: Invocation, result: StoredResult) {
-    invocation.state = 'done';
-    invocation.result = result;
-    invocation.finishedAt = this.#clock();
-    const sink = detachSink(invocation);
+    invocation.finish(result, this.#clock());
+    const sink = invocation.takeSink();
     if (sink) {
       sink.result(invocation, result);
       this.#forget(invocation);
@@ -296,12 +284,11 @@ export class InvocationService {
       await this.#results.store(invocation, result);
       this.#shared?.completed(invocation.id);
     }
-    invocation.wake();
   }
 
   /** The poll window passed with nothing started: the request becomes durable, then the client gets 202. */
   #pollWindowPassed(invocation: Invocation) {
-    const sink = detachSink(invocation);
+    const sink = invocation.takeSink();
     if (!sink) return;
     this.#results.persist(invocation, this.#shared?.replicaId).then(() => sink.pending(invocation), (error) => sink.fail(error));
   }
@@ -335,7 +322,6 @@ export class InvocationService {
   /** One stored request after a restart, or taken over from a replica that died: queued ones wait again. */
   async #recovered(invocation: Invocation) {
     this.#invocations.set(invocation.id, invocation);
-    if (invocation.result) invocation.finishedAt ??= this.#clock();
     if (invocation.state !== 'queued') return;
     if (!this.#invoked.has(invocation.versionId)) this.#invoked.set(invocation.versionId, { target: invocation.target });
     try {
@@ -440,27 +426,6 @@ class Failure {
     this.what = what;
     this.error = error;
   }
-}
-
-function detachSink(invocation: Invocation): ClientSink | undefined {
-  const sink = invocation.sink;
-  invocation.sink = undefined;
-  clearTimeout(invocation.pollTimer);
-  return sink;
-}
-
-function resultOrTimeout(invocation: Invocation, ms: number): Promise<void> {
-  return new Promise((resolve) => {
-    const wake = () => {
-      clearTimeout(timer);
-      resolve();
-    };
-    const timer = setTimeout(() => {
-      invocation.waiters = invocation.waiters.filter((waiter) => waiter !== wake);
-      resolve();
-    }, ms);
-    invocation.waiters.push(wake);
-  });
 }
 
 /** What a 202 shows: the request id and the progress known here. */
