@@ -1,5 +1,6 @@
 // One request in flight through the invocation plane, and the shapes that cross its parts.
 import { Problem } from '../domain/problem.ts';
+import type { Grant } from './queue.ts';
 import type { Target } from './resolver.ts';
 
 /** An instance's response headers, names lower-cased; a repeated header is an array. */
@@ -79,6 +80,8 @@ export class Invocation {
   readonly request: InvocationRequest;
   #target: Target;
   #state: InvocationState = 'queued';
+  /** The slot it waits for while queued: granted once by the queue. */
+  #slot = Promise.withResolvers<Grant>();
   /** The waiting synchronous client, until it is answered or gets its 202. */
   #sink: ClientSink | undefined;
   #pollTimer: NodeJS.Timeout | undefined;
@@ -167,16 +170,23 @@ export class Invocation {
     return sink;
   }
 
-  /** It has a slot: it runs. */
-  start() {
-    this.#expect('queued', 'start');
+  /** Resolves with the slot the queue grants it (the one it waits for now, if it queued again). */
+  granted(): Promise<Grant> {
+    return this.#slot.promise;
+  }
+
+  /** The queue gives it a slot: it runs. */
+  grant(grant: Grant) {
+    this.#expect('queued', 'be granted a slot');
     this.#state = 'running';
+    this.#slot.resolve(grant);
   }
 
   /** Its instance went away before the request reached it: it waits for a slot again. */
   requeue() {
     this.#expect('running', 'queue again');
     this.#state = 'queued';
+    this.#slot = Promise.withResolvers<Grant>();
   }
 
   /** Its version stopped taking requests while it waited: it waits for `target`'s instead. */

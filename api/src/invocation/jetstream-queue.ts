@@ -69,7 +69,7 @@ export interface JetStreamQueueOptions {
   signer: ReplicaSigner;
   maxDepth: number;
   log: Logger;
-  /** A stored 202 whose replica is gone, claimed to run here; undefined when it is not claimable. */
+  /** A stored 202 whose replica is gone, claimed to run here (granted its slot next); undefined when it is not claimable. */
   adopt(requestId: string): Promise<Invocation | undefined>;
 }
 
@@ -130,7 +130,6 @@ export class JetStreamQueue implements SharedQueue {
   readonly #streams = new Map<string, Promise<void>>();
   readonly #depths = new Map<string, number>();
   readonly #subscriptions: Subscription[] = [];
-  #run: (invocation: Invocation, grant: Grant) => void = () => {};
   #seen: (versionId: string, instances: ReadyInstance[]) => void = () => {};
   #refresher: NodeJS.Timeout | undefined;
 
@@ -180,10 +179,6 @@ export class JetStreamQueue implements SharedQueue {
     return this.#names;
   }
 
-  onGrant(run: (invocation: Invocation, grant: Grant) => void) {
-    this.#run = run;
-  }
-
   onInstances(seen: (versionId: string, instances: ReadyInstance[]) => void) {
     this.#seen = seen;
   }
@@ -221,7 +216,7 @@ export class JetStreamQueue implements SharedQueue {
     const held = this.#holding.get(versionId);
     if (held ? held.length > 0 : this.#hasTicket(versionId)) return false;
     const lease = await this.#leases.tryAcquire(versionId, () => this.#usable(versionId));
-    if (lease) this.#run(invocation, this.#grant(lease));
+    if (lease) invocation.grant(this.#grant(lease));
     return lease !== undefined;
   }
 
@@ -234,7 +229,7 @@ export class JetStreamQueue implements SharedQueue {
   /** It held the head already: it takes the next slot directly instead of a new ticket at the tail. */
   requeue(invocation: Invocation) {
     void this.#leases.acquire(invocation.versionId, () => this.#usable(invocation.versionId), () => this.#closed)
-      .then((lease) => lease && this.#run(invocation, this.#grant(lease)))
+      .then((lease) => lease && invocation.grant(this.#grant(lease)))
       .catch((error) => this.#options.log.error({ reqId: invocation.id, err: error }, 'a request queued again could not take a slot'));
   }
 
@@ -663,7 +658,7 @@ export class JetStreamQueue implements SharedQueue {
       }
       // Its replica is gone: a stored 202 runs here (claimed at most once); a synchronous request went with it.
       const adopted = await this.#options.adopt(ticket.id).catch(() => undefined);
-      if (adopted) this.#run(adopted, this.#grant(lease));
+      adopted?.grant(this.#grant(lease));
       return adopted !== undefined;
     }
   }
@@ -675,7 +670,7 @@ export class JetStreamQueue implements SharedQueue {
     this.#waiting.delete(requestId);
     this.#taken.set(requestId, lease.id);
     if (this.#taken.size > TAKEN_REMEMBERED) this.#taken.delete(this.#taken.keys().next().value!);
-    this.#run(waiting.invocation, this.#grant(lease));
+    waiting.invocation.grant(this.#grant(lease));
     return true;
   }
 

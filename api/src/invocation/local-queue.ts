@@ -10,15 +10,10 @@ export class LocalQueue implements InvocationQueue {
   readonly #waiting = new Map<string, Fifo<Invocation>>();
   readonly #slots = new Slots();
   readonly #maxDepth: number;
-  #run: (invocation: Invocation, grant: Grant) => void = () => {};
   #seen: (versionId: string, instances: ReadyInstance[]) => void = () => {};
 
   constructor(options: { maxDepth: number }) {
     this.#maxDepth = options.maxDepth;
-  }
-
-  onGrant(run: (invocation: Invocation, grant: Grant) => void) {
-    this.#run = run;
   }
 
   onInstances(seen: (versionId: string, instances: ReadyInstance[]) => void) {
@@ -75,7 +70,7 @@ export class LocalQueue implements InvocationQueue {
       if (!slot) return;
       const invocation = fifo.shift()!;
       this.#slots.take(slot);
-      this.#run(invocation, this.#grant(slot));
+      invocation.grant(this.#grant(slot));
     }
   }
 

@@ -71,7 +71,6 @@ export class InvocationService {
     this.#options = options;
     this.#shared = isShared(options.queue) ? options.queue : undefined;
     this.#clock = options.now ? () => options.now!().getTime() : Date.now;
-    this.#queue.onGrant((invocation, grant) => this.#run(invocation, grant));
     this.#queue.onInstances((versionId, instances) => this.#dispatcher.ready(versionId, instances));
   }
 
@@ -87,6 +86,7 @@ export class InvocationService {
     const invocation = new Invocation(id, target, principal.ownerId, request, sink);
     this.#invocations.set(invocation.id, invocation);
     this.#noteRequest(target);
+    void this.#serve(invocation);
     try {
       await this.#queue.enqueue(invocation);
     } catch (error) {
@@ -154,10 +154,13 @@ export class InvocationService {
     void this.#queue.retain?.(versionIds);
   }
 
-  /** A stored 202 of a replica that is gone, claimed to run here (JetStreamQueue's adopt). */
+  /** A stored 202 of a replica that is gone, claimed to run here: the queue grants it its slot (JetStreamQueue's adopt). */
   async adopt(requestId: string): Promise<Invocation | undefined> {
     const invocation = await this.#results.adopt(requestId);
-    if (invocation) this.#invocations.set(invocation.id, invocation);
+    if (invocation) {
+      this.#invocations.set(invocation.id, invocation);
+      void this.#serve(invocation);
+    }
     return invocation;
   }
 
@@ -193,11 +196,23 @@ export class InvocationService {
   }
 
   /**
-   * A slot is granted: mark it running (in the store too once durable: at-most-once), put its assets in
-   * place, then send. What fails before the send gives the slot back and ends the request.
+   * Runs the request once the queue grants it a slot. Started before the request is queued: a slot granted
+   * at once then counts as in flight before the queue returns (the demand reported next includes it).
+   */
+  async #serve(invocation: Invocation) {
+    const grant = await invocation.granted();
+    try {
+      this.#run(invocation, grant);
+    } catch (error) {
+      this.#log.error({ reqId: invocation.id, err: error }, 'a request granted a slot could not be run');
+    }
+  }
+
+  /**
+   * A slot is granted: mark it running in the store once durable (at-most-once), put its assets in place,
+   * then send. What fails before the send gives the slot back and ends the request.
    */
   #run(invocation: Invocation, grant: Grant) {
-    invocation.start();
     this.#count(invocation.versionId, 1);
     if (!invocation.durable && !invocation.request.assets?.length) return this.#send(invocation, grant);
     const unsent = (result?: StoredResult) => {
@@ -264,6 +279,7 @@ export class InvocationService {
     else if (failed && outcome === 'unreachable') {
       // The instance went away before the request reached it: it waits for the next free slot.
       invocation.requeue();
+      void this.#serve(invocation);
       this.#queue.requeue(invocation);
     } else if (failed) {
       this.#log.warn({ reqId: invocation.id, code: (error as { code?: string } | undefined)?.code }, 'instance failed while running a request');
@@ -324,6 +340,7 @@ export class InvocationService {
     this.#invocations.set(invocation.id, invocation);
     if (invocation.state !== 'queued') return;
     if (!this.#invoked.has(invocation.versionId)) this.#invoked.set(invocation.versionId, { target: invocation.target });
+    void this.#serve(invocation);
     try {
       await this.#queue.enqueue(invocation);
     } catch (error) {

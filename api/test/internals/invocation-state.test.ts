@@ -2,12 +2,15 @@
 // with a detour back to queued; a transition its state does not allow is refused.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import type { ReadyInstance } from '../../src/control/instances/service.ts';
 import { Invocation, type ClientSink } from '../../src/invocation/invocation.ts';
+import type { Grant } from '../../src/invocation/queue.ts';
 
 const target = { ncaId: 'acct', functionId: 'f', versionId: 'v1', functionName: 'fn', inferenceUrl: '/echo' };
 const other = { ...target, versionId: 'v2' };
 const request = { headers: {}, body: Buffer.alloc(0), sse: false };
 const result = { status: 200, headers: {}, body: Buffer.from('ok') };
+const slot = (): Grant => ({ instance: {} as ReadyInstance, release: () => {} });
 const sink = (): ClientSink => ({ start: () => assert.fail('not started'), result: () => {}, pending: () => {}, fail: () => {} });
 
 test('queued → running → done; a waiting one moves, a running one does not', () => {
@@ -15,10 +18,10 @@ test('queued → running → done; a waiting one moves, a running one does not',
   assert.equal(invocation.state, 'queued');
   invocation.moveTo(other);
   assert.equal(invocation.versionId, 'v2');
-  invocation.start();
+  invocation.grant(slot());
   assert.equal(invocation.state, 'running');
   assert.throws(() => invocation.moveTo(target), /only a queued request may move/);
-  assert.throws(() => invocation.start(), /only a queued request may start/);
+  assert.throws(() => invocation.grant(slot()), /only a queued request may be granted a slot/);
   invocation.finish(result, 1000);
   assert.equal(invocation.state, 'done');
   assert.equal(invocation.result, result);
@@ -27,14 +30,19 @@ test('queued → running → done; a waiting one moves, a running one does not',
   assert.equal(invocation.finishedAt, 1000, 'the refused finish changed nothing');
 });
 
-test('a running request whose instance went away queues again; a queued one cannot', () => {
+test('the slot granted is what the runner awaits; queued again, it awaits the next one', async () => {
   const invocation = new Invocation('r1', target, 'me', request);
   assert.throws(() => invocation.requeue(), /only a running request may queue again/);
-  invocation.start();
+  const first = slot();
+  invocation.grant(first);
+  assert.equal(await invocation.granted(), first);
   invocation.requeue();
   assert.equal(invocation.state, 'queued');
-  invocation.start();
+  const waiting = invocation.granted();
+  const second = slot();
+  invocation.grant(second);
   assert.equal(invocation.state, 'running');
+  assert.equal(await waiting, second);
 });
 
 test('the poll window passes unless the sink was taken; the sink is taken once', (t) => {
@@ -82,7 +90,7 @@ test('read back from the store: durable, and done when it has its result', () =>
 test('a cancelled request stops its exchange, also one that starts after; a stored or done one is not cancelled', () => {
   const invocation = new Invocation('r1', target, 'me', request, sink());
   let stopped = 0;
-  invocation.start();
+  invocation.grant(slot());
   invocation.whileSending(() => stopped++);
   invocation.cancel();
   assert.equal(stopped, 1);
@@ -111,10 +119,9 @@ test('pollers wake when the result arrives, on shutdown, or when their time is u
 
 test('progress is clamped to whole percents from 0 to 100', () => {
   const invocation = new Invocation('r1', target, 'me', request);
-  invocation.reportProgress(140.2, { partial: true });
-  assert.deepEqual(invocation.progress, { percent: 100, partialResponse: { partial: true } });
-  invocation.reportProgress(-3);
-  assert.deepEqual(invocation.progress, { percent: 0, partialResponse: undefined });
-  invocation.reportProgress(41.6);
-  assert.equal(invocation.progress?.percent, 42);
+  const seen = [[140.2, { partial: true }], [-3], [41.6]].map(([percent, partial]) => {
+    invocation.reportProgress(percent as number, partial);
+    return invocation.progress;
+  });
+  assert.deepEqual(seen, [{ percent: 100, partialResponse: { partial: true } }, { percent: 0, partialResponse: undefined }, { percent: 42, partialResponse: undefined }]);
 });
