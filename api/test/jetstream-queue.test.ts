@@ -11,7 +11,7 @@ import type { ReadyInstance } from '../src/control/instances/service.ts';
 import { Invocation } from '../src/invocation/invocation.ts';
 import { JetStreamQueue } from '../src/invocation/jetstream-queue.ts';
 import { LEASE_MS } from '../src/invocation/leases.ts';
-import type { Grant } from '../src/invocation/queue.ts';
+import type { Grant } from '../src/invocation/slots.ts';
 import { createReplicaSigner } from '../src/invocation/replica-signing.ts';
 import { createLogger } from '../src/logger.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';

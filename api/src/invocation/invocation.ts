@@ -1,6 +1,6 @@
 // One request in flight through the invocation plane, and the shapes that cross its parts.
 import { Problem } from '../domain/problem.ts';
-import type { Grant } from './queue.ts';
+import type { Grant } from './slots.ts';
 import type { Target } from './resolver.ts';
 
 /** An instance's response headers, names lower-cased; a repeated header is an array. */

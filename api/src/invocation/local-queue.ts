@@ -3,8 +3,8 @@
 import type { ReadyInstance } from '../control/instances/service.ts';
 import { Problem } from '../domain/problem.ts';
 import type { Invocation } from './invocation.ts';
-import { Fifo, grantOnce, type Grant, type InvocationQueue } from './queue.ts';
-import { Slots, type Slot } from './slots.ts';
+import { Fifo, type InvocationQueue } from './queue.ts';
+import { grantOnce, Slots, type Grant, type Slot } from './slots.ts';
 
 export class LocalQueue implements InvocationQueue {
   readonly #waiting = new Map<string, Fifo<Invocation>>();

@@ -4,29 +4,6 @@
 import type { ReadyInstance } from '../control/instances/service.ts';
 import type { Invocation } from './invocation.ts';
 
-/** A slot on one instance, held by one request until released. */
-export interface Grant {
-  instance: ReadyInstance;
-  /**
-   * Hands the slot back. `failed`: the connection to the instance failed, so it gets nothing more until
-   * placement announces it again (a dying process must not take the requests queued behind).
-   */
-  release(outcome: 'done' | 'failed'): void;
-}
-
-/** A grant whose `release` acts once, however often it is called. */
-export function grantOnce(instance: ReadyInstance, release: (outcome: 'done' | 'failed') => void): Grant {
-  let released = false;
-  return {
-    instance,
-    release(outcome) {
-      if (released) return;
-      released = true;
-      release(outcome);
-    },
-  };
-}
-
 /**
  * Requests wait here for a slot; the queue hands each its slot with `invocation.grant(grant)`, and the
  * request's runner (service.ts) awaits `invocation.granted()`.

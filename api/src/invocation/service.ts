@@ -14,7 +14,8 @@ import type { LargeResults } from './large-results.ts';
 import {
   Invocation, problemResult, rewrapsErrors, storedProblem, type BodyWriter, type ClientSink, type InvocationRequest, type Progress, type ResponseHeaders, type StoredResult,
 } from './invocation.ts';
-import { isShared, type Grant, type InvocationQueue, type SharedQueue } from './queue.ts';
+import { isShared, type InvocationQueue, type SharedQueue } from './queue.ts';
+import type { Grant } from './slots.ts';
 import { ResultCollector, type DurableResults } from './results.ts';
 import type { Target, VersionResolver } from './resolver.ts';
 

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { ReadyInstance } from '../../src/control/instances/service.ts';
 import { Invocation, type ClientSink } from '../../src/invocation/invocation.ts';
-import type { Grant } from '../../src/invocation/queue.ts';
+import type { Grant } from '../../src/invocation/slots.ts';
 
 const target = { ncaId: 'acct', functionId: 'f', versionId: 'v1', functionName: 'fn', inferenceUrl: '/echo' };
 const other = { ...target, versionId: 'v2' };

@@ -5,8 +5,7 @@ import { test } from 'node:test';
 import type { ReadyInstance } from '../../src/control/instances/service.ts';
 import { Invocation } from '../../src/invocation/invocation.ts';
 import { LocalQueue } from '../../src/invocation/local-queue.ts';
-import type { Grant } from '../../src/invocation/queue.ts';
-import { leastLoaded, Slots } from '../../src/invocation/slots.ts';
+import { leastLoaded, Slots, type Grant } from '../../src/invocation/slots.ts';
 
 const instance = (instanceId: string, maxRequestConcurrency: number, versionId = 'v1'): ReadyInstance => ({
   instanceId, versionId, clusterId: 'c1', maxRequestConcurrency, gpu: 'L40', instanceType: 'x', backend: 'b', region: 'r',
