@@ -17,6 +17,7 @@ import {
 import { isShared, type InvocationQueue, type SharedQueue } from './queue.ts';
 import type { Grant } from './slots.ts';
 import { ResultCollector, type DurableResults } from './results.ts';
+import { VersionLoad } from './version-load.ts';
 import type { Target, VersionResolver } from './resolver.ts';
 
 export interface InvocationOptions {
@@ -37,8 +38,6 @@ export interface InvocationOptions {
   now?: () => Date;
 }
 
-/** Demand is reported when a version gains or loses all its work, else at most this often. */
-const DEMAND_REPORT_MS = 250;
 const SWEEP_MS = 60_000;
 /** How often a replica looks for stored requests left running by a replica that died. */
 const ORPHAN_CHECK_MS = 5_000;
@@ -58,10 +57,7 @@ export class InvocationService {
   readonly #clock: () => number;
   /** Every invocation not yet finished, and 202'd ones until collected. */
   readonly #invocations = new Map<string, Invocation>();
-  readonly #inflight = new Map<string, number>();
-  /** Every version invoked since start: the load metrics (and through them the autoscaler) read these. */
-  readonly #invoked = new Map<string, { target: Target; lastRequestAt?: number }>();
-  readonly #reported = new Map<string, { count: number; at: number }>();
+  readonly #load: VersionLoad;
   readonly #timers: NodeJS.Timeout[] = [];
 
   constructor(options: InvocationOptions) {
@@ -72,6 +68,7 @@ export class InvocationService {
     this.#options = options;
     this.#shared = isShared(options.queue) ? options.queue : undefined;
     this.#clock = options.now ? () => options.now!().getTime() : Date.now;
+    this.#load = new VersionLoad({ depth: (versionId) => this.#queue.depth(versionId), demand: options.demand, clock: this.#clock });
     this.#queue.onInstances((versionId, instances) => this.#dispatcher.ready(versionId, instances));
   }
 
@@ -86,7 +83,7 @@ export class InvocationService {
   async submit(id: string, target: Target, principal: Principal, request: InvocationRequest, sink: ClientSink, pollMs: number): Promise<Invocation> {
     const invocation = new Invocation(id, target, principal.ownerId, request, sink);
     this.#invocations.set(invocation.id, invocation);
-    this.#noteRequest(target);
+    this.#load.requested(target);
     void this.#serve(invocation);
     try {
       await this.#queue.enqueue(invocation);
@@ -95,7 +92,7 @@ export class InvocationService {
       throw error;
     }
     invocation.startPollWindow(pollMs, () => this.#pollWindowPassed(invocation));
-    this.#reportDemand(target.versionId);
+    this.#load.report(target.versionId);
     return invocation;
   }
 
@@ -105,7 +102,7 @@ export class InvocationService {
     invocation.cancel();
     if (await this.#queue.remove(invocation)) {
       this.#invocations.delete(invocation.id);
-      this.#reportDemand(invocation.versionId);
+      this.#load.report(invocation.versionId);
     }
   }
 
@@ -136,13 +133,8 @@ export class InvocationService {
   }
 
   /** Queue depth, requests in flight and the latest request of every version invoked since start. */
-  *load(): Iterable<FunctionLoad> {
-    for (const [versionId, { target, lastRequestAt }] of this.#invoked) {
-      yield {
-        ncaId: target.ncaId, functionId: target.functionId, versionId, queued: this.#queue.depth(versionId),
-        inflight: this.#inflight.get(versionId) ?? 0, lastRequestAt,
-      };
-    }
+  load(): Iterable<FunctionLoad> {
+    return this.#load.load();
   }
 
   /** Instances of a version that take requests now (from placement). */
@@ -214,10 +206,10 @@ export class InvocationService {
    * then send. What fails before the send gives the slot back and ends the request.
    */
   #run(invocation: Invocation, grant: Grant) {
-    this.#count(invocation.versionId, 1);
+    this.#load.started(invocation.versionId);
     if (!invocation.durable && !invocation.request.assets?.length) return this.#send(invocation, grant);
     const unsent = (result?: StoredResult) => {
-      this.#count(invocation.versionId, -1);
+      this.#load.ended(invocation.versionId);
       grant.release('done');
       if (result) void this.#complete(invocation, result);
     };
@@ -272,7 +264,7 @@ export class InvocationService {
   }
 
   #finished(invocation: Invocation, grant: Grant, outcome: ExchangeOutcome, error?: Error) {
-    this.#count(invocation.versionId, -1);
+    this.#load.ended(invocation.versionId);
     const failed = outcome !== 'done' && !invocation.cancelled && invocation.state !== 'done';
     grant.release(failed ? 'failed' : 'done');
     // Done without a 202: its client has the answer. A 202'd one keeps its result (a large one arrives later).
@@ -286,7 +278,7 @@ export class InvocationService {
       this.#log.warn({ reqId: invocation.id, code: (error as { code?: string } | undefined)?.code }, 'instance failed while running a request');
       void this.#complete(invocation, problemResult(502, 'bad-gateway', 'The instance ended while running the request; it was not retried'));
     }
-    this.#reportDemand(invocation.versionId);
+    this.#load.report(invocation.versionId);
   }
 
   async #complete(invocation: Invocation, result: StoredResult) {
@@ -315,32 +307,11 @@ export class InvocationService {
     this.#results.forget(invocation);
   }
 
-  #count(versionId: string, change: 1 | -1) {
-    this.#inflight.set(versionId, (this.#inflight.get(versionId) ?? 0) + change);
-  }
-
-  #noteRequest(target: Target) {
-    const at = this.#clock();
-    const seen = this.#invoked.get(target.versionId);
-    if (seen) seen.lastRequestAt = at;
-    else this.#invoked.set(target.versionId, { target, lastRequestAt: at });
-  }
-
-  /** Placement's view of demand, when a version gains or loses all its work, else at most every DEMAND_REPORT_MS. */
-  #reportDemand(versionId: string) {
-    const count = this.#queue.depth(versionId) + (this.#inflight.get(versionId) ?? 0);
-    const last = this.#reported.get(versionId);
-    const at = Date.now();
-    if (last && (last.count === 0) === (count === 0) && at - last.at < DEMAND_REPORT_MS) return;
-    this.#reported.set(versionId, { count, at });
-    this.#options.demand.setDemand(versionId, count);
-  }
-
   /** One stored request after a restart, or taken over from a replica that died: queued ones wait again. */
   async #recovered(invocation: Invocation) {
     this.#invocations.set(invocation.id, invocation);
     if (invocation.state !== 'queued') return;
-    if (!this.#invoked.has(invocation.versionId)) this.#invoked.set(invocation.versionId, { target: invocation.target });
+    this.#load.recovered(invocation.target);
     void this.#serve(invocation);
     try {
       await this.#queue.enqueue(invocation);
@@ -348,7 +319,7 @@ export class InvocationService {
       this.#log.error({ reqId: invocation.id, err: error }, 'a stored request could not queue again after the restart');
       await this.#complete(invocation, problemResult(502, 'bad-gateway', 'The request could not queue again after the platform restarted; it was not run'));
     }
-    this.#reportDemand(invocation.versionId);
+    this.#load.report(invocation.versionId);
   }
 
   /**
@@ -380,7 +351,7 @@ export class InvocationService {
       });
       if (next instanceof Problem || next.versionId !== versionId) {
         for (const invocation of invocations.reverse()) await this.#move(invocation, next);
-        this.#reportDemand(versionId);
+        this.#load.report(versionId);
       }
     }
   }
@@ -397,9 +368,9 @@ export class InvocationService {
     invocation.moveTo(next);
     if (invocation.durable) await this.#results.retarget(invocation);
     this.#log.info({ reqId: invocation.id, from, to: next.versionId }, 'a waiting request moved to another version of its function');
-    this.#noteRequest(next);
+    this.#load.requested(next);
     this.#queue.requeue(invocation);
-    this.#reportDemand(next.versionId);
+    this.#load.report(next.versionId);
   }
 
   /** With replicas, the store answers: any replica returns a result, exactly one returns it. */
