@@ -10,7 +10,7 @@ import { Kvm } from '@nats-io/kv';
 import type { ReadyInstance } from '../src/control/instances/service.ts';
 import { Invocation } from '../src/invocation/invocation.ts';
 import { JetStreamQueue } from '../src/invocation/jetstream-queue.ts';
-import { LEASE_MS } from '../src/invocation/leases.ts';
+import { LEASE_MS } from '../src/invocation/lease-records.ts';
 import type { Grant } from '../src/invocation/slots.ts';
 import { createReplicaSigner } from '../src/invocation/replica-signing.ts';
 import { createLogger } from '../src/logger.ts';
