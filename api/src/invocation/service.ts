@@ -166,19 +166,11 @@ export class InvocationService {
    * With replicas the store is shared: requests of replicas that died are taken over as they are met.
    */
   async recover() {
-    this.#watchStranded();
-    if (this.#shared) this.#watchOrphans(this.#shared);
+    this.#every(STRANDED_CHECK_MS, 'could not check waiting requests against their versions', () => this.#rerouteStranded());
+    const shared = this.#shared;
+    if (shared) this.#every(ORPHAN_CHECK_MS, 'could not take over requests of stopped replicas', () => this.#takeOver(shared));
     else for (const invocation of await this.#results.recover()) await this.#recovered(invocation);
-    const sweeper = setInterval(() => {
-      const cutoff = this.#clock() - this.#options.resultRetentionMs;
-      for (const invocation of this.#invocations.values()) {
-        if (invocation.finishedAt !== undefined && invocation.finishedAt < cutoff) this.#invocations.delete(invocation.id);
-      }
-      this.#results.sweep(cutoff);
-      this.#options.largeResults?.sweep(cutoff).catch((error) => this.#log.warn({ err: error }, 'could not sweep large results'));
-    }, SWEEP_MS);
-    sweeper.unref();
-    this.#timers.push(sweeper);
+    this.#every(SWEEP_MS, 'could not sweep large results', () => this.#sweep());
   }
 
   async close() {
@@ -322,23 +314,33 @@ export class InvocationService {
     this.#load.report(invocation.versionId);
   }
 
+  /** Runs `task` every `ms` until close, one run at a time; a run that fails is logged as `failed`. */
+  #every(ms: number, failed: string, task: () => Promise<void>) {
+    let running = false;
+    const timer = setInterval(() => {
+      if (running) return;
+      running = true;
+      task().catch((error) => this.#log.warn({ err: error }, failed)).finally(() => { running = false; });
+    }, ms);
+    timer.unref();
+    this.#timers.push(timer);
+  }
+
+  /** Uncollected results older than the retention are dropped, here, in the store and in the blob store. */
+  async #sweep() {
+    const cutoff = this.#clock() - this.#options.resultRetentionMs;
+    for (const invocation of this.#invocations.values()) {
+      if (invocation.finishedAt !== undefined && invocation.finishedAt < cutoff) this.#invocations.delete(invocation.id);
+    }
+    this.#results.sweep(cutoff);
+    await this.#options.largeResults?.sweep(cutoff);
+  }
+
   /**
    * Requests waiting for a version that stopped taking requests (undeployed, ERROR, deleted) move to
    * another version of their function, or end with the Problem a new request would get (pinned, or none
    * left). Each replica looks after the requests it holds.
    */
-  #watchStranded() {
-    let checking = false;
-    const watcher = setInterval(() => {
-      if (checking) return;
-      checking = true;
-      this.#rerouteStranded().catch((error) => this.#log.warn({ err: error }, 'could not check waiting requests against their versions'))
-        .finally(() => { checking = false; });
-    }, STRANDED_CHECK_MS);
-    watcher.unref();
-    this.#timers.push(watcher);
-  }
-
   async #rerouteStranded() {
     const waiting = new Map<string, Invocation[]>();
     for (const invocation of this.#invocations.values()) {
@@ -392,17 +394,10 @@ export class InvocationService {
    * Stored requests of a replica that died: running ones end 502, queued ones queue again here (their own
    * tickets, if still waiting, are adopted at the head; the store's claim lets only one run).
    */
-  #watchOrphans(queue: SharedQueue) {
-    const takeOver = async () => {
-      const { ended, adopted } = await this.#results.takeOverFrom(queue.replicaId, (replica) => queue.alive(replica));
-      for (const requestId of ended) queue.completed(requestId);
-      for (const invocation of adopted) await this.#recovered(invocation);
-    };
-    const watcher = setInterval(() => {
-      takeOver().catch((error) => this.#log.warn({ err: error }, 'could not take over requests of stopped replicas'));
-    }, ORPHAN_CHECK_MS);
-    watcher.unref();
-    this.#timers.push(watcher);
+  async #takeOver(queue: SharedQueue) {
+    const { ended, adopted } = await this.#results.takeOverFrom(queue.replicaId, (replica) => queue.alive(replica));
+    for (const requestId of ended) queue.completed(requestId);
+    for (const invocation of adopted) await this.#recovered(invocation);
   }
 }
 
