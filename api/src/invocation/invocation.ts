@@ -157,7 +157,7 @@ export class Invocation {
     return this.#progress;
   }
 
-  /** The waiting client gets a 202 unless the response starts within `ms`: then `passed` is called. */
+  /** Calls `passed` after `ms` unless the sink was taken by then (the client answered, or it left): its 202 is due. */
   startPollWindow(ms: number, passed: () => void) {
     if (this.#sink) this.#pollTimer = setTimeout(passed, ms);
   }
