@@ -109,7 +109,7 @@ export class Invocation {
   }
 
   /** A request read back from the store (after a restart, or adopted): durable, and done with its result if it has one. */
-  static stored(id: string, target: Target, subject: string, request: InvocationRequest, finished?: { result: StoredResult; at: number }): Invocation {
+  static fromStore(id: string, target: Target, subject: string, request: InvocationRequest, finished?: { result: StoredResult; at: number }): Invocation {
     const invocation = new Invocation(id, target, subject, request);
     invocation.#durable = true;
     if (finished) invocation.finish(finished.result, finished.at);

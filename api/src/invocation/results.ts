@@ -133,7 +133,7 @@ export class DurableResults {
   #revive(record: DurableRecord): Invocation {
     const { target, subject, replica: _replica, ...request } = record.request;
     const finished = record.result && { result: record.result, at: this.#now().getTime() };
-    return Invocation.stored(record.requestId, target, subject, { ...request, body: record.body }, finished);
+    return Invocation.fromStore(record.requestId, target, subject, { ...request, body: record.body }, finished);
   }
 }
 

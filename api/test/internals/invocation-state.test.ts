@@ -79,10 +79,10 @@ test('stored once, claimed only when stored; a done request is not stored', asyn
 });
 
 test('read back from the store: durable, and done when it has its result', () => {
-  const waiting = Invocation.stored('r1', target, 'me', request);
+  const waiting = Invocation.fromStore('r1', target, 'me', request);
   assert.equal(waiting.durable, true);
   assert.equal(waiting.state, 'queued');
-  const finished = Invocation.stored('r2', target, 'me', request, { result, at: 5 });
+  const finished = Invocation.fromStore('r2', target, 'me', request, { result, at: 5 });
   assert.equal(finished.state, 'done');
   assert.equal(finished.finishedAt, 5);
 });
