@@ -20,6 +20,8 @@ export class VersionLoad {
   readonly #running = new Map<string, number>();
   readonly #invoked = new Map<string, { target: Target; lastRequestAt?: number }>();
   readonly #reported = new Map<string, { count: number; at: number }>();
+  /** Versions whose report waits for the microtask (report). */
+  readonly #due = new Set<string>();
 
   constructor(options: VersionLoadOptions) {
     this.#options = options;
@@ -46,8 +48,22 @@ export class VersionLoad {
     this.#running.set(versionId, (this.#running.get(versionId) ?? 0) - 1);
   }
 
-  /** Tells placement the version's demand when it gained or lost all its work, else at most every DEMAND_REPORT_MS. */
+  /**
+   * Tells placement the version's demand when it gained or lost all its work, else at most every
+   * DEMAND_REPORT_MS. Counted a microtask later: a slot handed on by the request that just ended is granted
+   * now but counted running by its runner only then (service.ts #serve), and in between the version would
+   * read as having no work (a graceful drain would stop its instance under it).
+   */
   report(versionId: string) {
+    if (this.#due.has(versionId)) return;
+    this.#due.add(versionId);
+    queueMicrotask(() => {
+      this.#due.delete(versionId);
+      this.#reportNow(versionId);
+    });
+  }
+
+  #reportNow(versionId: string) {
     const count = this.#options.depth(versionId) + (this.#running.get(versionId) ?? 0);
     const last = this.#reported.get(versionId);
     const at = Date.now();

@@ -34,22 +34,46 @@ test('the load of every version invoked: waiting, running, and when the latest r
   ]);
 });
 
-test('demand is told at once when a version gains or loses all its work, else at most every 250 ms', (t) => {
+const microtask = () => new Promise<void>((resolve) => queueMicrotask(resolve));
+
+test('demand is told at once when a version gains or loses all its work, else at most every 250 ms', async (t) => {
   t.mock.timers.enable({ apis: ['Date'], now: 10_000 });
   const { load, depths, told } = setup();
   load.report('v1');
+  await microtask();
   assert.deepEqual(told, [['v1', 0]], 'the first report');
   depths.set('v1', 2);
   load.report('v1');
+  await microtask();
   load.started('v1');
   load.report('v1');
+  await microtask();
   assert.deepEqual(told, [['v1', 0], ['v1', 2]], 'gained work: told at once; more work within 250 ms: not yet');
   t.mock.timers.tick(250);
   load.report('v1');
+  await microtask();
   assert.deepEqual(told.at(-1), ['v1', 3], '250 ms later the count is told');
   depths.set('v1', 0);
   load.ended('v1');
   load.report('v1');
+  await microtask();
   assert.deepEqual(told.at(-1), ['v1', 0], 'lost all its work: told at once');
   assert.equal(told.length, 4);
+});
+
+test('a slot handed on in the same turn counts: the request that ended and the one granted its slot read as work, not as none', async () => {
+  const { load, depths, told } = setup();
+  depths.set('v1', 1);
+  load.started('v1');
+  load.report('v1');
+  await microtask();
+  // The running request ends and its slot goes to the waiting one (as service.ts #finished: release, then
+  // report), whose runner counts it a microtask later.
+  load.ended('v1');
+  depths.set('v1', 0);
+  queueMicrotask(() => load.started('v1'));
+  load.report('v1');
+  await microtask();
+  await microtask();
+  assert.deepEqual(told, [['v1', 2]], 'never told 0 while a request was handed its slot');
 });
