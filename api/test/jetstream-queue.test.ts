@@ -40,13 +40,16 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
     const pair: JetStreamQueue[] = [];
     const join = async (natsPrefix = 'svc') => {
       const queue = await JetStreamQueue.connect({ nats: { ...nats.settings, natsPrefix }, signer, maxDepth, log, adopt: async () => undefined });
-      const replica = pair.push(queue) - 1;
+      pair.push(queue);
       queues.push(queue);
       return queue;
     };
     for (let i = 0; i < replicas; i++) await join();
     const target = { ncaId: 'acct', functionId: 'f', versionId, functionName: 'fn', inferenceUrl: '/' };
-    /** A request whose client waits on replica `replica` (where it is enqueued): its grant is recorded. */
+    /**
+     * A request whose client waits on replica `replica` (where it is enqueued): its grant is recorded. Only
+     * that replica holds the object, so a grant recorded is one that reached the replica holding the client.
+     */
     const request = (id: string, replica = 0) => {
       const invocation = new Invocation(id, target, 'owner', { headers: {}, body: Buffer.alloc(0), sse: false });
       void invocation.granted().then((grant) => granted.push({ id, replica, grant }));
