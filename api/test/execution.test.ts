@@ -6,13 +6,13 @@ import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { tempDir } from './helpers/databases.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { request } from './helpers/http.ts';
 import { startTestPlatform, TEST_CATALOG, type TestPlatform } from './helpers/platform.ts';
 import { servePlatform } from './helpers/served.ts';
+import { until } from './helpers/wait.ts';
 
 const health = { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT2S', expectedStatusCode: 200 };
 const sample = (image: string, inferenceUrl: string) => echoBody({ name: undefined, containerImage: image, inferenceUrl, health });
@@ -51,11 +51,8 @@ describe('a kill -9 of the platform', () => {
       await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
         bearer: token, body: { deploymentSpecifications: [{ gpu: 'LOCAL', instanceType: 'LOCAL.CPU_1x', minInstances: 1, maxInstances: 1 }] },
       });
-      let status = '';
-      while (status !== 'ACTIVE') {
-        await sleep(100);
-        status = (await api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`, { bearer: token })).body.function.status;
-      }
+      await until('the function to be ACTIVE', async () =>
+        (await api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`, { bearer: token })).body.function.status === 'ACTIVE');
       const accepted = await Promise.all([0, 1, 2, 3].map(() => api('POST', `/v2/svc/pexec/functions/${fn.id}`, {
         bearer: apiKey, body: { seconds: 1 }, headers: { 'svc-poll-seconds': '1' },
       })));
@@ -136,8 +133,7 @@ describe('instances failing', () => {
     assert.equal(removed.body.function.status, 'INACTIVE');
     const record = await waitFor(svc, key, echo, (fn) => fn.activeInstances.length === 0);
     assert.equal(record.status, 'INACTIVE');
-    for (let i = 0; i < 100 && alive(echoPids[0]); i++) await sleep(50);
-    assert.equal(alive(echoPids[0]), false, 'the instance process ended');
+    await until('the instance process to end', async () => !alive(echoPids[0]), 5_000);
   });
 });
 

@@ -8,10 +8,12 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
+import { metricValue } from './helpers/autoscaler-platform.ts';
 import { tempDir } from './helpers/databases.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
+import { until } from './helpers/wait.ts';
 
 const sample = (image: string, inferenceUrl: string, extra: Record<string, unknown> = {}) => echoBody({
   name: undefined, containerImage: image, inferenceUrl,
@@ -273,20 +275,19 @@ describe('the queue under a burst', () => {
     const pool = new Pool(url.origin, { connections: 8 });
     const headers = { host: `api.localhost:${url.port}`, authorization: `Bearer ${key}`, 'content-type': 'application/json', 'svc-poll-seconds': '30' };
     // Four requests fill the four slots for a while; a fifth waits in the queue until its client gives up.
+    const load = async (name: string) => metricValue((await svc.api('GET', '/metrics')).text, name, { function_version_id: counter.versionId });
+    const queueDepth = async () => (await svc.api('GET', `/v2/svc/queues/functions/${counter.id}`, { bearer: key })).body.queues[0].queueDepth;
     const busy = Array.from({ length: 4 }, () => pool.request({ path: `/v2/svc/pexec/functions/${counter.id}`, method: 'POST', headers, body: JSON.stringify({ ms: 1500 }) }));
-    await sleep(300);
+    await until('the four slots to be busy', async () => (await load('svc_function_inflight_requests')) === 4);
     const leaving = new AbortController();
     const abandoned = pool.request({ path: `/v2/svc/pexec/functions/${counter.id}`, method: 'POST', headers, body: JSON.stringify({ ms: 0 }), signal: leaving.signal });
-    await sleep(200);
-    const queued = await svc.api('GET', `/v2/svc/queues/functions/${counter.id}`, { bearer: key });
-    assert.equal(queued.body.queues[0].queueDepth, 1);
+    await until('the fifth request to wait in the queue', async () => (await queueDepth()) === 1);
     leaving.abort();
     await assert.rejects(abandoned);
-    await sleep(200);
-    const after = await svc.api('GET', `/v2/svc/queues/functions/${counter.id}`, { bearer: key });
-    assert.equal(after.body.queues[0].queueDepth, 0);
+    await until('the abandoned request to leave the queue', async () => (await queueDepth()) === 0);
     for (const response of await Promise.all(busy)) assert.equal(response.statusCode, 200);
-    await sleep(200);
+    // Nothing running or waiting: had the abandoned request run, its line would be in the file by now.
+    await until('nothing running or waiting', async () => (await load('svc_function_inflight_requests')) === 0 && (await queueDepth()) === 0);
     assert.equal(readFileSync(counterFile, 'utf8').trim().split('\n').length, before + 4, 'the abandoned request never ran');
     await pool.close();
   });

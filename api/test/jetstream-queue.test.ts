@@ -10,8 +10,8 @@ import { Kvm } from '@nats-io/kv';
 import type { ReadyInstance } from '../src/control/instances/service.ts';
 import { Invocation } from '../src/invocation/invocation.ts';
 import { JetStreamQueue } from '../src/invocation/jetstream-queue.ts';
-import { LEASE_MS } from '../src/invocation/leases.ts';
-import type { Grant } from '../src/invocation/queue.ts';
+import { LEASE_MS } from '../src/invocation/lease-records.ts';
+import type { Grant } from '../src/invocation/slots.ts';
 import { createReplicaSigner } from '../src/invocation/replica-signing.ts';
 import { createLogger } from '../src/logger.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
@@ -40,14 +40,21 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
     const pair: JetStreamQueue[] = [];
     const join = async (natsPrefix = 'svc') => {
       const queue = await JetStreamQueue.connect({ nats: { ...nats.settings, natsPrefix }, signer, maxDepth, log, adopt: async () => undefined });
-      const replica = pair.push(queue) - 1;
+      pair.push(queue);
       queues.push(queue);
-      queue.onGrant((invocation, grant) => granted.push({ id: invocation.id, replica, grant }));
       return queue;
     };
     for (let i = 0; i < replicas; i++) await join();
     const target = { ncaId: 'acct', functionId: 'f', versionId, functionName: 'fn', inferenceUrl: '/' };
-    const request = (id: string) => new Invocation(id, target, 'owner', { headers: {}, body: Buffer.alloc(0), sse: false });
+    /**
+     * A request whose client waits on replica `replica` (where it is enqueued): its grant is recorded. Only
+     * that replica holds the object, so a grant recorded is one that reached the replica holding the client.
+     */
+    const request = (id: string, replica = 0) => {
+      const invocation = new Invocation(id, target, 'owner', { headers: {}, body: Buffer.alloc(0), sse: false });
+      void invocation.granted().then((grant) => granted.push({ id, replica, grant }));
+      return invocation;
+    };
     const instance: ReadyInstance = {
       instanceId: randomUUID(), versionId, clusterId: 'c1', maxRequestConcurrency, gpu: 'L40', instanceType: 't', backend: 'b', region: 'r',
       endpoint: { host: '127.0.0.1', ports: { inference: 1, health: 1 } },
@@ -58,7 +65,7 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
   test('FIFO across replicas, at most maxRequestConcurrency at once, each granted where it waits', async () => {
     const { pair, granted, request, instance } = await setup(100, 2);
     const ids = Array.from({ length: 12 }, (_, i) => `r${String(i).padStart(2, '0')}`);
-    for (const [i, id] of ids.entries()) await pair[i % 2].enqueue(request(id));
+    for (const [i, id] of ids.entries()) await pair[i % 2].enqueue(request(id, i % 2));
     pair[0].ready(instance.versionId, [instance]);
     let running = 0;
     let most = 0;
@@ -77,7 +84,7 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
 
   test('a full queue is a 429 on either replica; a request whose client left is never granted', async () => {
     const { pair, granted, request, instance } = await setup(3, 1);
-    const leaving = request('leaves');
+    const leaving = request('leaves', 1);
     await pair[0].enqueue(request('a'));
     await pair[1].enqueue(leaving);
     await pair[0].enqueue(request('b'));
@@ -119,7 +126,7 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
     await until('the first grant', async () => granted.length === 1);
     await learned;
     const before = await nats.ticketsTaken(versionId);
-    await pair[1].enqueue(request('direct'));
+    await pair[1].enqueue(request('direct', 1));
     assert.deepEqual(granted.map((entry) => [entry.id, entry.replica]), [['first', 0], ['direct', 1]], 'granted on its replica before enqueue returned');
     assert.equal(await nats.ticketsTaken(versionId), before, 'no ticket was written');
   });
@@ -132,7 +139,7 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
     await until('the first grant', async () => granted.length === 1);
     granted[0].grant.release('done');
     const late = await join();
-    await late.enqueue(request('on the second'));
+    await late.enqueue(request('on the second', 1));
     await until('the grant on the second replica', async () => granted.length === 2);
     assert.equal(granted[1].replica, 1, 'granted where its client waits, by the head on the first');
     // It dies holding the slot: no release; the next request finds no room, asks, and hears no responder.
@@ -149,7 +156,7 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
     pair[0].ready(versionId, [instance]);
     await until('the second replica to learn the instance', async () => learned.get(versionId)?.length === 1);
     await pair[0].enqueue(request('holds the slot'));
-    await pair[1].enqueue(request('waits'));
+    await pair[1].enqueue(request('waits', 1));
     assert.equal(granted.length, 1, 'the only slot is taken: the second request waits');
 
     const forger = await nats.connect();
@@ -187,7 +194,7 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
     pair[0].ready(versionId, [instance]);
     await learned;
     await pair[0].enqueue(request('ours'));
-    await other.enqueue(request('theirs'));
+    await other.enqueue(request('theirs', 1));
     await until('ours granted', async () => granted.length === 1);
     granted[0].grant.release('done');
     // The same version id in the other installation has no instance: its request waits there, in its own stream.

@@ -10,7 +10,7 @@ import { Kvm } from '@nats-io/kv';
 import type { ReadyInstance } from '../src/control/instances/service.ts';
 import { Invocation } from '../src/invocation/invocation.ts';
 import { JetStreamQueue } from '../src/invocation/jetstream-queue.ts';
-import type { Grant } from '../src/invocation/queue.ts';
+import type { Grant } from '../src/invocation/slots.ts';
 import { createReplicaSigner } from '../src/invocation/replica-signing.ts';
 import { createLogger } from '../src/logger.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
@@ -37,9 +37,13 @@ describe('JetStreamQueue over a version\'s life', { skip: !natsServerAvailable()
       const queue = await JetStreamQueue.connect({ nats: nats.settings, signer, maxDepth: 100, log: createLogger('silent'), adopt: async () => undefined });
       pair.push(queue);
       queues.push(queue);
-      queue.onGrant((invocation, grant) => granted.push({ id: invocation.id, replica, grant }));
     }
-    return { pair, granted };
+    /** Queues a request on replica `replica` (where its client waits) and records its grant. */
+    const enqueue = (replica: number, invocation: Invocation) => {
+      void invocation.granted().then((grant) => granted.push({ id: invocation.id, replica, grant }));
+      return pair[replica].enqueue(invocation);
+    };
+    return { pair, granted, enqueue };
   }
 
   function version(maxRequestConcurrency: number) {
@@ -100,14 +104,14 @@ describe('JetStreamQueue over a version\'s life', { skip: !natsServerAvailable()
   });
 
   test('a version placement no longer knows: its stream and keys are deleted, every replica lets it go; deployed again, it serves', async () => {
-    const { pair, granted } = await replicas(2);
+    const { pair, granted, enqueue } = await replicas(2);
     const { versionId, request, instance } = version(1);
     const told = new Map<string, number>();
     pair[1].onInstances((id, instances) => id === versionId && told.set(id, instances.length));
     pair[0].ready(versionId, [instance()]);
     await until('the second replica to learn the instance', async () => told.get(versionId) === 1);
-    await pair[0].enqueue(request('holds the slot'));
-    await pair[1].enqueue(request('waits'));
+    await enqueue(0, request('holds the slot'));
+    await enqueue(1, request('waits'));
     assert.equal(granted.length, 1);
     assert.equal(await nats.ticketsTaken(versionId), 1, 'a stream with a ticket');
 
@@ -134,13 +138,13 @@ describe('JetStreamQueue over a version\'s life', { skip: !natsServerAvailable()
 
     pair[0].ready(versionId, [instance()]);
     await until('the second replica to learn the instance again', async () => told.get(versionId) === 1);
-    await pair[1].enqueue(request('after'));
+    await enqueue(1, request('after'));
     await until('a request on the version deployed again', async () => granted.length === 2);
     assert.equal(granted[1].id, 'after');
   });
 
   test('the head\'s holder cut off while it held tickets: the replica whose tickets wait takes the head over and they are granted in order', async (t) => {
-    const { pair, granted } = await replicas(2);
+    const { pair, granted, enqueue } = await replicas(2);
     const { versionId, request, instance } = version(1);
     const learned = new Promise<void>((resolve) => pair[1].onInstances(() => resolve()));
     pair[0].ready(versionId, [instance()]);
@@ -148,10 +152,10 @@ describe('JetStreamQueue over a version\'s life', { skip: !natsServerAvailable()
     await until('a holder', async () => holder(versionId));
     const held = (await holder(versionId)) === pair[0].replicaId ? 0 : 1;
     const [head, other] = [pair[held], pair[1 - held]];
-    await head.enqueue(request('on the holder'));
+    await enqueue(held, request('on the holder'));
     assert.equal(granted.length, 1, 'the only slot, on the holder');
     const ids = ['w1', 'w2', 'w3'];
-    for (const id of ids) await other.enqueue(request(id));
+    for (const id of ids) await enqueue(1 - held, request(id));
     await until('the holder to take the tickets', async () => (await nats.ticketsTaken(versionId)) === ids.length);
     // Its connection goes as a kill -9 takes it: no release of the head, the slot or the tickets.
     const cut = Date.now();

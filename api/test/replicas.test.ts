@@ -230,9 +230,13 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
   test('a replica killed with kill -9 under load: its 202s are answered by the other, nothing runs twice', async (t) => {
     const before = runs().length;
     const urls = [placement.url, replica.url];
-    const load = Array.from({ length: 40 }, (_, i) => invoke(urls[i % 2], 200, 1).then((answer) => ({ ...answer, from: i % 2 }), () => undefined));
+    let heldByReplica = 0;
+    const load = Array.from({ length: 40 }, (_, i) => invoke(urls[i % 2], 200, 1).then((answer) => {
+      if (answer.status === 202 && i % 2 === 1) heldByReplica++;
+      return { ...answer, from: i % 2 };
+    }, () => undefined));
     // The queue is 20 deep on each replica; 202s are out after the 1 s poll window, most requests still wait.
-    await new Promise((resolve) => setTimeout(resolve, 1500));
+    await until('the replica to answer 202s', async () => heldByReplica > 0);
     await replica.kill9();
     const answers = (await Promise.all(load)).filter((answer) => answer !== undefined);
     const accepted = answers.filter((answer) => answer.status === 202);
@@ -286,8 +290,12 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
       }
     });
     // The replica about to die queues requests beyond its 1 s poll window: 202s it holds.
-    const accepted = Array.from({ length: 16 }, () => invoke(replica.url, 200, 1).catch(() => undefined));
-    await new Promise((resolve) => setTimeout(resolve, 1500));
+    let held202 = 0;
+    const accepted = Array.from({ length: 16 }, () => invoke(replica.url, 200, 1).then((answer) => {
+      if (answer.status === 202) held202++;
+      return answer;
+    }, () => undefined));
+    await until('the replica to answer 202s', async () => held202 > 0);
     const killedAt = Date.now();
     await replica.kill9();
     // When requests reach the instance after the kill (a line each in the counter file): whoever they are for.

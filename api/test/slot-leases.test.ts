@@ -9,7 +9,8 @@ import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { Kvm } from '@nats-io/kv';
 import type { ReadyInstance } from '../src/control/instances/service.ts';
-import { LEASE_MS, SlotLeases } from '../src/invocation/leases.ts';
+import { LEASE_MS } from '../src/invocation/lease-records.ts';
+import { SlotLeases } from '../src/invocation/leases.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
 import { until } from './helpers/wait.ts';
 

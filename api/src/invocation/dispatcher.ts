@@ -85,7 +85,7 @@ export class Dispatcher {
     const exchange = new Exchange({
       started: events.started,
       finished: (outcome, error) => {
-        invocation.abort = undefined;
+        invocation.whileSending(undefined);
         this.#idle(origin);
         events.finished(outcome, error);
       },
@@ -96,8 +96,7 @@ export class Dispatcher {
       headerLines: containerHeaders(invocation, instance, this.#maxResultBytes),
     }, exchange);
     exchange.control = control;
-    if (invocation.cancelled) control.abort(new Error('the client left'));
-    else invocation.abort = () => control.abort(new Error('the client left'));
+    invocation.whileSending(() => control.abort(new Error('the client left')));
   }
 
   /** Instances come and go (a streaming container lives one session); their pools go with them. */

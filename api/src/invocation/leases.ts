@@ -10,40 +10,15 @@
 // replica with requests waiting for slots says so in its record (`waiting`): then the others give up their
 // spare slots and take none directly, so waiting requests go first. Spare slots unused for a renewal period
 // go back.
-// A replica found gone (its NATS subjects have no responder: killed, or cut off) counts nothing spare and
-// waits for nothing from then on; what its requests were running counts for GONE_GRACE_MS more (an
-// instance may still be finishing them), then nothing. A record it writes after that counts again.
+// A replica whose record keeps a take from a slot is asked whether it still answers; one found gone counts
+// less from then on (lease-records.ts, GoneReplicas). The entry's records and this replica's Share of them
+// are in lease-records.ts.
 import { randomUUID } from 'node:crypto';
 import type { KV, KvEntry } from '@nats-io/kv';
-import { z } from 'zod';
 import type { ReadyInstance } from '../control/instances/service.ts';
-import { leastLoaded } from './slots.ts';
+import { add, decode, GONE_GRACE_MS, GoneReplicas, LEASE_MS, runningIn, Share, takeLeastLoaded, total, type Records, type Tally } from './lease-records.ts';
 
-export const LEASE_MS = 15_000;
 const RENEW_MS = LEASE_MS / 3;
-/** How long the slots a gone replica's requests ran on still count once it is found gone. */
-export const GONE_GRACE_MS = 500;
-/** A replica whose record blocks a take is asked whether it still answers at most this often. */
-const SUSPECT_MS = 500;
-
-const recordsSchema = z.record(z.string(), z.object({
-  until: z.number(),
-  inflight: z.record(z.string(), z.number().int().nonnegative()),
-  waiting: z.boolean().optional(),
-  /** The part of `inflight` that is spare (no request runs on it). */
-  spare: z.record(z.string(), z.number().int().nonnegative()).optional(),
-}));
-type Records = z.infer<typeof recordsSchema>;
-
-/** An entry's records; one in another shape (an older release's) counts as none: its slots expire anyway. */
-function decode(entry: KvEntry | null | undefined): Records {
-  if (entry?.operation !== 'PUT') return {};
-  try {
-    return recordsSchema.safeParse(entry.json()).data ?? {};
-  } catch {
-    return {};
-  }
-}
 
 /** One slot taken: `id` tells a grant asked again from a new one. */
 export interface Lease {
@@ -54,56 +29,6 @@ export interface Lease {
 
 /** Spare slots a replica keeps at most. */
 const SPARE_MAX = 32;
-
-/** Slots per instance of one version. */
-type Tally = Map<string, number>;
-
-function add(tally: Tally, instanceId: string, change: number) {
-  const count = (tally.get(instanceId) ?? 0) + change;
-  if (count > 0) tally.set(instanceId, count);
-  else tally.delete(instanceId);
-}
-
-function total(tally: Tally): number {
-  let sum = 0;
-  for (const count of tally.values()) sum += count;
-  return sum;
-}
-
-/** Up to `count` slots on the least loaded of `slots` with room, counted in `tally`; their instances. */
-function takeLeastLoaded(slots: { ready: ReadyInstance; inflight: number }[], count: number, tally: Tally): ReadyInstance[] {
-  const taken: ReadyInstance[] = [];
-  for (let free = leastLoaded(slots); free && taken.length < count; free = leastLoaded(slots)) {
-    free.inflight++;
-    add(tally, free.ready.instanceId, 1);
-    taken.push(free.ready);
-  }
-  return taken;
-}
-
-/** This replica's part of one version's entry: the slots its requests run on, and spare ones it counts too. */
-class Share {
-  readonly running: Tally = new Map();
-  readonly spare: Tally = new Map();
-  /** A spare slot was taken since the last renewal. */
-  spareUsed = false;
-  /** Requests wait here for slots (set by the head's holder): the other replicas give way. */
-  waiting = false;
-
-  get empty(): boolean {
-    return this.running.size === 0 && this.spare.size === 0 && !this.waiting;
-  }
-
-  /** Its record, or undefined when it counts nothing. */
-  record(running = this.running, spare = this.spare): Records[string] | undefined {
-    if (!running.size && !spare.size && !this.waiting) return undefined;
-    const inflight = Object.fromEntries(running);
-    for (const [instanceId, count] of spare) inflight[instanceId] = (inflight[instanceId] ?? 0) + count;
-    return {
-      until: Date.now() + LEASE_MS, inflight, ...(this.waiting ? { waiting: true } : {}), ...(spare.size ? { spare: Object.fromEntries(spare) } : {}),
-    };
-  }
-}
 
 export class SlotLeases {
   readonly #kv: KV;
@@ -118,10 +43,7 @@ export class SlotLeases {
   readonly #pending = new Map<string, Take[]>();
   readonly #writing = new Set<string>();
   readonly #renewer: NodeJS.Timeout;
-  /** Replicas found gone → when. */
-  readonly #gone = new Map<string, number>();
-  /** Replica → when it was last asked whether it answers. */
-  readonly #asked = new Map<string, number>();
+  readonly #gone: GoneReplicas;
   /** Versions deleted: nothing is written for them until they have instances again. */
   readonly #retired = new Set<string>();
   readonly #isGone: (replica: string) => Promise<boolean>;
@@ -130,6 +52,7 @@ export class SlotLeases {
   constructor(kv: KV, replica: string, isGone: (replica: string) => Promise<boolean> = async () => false) {
     this.#kv = kv;
     this.#replica = replica;
+    this.#gone = new GoneReplicas(replica);
     this.#isGone = isGone;
     this.#renewer = setInterval(() => {
       for (const [versionId, share] of this.#shares) {
@@ -166,15 +89,9 @@ export class SlotLeases {
     return undefined;
   }
 
-  /** Requests running on the version now, by every replica whose record has not run out (spare slots not counted). */
+  /** Requests running on the version now, by every replica whose record still counts (spare slots not). */
   running(versionId: string): number {
-    const now = Date.now();
-    let sum = 0;
-    for (const record of Object.values(this.#entries.get(versionId)?.records ?? {})) {
-      if (record.until <= now) continue;
-      for (const [instanceId, count] of Object.entries(record.inflight)) sum += count - (record.spare?.[instanceId] ?? 0);
-    }
-    return sum;
+    return runningIn(this.#gone.live(this.#entries.get(versionId)?.records ?? {}));
   }
 
   /** Whether requests of the version wait here for slots: the record says so, and the others give way. */
@@ -218,8 +135,7 @@ export class SlotLeases {
 
   /** A replica no longer answers: its spare slots and its wait count no more (its running ones a moment more). */
   gone(replica: string) {
-    if (replica === this.#replica || this.#gone.has(replica)) return;
-    this.#gone.set(replica, Date.now());
+    if (!this.#gone.found(replica)) return;
     for (const versionId of this.#entries.keys()) this.changed(versionId);
     const grace = setTimeout(() => {
       for (const versionId of this.#entries.keys()) this.changed(versionId);
@@ -272,44 +188,14 @@ export class SlotLeases {
   }
 
   /** Whether another replica's record says requests wait there (the latest entry seen). */
-  #othersWait(versionId: string, records = this.#live(this.#entries.get(versionId)?.records ?? {})): boolean {
+  #othersWait(versionId: string, records = this.#gone.live(this.#entries.get(versionId)?.records ?? {})): boolean {
     for (const replica in records) if (replica !== this.#replica && records[replica].waiting) return true;
     return false;
   }
 
-  /**
-   * What still counts of `records`: none expired; of a replica found gone after it wrote its record, only
-   * what its requests ran on, and that only for GONE_GRACE_MS.
-   */
-  #live(records: Records): Records {
-    const now = Date.now();
-    const live: Records = {};
-    for (const [replica, record] of Object.entries(records)) {
-      if (record.until < now) continue;
-      const goneAt = this.#gone.get(replica);
-      if (goneAt === undefined || record.until - LEASE_MS > goneAt) {
-        // Written after the verdict: it answers again (it was cut off, not dead), and may be asked again.
-        if (goneAt !== undefined) this.#gone.delete(replica);
-        live[replica] = record;
-        continue;
-      }
-      if (now > goneAt + GONE_GRACE_MS) continue;
-      const inflight: Record<string, number> = {};
-      for (const [instanceId, count] of Object.entries(record.inflight)) {
-        const running = count - (record.spare?.[instanceId] ?? 0);
-        if (running > 0) inflight[instanceId] = running;
-      }
-      live[replica] = { until: record.until, inflight };
-    }
-    return live;
-  }
-
   /** Asks the other replicas counted in the version's entry whether they still answer; true when one is gone. */
   async #foundGone(versionId: string): Promise<boolean> {
-    const records = this.#live(this.#entries.get(versionId)?.records ?? {});
-    const now = Date.now();
-    const suspects = Object.keys(records).filter((replica) => replica !== this.#replica && !this.#gone.has(replica) && now - (this.#asked.get(replica) ?? 0) >= SUSPECT_MS);
-    for (const replica of suspects) this.#asked.set(replica, now);
+    const suspects = this.#gone.suspects(this.#gone.live(this.#entries.get(versionId)?.records ?? {}));
     const verdicts = await Promise.all(suspects.map((replica) => this.#isGone(replica).catch(() => false)));
     suspects.filter((_, index) => verdicts[index]).forEach((replica) => this.gone(replica));
     return verdicts.some(Boolean);
@@ -456,7 +342,7 @@ export class SlotLeases {
       this.#remember(versionId, decode(entry), entry?.revision ?? 0);
     }
     const { records, revision } = this.#entries.get(versionId)!;
-    return { records: this.#live(records), revision };
+    return { records: this.#gone.live(records), revision };
   }
 
   /** False when another replica changed the entry first (the entry is then read again). */

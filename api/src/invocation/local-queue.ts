@@ -3,22 +3,17 @@
 import type { ReadyInstance } from '../control/instances/service.ts';
 import { Problem } from '../domain/problem.ts';
 import type { Invocation } from './invocation.ts';
-import { Fifo, grantOnce, type Grant, type InvocationQueue } from './queue.ts';
-import { Slots, type Slot } from './slots.ts';
+import { Fifo, type InvocationQueue } from './queue.ts';
+import { grantOnce, Slots, type Grant, type Slot } from './slots.ts';
 
 export class LocalQueue implements InvocationQueue {
   readonly #waiting = new Map<string, Fifo<Invocation>>();
   readonly #slots = new Slots();
   readonly #maxDepth: number;
-  #run: (invocation: Invocation, grant: Grant) => void = () => {};
   #seen: (versionId: string, instances: ReadyInstance[]) => void = () => {};
 
   constructor(options: { maxDepth: number }) {
     this.#maxDepth = options.maxDepth;
-  }
-
-  onGrant(run: (invocation: Invocation, grant: Grant) => void) {
-    this.#run = run;
   }
 
   onInstances(seen: (versionId: string, instances: ReadyInstance[]) => void) {
@@ -75,7 +70,7 @@ export class LocalQueue implements InvocationQueue {
       if (!slot) return;
       const invocation = fifo.shift()!;
       this.#slots.take(slot);
-      this.#run(invocation, this.#grant(slot));
+      invocation.grant(this.#grant(slot));
     }
   }
 

@@ -4,33 +4,14 @@
 import type { ReadyInstance } from '../control/instances/service.ts';
 import type { Invocation } from './invocation.ts';
 
-/** A slot on one instance, held by one request until released. */
-export interface Grant {
-  instance: ReadyInstance;
-  /**
-   * Hands the slot back. `failed`: the connection to the instance failed, so it gets nothing more until
-   * placement announces it again (a dying process must not take the requests queued behind).
-   */
-  release(outcome: 'done' | 'failed'): void;
-}
-
-/** A grant whose `release` acts once, however often it is called. */
-export function grantOnce(instance: ReadyInstance, release: (outcome: 'done' | 'failed') => void): Grant {
-  let released = false;
-  return {
-    instance,
-    release(outcome) {
-      if (released) return;
-      released = true;
-      release(outcome);
-    },
-  };
-}
-
+/**
+ * Requests wait here for a slot; the queue hands each its slot with `invocation.grant(grant)`, and the
+ * request's runner (service.ts) awaits `invocation.granted()`.
+ */
 export interface InvocationQueue {
   /** Adds a request at the tail of its version's queue; a full queue is a 429 Problem. */
   enqueue(invocation: Invocation): void | Promise<void>;
-  /** Puts a request that never reached its instance back at the head. */
+  /** Puts a request that never reached its instance (or moved to another version) back at the head. */
   requeue(invocation: Invocation): void;
   /** Takes out a waiting request (its client left); false when it is no longer waiting. */
   remove(invocation: Invocation): boolean | Promise<boolean>;
@@ -42,8 +23,6 @@ export interface InvocationQueue {
   ready(versionId: string, instances: ReadyInstance[]): void;
   /** The versions placement still knows: what is kept for any other (a shared queue's streams and keys) is deleted. */
   retain?(versionIds: ReadonlySet<string>): void | Promise<void>;
-  /** Every request granted a slot goes to `run`, which must release the grant when it is done. */
-  onGrant(run: (invocation: Invocation, grant: Grant) => void): void;
   /** Told the instances of a version whenever the set changes (connection pools follow it). */
   onInstances(seen: (versionId: string, instances: ReadyInstance[]) => void): void;
   close(): Promise<void>;

@@ -21,13 +21,13 @@ export class DurableResults {
 
   /** The 202: the request is written before its client is told. */
   persist(invocation: Invocation, replica?: string): Promise<void> {
-    invocation.durable = true;
     const { body, ...request } = invocation.request;
-    invocation.stored = this.#repo.insert({
+    const stored = this.#repo.insert({
       requestId: invocation.id, state: invocation.state, body,
       request: { ...request, subject: invocation.subject, target: invocation.target, replica },
     }, this.#at());
-    return invocation.stored;
+    invocation.persisted(stored);
+    return stored;
   }
 
   /**
@@ -37,7 +37,7 @@ export class DurableResults {
   async claim(invocation: Invocation): Promise<boolean> {
     if (invocation.claimed) return true;
     await invocation.stored;
-    invocation.claimed = await this.#repo.claim(invocation.id, this.#at());
+    if (await this.#repo.claim(invocation.id, this.#at())) invocation.claim();
     return invocation.claimed;
   }
 
@@ -46,8 +46,8 @@ export class DurableResults {
     if (!await this.#repo.claim(requestId, this.#at())) return undefined;
     const record = await this.#repo.find(requestId);
     if (!record) return undefined;
-    const invocation = revive(record);
-    invocation.claimed = true;
+    const invocation = this.#revive(record);
+    invocation.claim();
     return invocation;
   }
 
@@ -79,10 +79,10 @@ export class DurableResults {
       if (!verdicts.has(replica)) verdicts.set(replica, alive(replica));
       if (await verdicts.get(replica)) continue;
       if (record.state === 'running') {
-        await this.#finish(revive(record), problemResult(502, 'bad-gateway', REPLICA_GONE));
+        await this.#finish(this.#revive(record), problemResult(502, 'bad-gateway', REPLICA_GONE));
         out.ended.push(record.requestId);
       } else if (await this.#repo.reassign(record.requestId, replica, self)) {
-        out.adopted.push(revive(record));
+        out.adopted.push(this.#revive(record));
       }
     }
     return out;
@@ -113,7 +113,7 @@ export class DurableResults {
     if (unreadable.length) this.#log.error({ requestIds: unreadable }, 'stored invocations that do not decode are left in the store');
     const out: Invocation[] = [];
     for (const record of records) {
-      const invocation = revive(record);
+      const invocation = this.#revive(record);
       if (record.state === 'running') await this.#finish(invocation, problemResult(502, 'bad-gateway', RESTARTED));
       out.push(invocation);
     }
@@ -121,26 +121,20 @@ export class DurableResults {
   }
 
   async #finish(invocation: Invocation, result: StoredResult) {
-    invocation.state = 'done';
-    invocation.result = result;
-    invocation.finishedAt = this.#now().getTime();
+    invocation.finish(result, this.#now().getTime());
     await this.store(invocation, result);
   }
 
   #at() {
     return this.#now().toISOString();
   }
-}
 
-function revive(record: DurableRecord): Invocation {
-  const { target, subject, replica: _replica, ...request } = record.request;
-  const invocation = new Invocation(record.requestId, target, subject, { ...request, body: record.body });
-  invocation.durable = true;
-  if (record.result) {
-    invocation.state = 'done';
-    invocation.result = record.result;
+  /** A stored request as an invocation; one with its result counts as finished now (kept the retention from here). */
+  #revive(record: DurableRecord): Invocation {
+    const { target, subject, replica: _replica, ...request } = record.request;
+    const finished = record.result && { result: record.result, at: this.#now().getTime() };
+    return Invocation.fromStore(record.requestId, target, subject, { ...request, body: record.body }, finished);
   }
-  return invocation;
 }
 
 /**

@@ -14,8 +14,10 @@ import type { LargeResults } from './large-results.ts';
 import {
   Invocation, problemResult, rewrapsErrors, storedProblem, type BodyWriter, type ClientSink, type InvocationRequest, type Progress, type ResponseHeaders, type StoredResult,
 } from './invocation.ts';
-import { isShared, type Grant, type InvocationQueue, type SharedQueue } from './queue.ts';
+import { isShared, type InvocationQueue, type SharedQueue } from './queue.ts';
+import type { Grant } from './slots.ts';
 import { ResultCollector, type DurableResults } from './results.ts';
+import { VersionLoad } from './version-load.ts';
 import type { Target, VersionResolver } from './resolver.ts';
 
 export interface InvocationOptions {
@@ -36,8 +38,6 @@ export interface InvocationOptions {
   now?: () => Date;
 }
 
-/** Demand is reported when a version gains or loses all its work, else at most this often. */
-const DEMAND_REPORT_MS = 250;
 const SWEEP_MS = 60_000;
 /** How often a replica looks for stored requests left running by a replica that died. */
 const ORPHAN_CHECK_MS = 5_000;
@@ -57,10 +57,7 @@ export class InvocationService {
   readonly #clock: () => number;
   /** Every invocation not yet finished, and 202'd ones until collected. */
   readonly #invocations = new Map<string, Invocation>();
-  readonly #inflight = new Map<string, number>();
-  /** Every version invoked since start: the load metrics (and through them the autoscaler) read these. */
-  readonly #invoked = new Map<string, { target: Target; lastRequestAt?: number }>();
-  readonly #reported = new Map<string, { count: number; at: number }>();
+  readonly #load: VersionLoad;
   readonly #timers: NodeJS.Timeout[] = [];
 
   constructor(options: InvocationOptions) {
@@ -71,7 +68,7 @@ export class InvocationService {
     this.#options = options;
     this.#shared = isShared(options.queue) ? options.queue : undefined;
     this.#clock = options.now ? () => options.now!().getTime() : Date.now;
-    this.#queue.onGrant((invocation, grant) => this.#run(invocation, grant));
+    this.#load = new VersionLoad({ depth: (versionId) => this.#queue.depth(versionId), demand: options.demand, clock: this.#clock });
     this.#queue.onInstances((versionId, instances) => this.#dispatcher.ready(versionId, instances));
   }
 
@@ -84,31 +81,28 @@ export class InvocationService {
    * 429 when its version's queue is full. The sink is answered with the response, a result, or a 202.
    */
   async submit(id: string, target: Target, principal: Principal, request: InvocationRequest, sink: ClientSink, pollMs: number): Promise<Invocation> {
-    const invocation = new Invocation(id, target, principal.ownerId, request);
-    invocation.sink = sink;
+    const invocation = new Invocation(id, target, principal.ownerId, request, sink);
     this.#invocations.set(invocation.id, invocation);
-    this.#noteRequest(target);
+    this.#load.requested(target);
+    void this.#serve(invocation);
     try {
       await this.#queue.enqueue(invocation);
     } catch (error) {
       this.#invocations.delete(invocation.id);
       throw error;
     }
-    if (invocation.sink) invocation.pollTimer = setTimeout(() => this.#pollWindowPassed(invocation), pollMs);
-    this.#reportDemand(target.versionId);
+    invocation.startPollWindow(pollMs, () => this.#pollWindowPassed(invocation));
+    this.#load.report(target.versionId);
     return invocation;
   }
 
   /** The synchronous client left before its 202: a waiting request is dropped, a running one aborted. */
   async cancel(invocation: Invocation) {
     if (invocation.durable || invocation.state === 'done') return;
-    invocation.cancelled = true;
-    detachSink(invocation);
+    invocation.cancel();
     if (await this.#queue.remove(invocation)) {
       this.#invocations.delete(invocation.id);
-      this.#reportDemand(invocation.versionId);
-    } else {
-      invocation.abort?.();
+      this.#load.report(invocation.versionId);
     }
   }
 
@@ -117,7 +111,7 @@ export class InvocationService {
     if (this.#shared) return this.#sharedStatus(this.#shared, principal, requestId, pollMs);
     const invocation = this.#invocations.get(requestId);
     if (!invocation || !invocation.durable || invocation.target.ncaId !== principal.ncaId) throw gone(requestId);
-    if (!invocation.result) await resultOrTimeout(invocation, pollMs);
+    await invocation.untilResult(pollMs);
     if (!invocation.result) return { pending: invocation };
     if (!this.#invocations.has(requestId)) throw gone(requestId);
     this.#forget(invocation);
@@ -139,13 +133,8 @@ export class InvocationService {
   }
 
   /** Queue depth, requests in flight and the latest request of every version invoked since start. */
-  *load(): Iterable<FunctionLoad> {
-    for (const [versionId, { target, lastRequestAt }] of this.#invoked) {
-      yield {
-        ncaId: target.ncaId, functionId: target.functionId, versionId, queued: this.#queue.depth(versionId),
-        inflight: this.#inflight.get(versionId) ?? 0, lastRequestAt,
-      };
-    }
+  load(): Iterable<FunctionLoad> {
+    return this.#load.load();
   }
 
   /** Instances of a version that take requests now (from placement). */
@@ -158,16 +147,18 @@ export class InvocationService {
     void this.#queue.retain?.(versionIds);
   }
 
-  /** A stored 202 of a replica that is gone, claimed to run here (JetStreamQueue's adopt). */
+  /** A stored 202 of a replica that is gone, claimed to run here: the queue grants it its slot (JetStreamQueue's adopt). */
   async adopt(requestId: string): Promise<Invocation | undefined> {
     const invocation = await this.#results.adopt(requestId);
-    if (invocation) this.#invocations.set(invocation.id, invocation);
+    if (invocation) {
+      this.#invocations.set(invocation.id, invocation);
+      void this.#serve(invocation);
+    }
     return invocation;
   }
 
   progress(report: ProgressReport) {
-    const invocation = this.#invocations.get(report.requestId);
-    if (invocation) invocation.progress = { percent: Math.max(0, Math.min(100, Math.round(report.percent))), partialResponse: report.partialResponse };
+    this.#invocations.get(report.requestId)?.reportProgress(report.percent, report.partialResponse);
   }
 
   /**
@@ -175,43 +166,42 @@ export class InvocationService {
    * With replicas the store is shared: requests of replicas that died are taken over as they are met.
    */
   async recover() {
-    this.#watchStranded();
-    if (this.#shared) this.#watchOrphans(this.#shared);
+    this.#every(STRANDED_CHECK_MS, 'could not check waiting requests against their versions', () => this.#rerouteStranded());
+    const shared = this.#shared;
+    if (shared) this.#every(ORPHAN_CHECK_MS, 'could not take over requests of stopped replicas', () => this.#takeOver(shared));
     else for (const invocation of await this.#results.recover()) await this.#recovered(invocation);
-    const sweeper = setInterval(() => {
-      const cutoff = this.#clock() - this.#options.resultRetentionMs;
-      for (const invocation of this.#invocations.values()) {
-        if (invocation.finishedAt !== undefined && invocation.finishedAt < cutoff) this.#invocations.delete(invocation.id);
-      }
-      this.#results.sweep(cutoff);
-      this.#options.largeResults?.sweep(cutoff).catch((error) => this.#log.warn({ err: error }, 'could not sweep large results'));
-    }, SWEEP_MS);
-    sweeper.unref();
-    this.#timers.push(sweeper);
+    this.#every(SWEEP_MS, 'could not sweep large results', () => this.#sweep());
   }
 
   async close() {
     for (const timer of this.#timers) clearInterval(timer);
-    for (const invocation of this.#invocations.values()) {
-      invocation.cancelled = true;
-      detachSink(invocation);
-      invocation.abort?.();
-      invocation.wake();
-    }
+    for (const invocation of this.#invocations.values()) invocation.shutDown();
     await this.#queue.close();
     await this.#dispatcher.close();
   }
 
   /**
-   * A slot is granted: mark it running (in the store too once durable: at-most-once), put its assets in
-   * place, then send. What fails before the send gives the slot back and ends the request.
+   * Runs the request once the queue grants it a slot. Started before the request is queued: a slot granted
+   * at once then counts as in flight before the queue returns (the demand reported next includes it).
+   */
+  async #serve(invocation: Invocation) {
+    const grant = await invocation.granted();
+    try {
+      this.#run(invocation, grant);
+    } catch (error) {
+      this.#log.error({ reqId: invocation.id, err: error }, 'a request granted a slot could not be run');
+    }
+  }
+
+  /**
+   * A slot is granted: mark it running in the store once durable (at-most-once), put its assets in place,
+   * then send. What fails before the send gives the slot back and ends the request.
    */
   #run(invocation: Invocation, grant: Grant) {
-    invocation.state = 'running';
-    this.#count(invocation.versionId, 1);
+    this.#load.started(invocation.versionId);
     if (!invocation.durable && !invocation.request.assets?.length) return this.#send(invocation, grant);
     const unsent = (result?: StoredResult) => {
-      this.#count(invocation.versionId, -1);
+      this.#load.ended(invocation.versionId);
       grant.release('done');
       if (result) void this.#complete(invocation, result);
     };
@@ -252,11 +242,11 @@ export class InvocationService {
 
   /** The response starts: to the waiting client if there is one, else into a result. */
   #started(invocation: Invocation, status: number, headers: ResponseHeaders): BodyWriter {
-    const sink = detachSink(invocation);
+    const sink = invocation.takeSink();
     if (sink) return sink.start(invocation, status, headers);
     const done = (result: StoredResult, abort: boolean) => {
       void this.#complete(invocation, result);
-      if (abort) invocation.abort?.();
+      if (abort) invocation.stopExchange();
     };
     // The reference zips large results, but not errors (they are rewrapped) nor host-routed responses.
     const { largeResults } = this.#options;
@@ -266,27 +256,26 @@ export class InvocationService {
   }
 
   #finished(invocation: Invocation, grant: Grant, outcome: ExchangeOutcome, error?: Error) {
-    this.#count(invocation.versionId, -1);
+    this.#load.ended(invocation.versionId);
     const failed = outcome !== 'done' && !invocation.cancelled && invocation.state !== 'done';
     grant.release(failed ? 'failed' : 'done');
     // Done without a 202: its client has the answer. A 202'd one keeps its result (a large one arrives later).
     if (invocation.cancelled || (outcome === 'done' && !invocation.durable)) this.#forget(invocation);
     else if (failed && outcome === 'unreachable') {
       // The instance went away before the request reached it: it waits for the next free slot.
-      invocation.state = 'queued';
+      invocation.requeue();
+      void this.#serve(invocation);
       this.#queue.requeue(invocation);
     } else if (failed) {
       this.#log.warn({ reqId: invocation.id, code: (error as { code?: string } | undefined)?.code }, 'instance failed while running a request');
       void this.#complete(invocation, problemResult(502, 'bad-gateway', 'The instance ended while running the request; it was not retried'));
     }
-    this.#reportDemand(invocation.versionId);
+    this.#load.report(invocation.versionId);
   }
 
   async #complete(invocation: Invocation, result: StoredResult) {
-    invocation.state = 'done';
-    invocation.result = result;
-    invocation.finishedAt = this.#clock();
-    const sink = detachSink(invocation);
+    invocation.finish(result, this.#clock());
+    const sink = invocation.takeSink();
     if (sink) {
       sink.result(invocation, result);
       this.#forget(invocation);
@@ -296,12 +285,11 @@ export class InvocationService {
       await this.#results.store(invocation, result);
       this.#shared?.completed(invocation.id);
     }
-    invocation.wake();
   }
 
   /** The poll window passed with nothing started: the request becomes durable, then the client gets 202. */
   #pollWindowPassed(invocation: Invocation) {
-    const sink = detachSink(invocation);
+    const sink = invocation.takeSink();
     if (!sink) return;
     this.#results.persist(invocation, this.#shared?.replicaId).then(() => sink.pending(invocation), (error) => sink.fail(error));
   }
@@ -311,40 +299,41 @@ export class InvocationService {
     this.#results.forget(invocation);
   }
 
-  #count(versionId: string, change: 1 | -1) {
-    this.#inflight.set(versionId, (this.#inflight.get(versionId) ?? 0) + change);
-  }
-
-  #noteRequest(target: Target) {
-    const at = this.#clock();
-    const seen = this.#invoked.get(target.versionId);
-    if (seen) seen.lastRequestAt = at;
-    else this.#invoked.set(target.versionId, { target, lastRequestAt: at });
-  }
-
-  /** Placement's view of demand, when a version gains or loses all its work, else at most every DEMAND_REPORT_MS. */
-  #reportDemand(versionId: string) {
-    const count = this.#queue.depth(versionId) + (this.#inflight.get(versionId) ?? 0);
-    const last = this.#reported.get(versionId);
-    const at = Date.now();
-    if (last && (last.count === 0) === (count === 0) && at - last.at < DEMAND_REPORT_MS) return;
-    this.#reported.set(versionId, { count, at });
-    this.#options.demand.setDemand(versionId, count);
-  }
-
   /** One stored request after a restart, or taken over from a replica that died: queued ones wait again. */
   async #recovered(invocation: Invocation) {
     this.#invocations.set(invocation.id, invocation);
-    if (invocation.result) invocation.finishedAt ??= this.#clock();
     if (invocation.state !== 'queued') return;
-    if (!this.#invoked.has(invocation.versionId)) this.#invoked.set(invocation.versionId, { target: invocation.target });
+    this.#load.recovered(invocation.target);
+    void this.#serve(invocation);
     try {
       await this.#queue.enqueue(invocation);
     } catch (error) {
       this.#log.error({ reqId: invocation.id, err: error }, 'a stored request could not queue again after the restart');
       await this.#complete(invocation, problemResult(502, 'bad-gateway', 'The request could not queue again after the platform restarted; it was not run'));
     }
-    this.#reportDemand(invocation.versionId);
+    this.#load.report(invocation.versionId);
+  }
+
+  /** Runs `task` every `ms` until close, one run at a time; a run that fails is logged as `failed`. */
+  #every(ms: number, failed: string, task: () => Promise<void>) {
+    let running = false;
+    const timer = setInterval(() => {
+      if (running) return;
+      running = true;
+      task().catch((error) => this.#log.warn({ err: error }, failed)).finally(() => { running = false; });
+    }, ms);
+    timer.unref();
+    this.#timers.push(timer);
+  }
+
+  /** Uncollected results older than the retention are dropped, here, in the store and in the blob store. */
+  async #sweep() {
+    const cutoff = this.#clock() - this.#options.resultRetentionMs;
+    for (const invocation of this.#invocations.values()) {
+      if (invocation.finishedAt !== undefined && invocation.finishedAt < cutoff) this.#invocations.delete(invocation.id);
+    }
+    this.#results.sweep(cutoff);
+    await this.#options.largeResults?.sweep(cutoff);
   }
 
   /**
@@ -352,18 +341,6 @@ export class InvocationService {
    * another version of their function, or end with the Problem a new request would get (pinned, or none
    * left). Each replica looks after the requests it holds.
    */
-  #watchStranded() {
-    let checking = false;
-    const watcher = setInterval(() => {
-      if (checking) return;
-      checking = true;
-      this.#rerouteStranded().catch((error) => this.#log.warn({ err: error }, 'could not check waiting requests against their versions'))
-        .finally(() => { checking = false; });
-    }, STRANDED_CHECK_MS);
-    watcher.unref();
-    this.#timers.push(watcher);
-  }
-
   async #rerouteStranded() {
     const waiting = new Map<string, Invocation[]>();
     for (const invocation of this.#invocations.values()) {
@@ -376,7 +353,7 @@ export class InvocationService {
       });
       if (next instanceof Problem || next.versionId !== versionId) {
         for (const invocation of invocations.reverse()) await this.#move(invocation, next);
-        this.#reportDemand(versionId);
+        this.#load.report(versionId);
       }
     }
   }
@@ -393,9 +370,9 @@ export class InvocationService {
     invocation.moveTo(next);
     if (invocation.durable) await this.#results.retarget(invocation);
     this.#log.info({ reqId: invocation.id, from, to: next.versionId }, 'a waiting request moved to another version of its function');
-    this.#noteRequest(next);
+    this.#load.requested(next);
     this.#queue.requeue(invocation);
-    this.#reportDemand(next.versionId);
+    this.#load.report(next.versionId);
   }
 
   /** With replicas, the store answers: any replica returns a result, exactly one returns it. */
@@ -417,17 +394,10 @@ export class InvocationService {
    * Stored requests of a replica that died: running ones end 502, queued ones queue again here (their own
    * tickets, if still waiting, are adopted at the head; the store's claim lets only one run).
    */
-  #watchOrphans(queue: SharedQueue) {
-    const takeOver = async () => {
-      const { ended, adopted } = await this.#results.takeOverFrom(queue.replicaId, (replica) => queue.alive(replica));
-      for (const requestId of ended) queue.completed(requestId);
-      for (const invocation of adopted) await this.#recovered(invocation);
-    };
-    const watcher = setInterval(() => {
-      takeOver().catch((error) => this.#log.warn({ err: error }, 'could not take over requests of stopped replicas'));
-    }, ORPHAN_CHECK_MS);
-    watcher.unref();
-    this.#timers.push(watcher);
+  async #takeOver(queue: SharedQueue) {
+    const { ended, adopted } = await this.#results.takeOverFrom(queue.replicaId, (replica) => queue.alive(replica));
+    for (const requestId of ended) queue.completed(requestId);
+    for (const invocation of adopted) await this.#recovered(invocation);
   }
 }
 
@@ -440,27 +410,6 @@ class Failure {
     this.what = what;
     this.error = error;
   }
-}
-
-function detachSink(invocation: Invocation): ClientSink | undefined {
-  const sink = invocation.sink;
-  invocation.sink = undefined;
-  clearTimeout(invocation.pollTimer);
-  return sink;
-}
-
-function resultOrTimeout(invocation: Invocation, ms: number): Promise<void> {
-  return new Promise((resolve) => {
-    const wake = () => {
-      clearTimeout(timer);
-      resolve();
-    };
-    const timer = setTimeout(() => {
-      invocation.waiters = invocation.waiters.filter((waiter) => waiter !== wake);
-      resolve();
-    }, ms);
-    invocation.waiters.push(wake);
-  });
 }
 
 /** What a 202 shows: the request id and the progress known here. */

@@ -1,6 +1,29 @@
-// Per-instance slot accounting in one process: each ready instance takes at most maxRequestConcurrency
-// requests at once, and the next request goes to the least loaded instance with room.
+// Per-instance slots: each ready instance takes at most maxRequestConcurrency requests at once, the next
+// request goes to the least loaded instance with room, and a request holds its slot as a Grant until released.
 import type { ReadyInstance } from '../control/instances/service.ts';
+
+/** A slot on one instance, held by one request until released. */
+export interface Grant {
+  instance: ReadyInstance;
+  /**
+   * Hands the slot back. `failed`: the connection to the instance failed, so it gets nothing more until
+   * placement announces it again (a dying process must not take the requests queued behind).
+   */
+  release(outcome: 'done' | 'failed'): void;
+}
+
+/** A grant whose `release` acts once, however often it is called. */
+export function grantOnce(instance: ReadyInstance, release: (outcome: 'done' | 'failed') => void): Grant {
+  let released = false;
+  return {
+    instance,
+    release(outcome) {
+      if (released) return;
+      released = true;
+      release(outcome);
+    },
+  };
+}
 
 export interface Slot {
   ready: ReadyInstance;

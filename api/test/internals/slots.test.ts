@@ -5,8 +5,7 @@ import { test } from 'node:test';
 import type { ReadyInstance } from '../../src/control/instances/service.ts';
 import { Invocation } from '../../src/invocation/invocation.ts';
 import { LocalQueue } from '../../src/invocation/local-queue.ts';
-import type { Grant } from '../../src/invocation/queue.ts';
-import { leastLoaded, Slots } from '../../src/invocation/slots.ts';
+import { leastLoaded, Slots, type Grant } from '../../src/invocation/slots.ts';
 
 const instance = (instanceId: string, maxRequestConcurrency: number, versionId = 'v1'): ReadyInstance => ({
   instanceId, versionId, clusterId: 'c1', maxRequestConcurrency, gpu: 'L40', instanceType: 'x', backend: 'b', region: 'r',
@@ -15,11 +14,17 @@ const instance = (instanceId: string, maxRequestConcurrency: number, versionId =
 const target = { ncaId: 'acct', functionId: 'f', versionId: 'v1', functionName: 'fn', inferenceUrl: '/echo' };
 const request = (id: string) => new Invocation(id, target, 'me', { headers: {}, body: Buffer.alloc(0), sse: false });
 
-function recorder(queue: LocalQueue) {
+/** Requests whose grants are recorded in the order they come; `turn` lets the granted ones be heard. */
+function recorder() {
   const grants: { id: string; instanceId: string; grant: Grant }[] = [];
-  queue.onGrant((invocation, grant) => grants.push({ id: invocation.id, instanceId: grant.instance.instanceId, grant }));
-  return grants;
+  const tracked = (id: string) => {
+    const invocation = request(id);
+    void invocation.granted().then((grant) => grants.push({ id, instanceId: grant.instance.instanceId, grant }));
+    return invocation;
+  };
+  return { grants, tracked };
 }
+const turn = () => new Promise((resolve) => setImmediate(resolve));
 
 test('leastLoaded: the emptiest slot with room, none when all are full', () => {
   const a = { ready: instance('i1', 2), inflight: 1 };
@@ -44,43 +49,49 @@ test('a benched instance keeps its count and comes back when announced again', (
   assert.equal(slots.free('v1'), slot);
 });
 
-test('LocalQueue grants in arrival order, at most maxRequestConcurrency per instance, least loaded first', () => {
+test('LocalQueue grants in arrival order, at most maxRequestConcurrency per instance, least loaded first', async () => {
   const queue = new LocalQueue({ maxDepth: 100 });
-  const grants = recorder(queue);
-  for (const id of ['r1', 'r2', 'r3', 'r4', 'r5']) queue.enqueue(request(id));
+  const { grants, tracked } = recorder();
+  for (const id of ['r1', 'r2', 'r3', 'r4', 'r5']) queue.enqueue(tracked(id));
+  await turn();
   assert.equal(grants.length, 0, 'no instance yet');
   assert.equal(queue.depth('v1'), 5);
   queue.ready('v1', [instance('i1', 2), instance('i2', 1)]);
+  await turn();
   assert.deepEqual(grants.map((g) => g.id), ['r1', 'r2', 'r3']);
   assert.deepEqual(grants.map((g) => g.instanceId).sort(), ['i1', 'i1', 'i2']);
   assert.equal(queue.depth('v1'), 2);
   assert.equal(queue.position(request('r5')), 2);
   grants.find((g) => g.instanceId === 'i2')!.grant.release('done');
+  await turn();
   assert.equal(grants[3].id, 'r4');
   assert.equal(grants[3].instanceId, 'i2');
   grants[3].grant.release('done');
   grants[3].grant.release('done');
+  await turn();
   assert.equal(grants.length, 5, 'a grant released twice frees one slot');
   assert.equal(queue.depth('v1'), 0);
 });
 
-test('a failed instance gets nothing more; a request put back waits at the head', () => {
+test('a failed instance gets nothing more; a request put back waits at the head', async () => {
   const queue = new LocalQueue({ maxDepth: 100 });
-  const grants = recorder(queue);
+  const { grants, tracked } = recorder();
   queue.ready('v1', [instance('i1', 1), instance('i2', 1)]);
-  for (const id of ['r1', 'r2', 'r3']) queue.enqueue(request(id));
+  for (const id of ['r1', 'r2', 'r3']) queue.enqueue(tracked(id));
+  await turn();
   const failed = grants.find((g) => g.instanceId === 'i1')!;
   failed.grant.release('failed');
-  queue.requeue(request(failed.id));
+  queue.requeue(tracked(failed.id));
   assert.equal(queue.position(request(failed.id)), 1, 'back at the head');
+  await turn();
   assert.equal(grants.length, 2, 'i1 is benched, i2 busy');
   grants.find((g) => g.instanceId === 'i2')!.grant.release('done');
+  await turn();
   assert.deepEqual(grants.slice(2).map((g) => [g.id, g.instanceId]), [[failed.id, 'i2']]);
 });
 
 test('LocalQueue refuses past maxDepth with a 429 and removes a request whose client left', () => {
   const queue = new LocalQueue({ maxDepth: 2 });
-  recorder(queue);
   const [r1, r2] = [request('r1'), request('r2')];
   queue.enqueue(r1);
   queue.enqueue(r2);
