@@ -64,13 +64,3 @@ export function relayStaging(link: ReplicaLink) {
     if (answer.data.error) throw new Error(answer.data.error);
   };
 }
-
-/**
- * How this replica puts assets in place: with its own agent hub when it runs placement (and, on NATS,
- * for the other replicas too), else by asking the placement replica over NATS; with neither, it cannot.
- */
-export function assetStaging(options: { local?: (ask: StageAsk) => Promise<void>; nats?: ReplicaLink; log: Logger }) {
-  const { local, nats, log } = options;
-  if (local && nats) serveStaging(nats, local, log);
-  return local ?? (nats && relayStaging(nats));
-}
