@@ -54,6 +54,8 @@ const ADDITIVE_KBPS_PER_SECOND = 150;
 /** Throughput is measured over this much of the receiver's own clock: at a bottleneck, arrivals are paced by the link. */
 const ACKED_WINDOW_MS = 500;
 const RECENT_ARRIVALS_MS = 150;
+/** Recent packets that arrived slower than this share of the pace they left at had queued on the way. */
+const QUEUED_SHARE = 0.9;
 const LOSS_WINDOW_MS = 1000;
 const HISTORY = 1 << 16;
 
@@ -80,7 +82,7 @@ export class BandwidthEstimator {
   /** Acknowledged rate at recent decreases: near it, growth is additive. */
   #capacityKbps: { mean: number; variance: number } | undefined;
   /** Received packets by receive time (the receiver's clock), newest last. */
-  #acked: { receivedAtMs: number; bytes: number }[] = [];
+  #acked: { receivedAtMs: number; sendMs: number; bytes: number }[] = [];
   #lossSamples: { atMs: number; sendMs: number; received: boolean }[] = [];
   /** When the newest group the detector judged began to leave (sender's clock). */
   #judgedSendMs = -Infinity;
@@ -136,6 +138,24 @@ export class BandwidthEstimator {
     return (bytes * 8) / windowMs;
   }
 
+  /**
+   * The link's rate now, from the receiver's last RECENT_ARRIVALS_MS, when those packets queued on the way
+   * (they left faster than they arrived); undefined when they arrived as fast as they left. Then the
+   * sender set their pace (draining after a decrease, a quiet encoder), and their rate says nothing of the
+   * link: on a loaded host, jitter read as over-use right after a decrease took the estimate from that
+   * pace down to the floor, step by step.
+   */
+  #queuedArrivalKbps(): number | undefined {
+    const newest = this.#acked.at(-1)?.receivedAtMs;
+    if (newest === undefined) return undefined;
+    const recent = this.#acked.filter((a) => a.receivedAtMs > newest - RECENT_ARRIVALS_MS);
+    const bytes = recent.reduce((sum, a) => sum + a.bytes, 0);
+    const sendSpanMs = Math.max(...recent.map((a) => a.sendMs)) - Math.min(...recent.map((a) => a.sendMs));
+    const arrivalKbps = (bytes * 8) / RECENT_ARRIVALS_MS;
+    const sendKbps = (bytes * 8) / Math.max(sendSpanMs, 1);
+    return arrivalKbps < QUEUED_SHARE * sendKbps ? arrivalKbps : undefined;
+  }
+
   /** Fraction of packets reported lost over the last second. */
   lossFraction(nowMs: number): number {
     this.#lossSamples = this.#lossSamples.filter((s) => s.atMs > nowMs - LOSS_WINDOW_MS);
@@ -168,7 +188,7 @@ export class BandwidthEstimator {
       this.#lossSamples.push({ atMs: nowMs, sendMs: sent.sendMs, received: result.received });
       if (!result.received) continue;
       this.#noteOneWayDelay(result.receivedAtMs - sent.sendMs, nowMs);
-      this.#acked.push({ receivedAtMs: result.receivedAtMs, bytes: sent.bytes });
+      this.#acked.push({ receivedAtMs: result.receivedAtMs, sendMs: sent.sendMs, bytes: sent.bytes });
       this.#addToGroup(sent, result.receivedAtMs);
     }
     this.#updateRate(nowMs);
@@ -268,7 +288,7 @@ export class BandwidthEstimator {
       if (nowMs - this.#lastDecreaseMs < 200 || this.#judgedSendMs <= this.#lastDecreaseMs || ackedKbps === 0) return;
       // While a queue builds, the latest arrivals are paced by the bottleneck: their rate is the link's
       // now, where the longer average still remembers the rate before a drop.
-      const linkKbps = Math.min(ackedKbps, this.#arrivalKbps(RECENT_ARRIVALS_MS) || ackedKbps);
+      const linkKbps = Math.min(ackedKbps, this.#queuedArrivalKbps() || ackedKbps);
       this.#delayKbps = Math.min(this.#delayKbps, DECREASE_FACTOR * linkKbps);
       const queuedKbit = (this.#queueDelayMs * linkKbps) / 1000;
       this.#drain = { kbps: Math.min(MAX_DRAIN_SHARE * this.#delayKbps, (queuedKbit * 1000) / DRAIN_MS), untilMs: nowMs + DRAIN_MS };
