@@ -146,6 +146,7 @@ export async function removeNetwork(options: NetworkOptions, slot: number): Prom
 export async function removeOrphanNetworks(options: NetworkOptions): Promise<number> {
   const slots = (await readdir('/run/netns').catch(() => [] as string[]))
     .map((name) => /^svcs-(\d+)$/.exec(name)?.[1]).filter((slot) => slot !== undefined).map(Number);
+  await mkdir(MARKS, { recursive: true, mode: 0o700 });
   let ended = 0;
   for (const slot of slots) if (await claimOrphan(slot)) {
     await run(options.ip, ['netns', 'del', namespaceOf(slot)]).catch(() => {});
