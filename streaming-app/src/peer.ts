@@ -142,11 +142,24 @@ export class PeerLink {
    */
   async createOffer(): Promise<string> {
     const offer = await this.pc.createOffer();
+    this.#numberChannelsEarly();
     this.#localDescriptionApplied = this.pc.setLocalDescription(offer).then(() => {
       if (!this.#closed) this.#log.debug({ candidates: this.localCandidatePorts() }, 'ice gathering complete');
     });
     this.#localDescriptionApplied.catch(() => { /* surfaced by applyAnswer */ });
     return offer.sdp.replaceAll(/^a=setup:actpass(?=\r?$)/gm, 'a=setup:active');
+  }
+
+  /**
+   * werift numbers the input channel when the SCTP association comes up, from a counter it sets only once
+   * it starts SCTP itself, after its DTLS handshake resolves. As the DTLS client, the browser's SCTP INIT
+   * can bring the association up first (seen at 5 % loss), and werift then throws reading the unset
+   * counter: the session dies. The counter is set now to what werift's own start would set.
+   */
+  #numberChannelsEarly(): void {
+    // Both are private in werift's types; the fields are plain properties at run time.
+    const sctp = this.pc.sctpTransport as unknown as { dataChannelId?: number; readonly isServer: boolean } | undefined;
+    if (sctp && sctp.dataChannelId === undefined) sctp.dataChannelId = sctp.isServer ? 0 : 1;
   }
 
   async applyAnswer(sdp: string): Promise<void> {
