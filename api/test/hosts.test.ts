@@ -7,7 +7,7 @@
 // them has lost its lease. The lease is short here (compute.agentLeaseMs).
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -17,7 +17,7 @@ import { tempDir } from './helpers/databases.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { deploy, waitFor, type Deployed } from './helpers/functions.ts';
 import { startTestPlatform, TEST_CATALOG, type TestPlatform } from './helpers/platform.ts';
-import { isAlive } from './helpers/processes.ts';
+import { agentInstances, isAlive } from './helpers/processes.ts';
 import { boundMs, until } from './helpers/wait.ts';
 
 const LEASE_MS = 3000;
@@ -41,21 +41,7 @@ interface AgentProcess {
   output: string[];
 }
 
-/** Instance id → pid of every instance process an agent runs (its runtime's pid files). */
-function instancesOf(agent: AgentProcess): Map<string, number> {
-  const dir = path.join(agent.stateDir, 'pids');
-  const held = new Map<string, number>();
-  if (!existsSync(dir)) return held;
-  for (const file of readdirSync(dir)) {
-    try {
-      const { pid, instanceId } = JSON.parse(readFileSync(path.join(dir, file), 'utf8')) as { pid: number; instanceId: string };
-      if (isAlive(pid)) held.set(instanceId, pid);
-    } catch {
-      // written or removed meanwhile
-    }
-  }
-  return held;
-}
+const instancesOf = (agent: AgentProcess) => agentInstances(agent.stateDir);
 
 describe('hosts: nodes of a cluster, leases, fencing', () => {
   let svc: TestPlatform;

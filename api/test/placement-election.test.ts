@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -23,7 +23,7 @@ import { echoBody, streamingBody } from './helpers/fixtures.ts';
 import { request } from './helpers/http.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
 import { TEST_CATALOG } from './helpers/platform.ts';
-import { isAlive } from './helpers/processes.ts';
+import { agentInstances } from './helpers/processes.ts';
 import { servePlatform, type ServedPlatform } from './helpers/served.ts';
 import { boundMs, until } from './helpers/wait.ts';
 
@@ -60,21 +60,7 @@ describe('placement elected among replicas', { skip: !ready }, () => {
   const runningIds = async (url: string, fn: { id: string; versionId: string }): Promise<string[]> =>
     ((await record(url, fn))?.activeInstances ?? []).filter((instance: any) => instance.instanceStatus === 'RUNNING').map((instance: any) => instance.instanceId);
 
-  /** Instance id → pid of every instance process the agent runs (its runtime's pid files). */
-  function agentInstances(): Map<string, number> {
-    const dir = path.join(agentState, 'pids');
-    const held = new Map<string, number>();
-    if (!existsSync(dir)) return held;
-    for (const file of readdirSync(dir)) {
-      try {
-        const { pid, instanceId } = JSON.parse(readFileSync(path.join(dir, file), 'utf8')) as { pid: number; instanceId: string };
-        if (isAlive(pid)) held.set(instanceId, pid);
-      } catch {
-        // written or removed meanwhile
-      }
-    }
-    return held;
-  }
+  const runningOnAgent = () => agentInstances(agentState);
 
   async function deployEcho(url: string, body: Record<string, unknown> = echoBody({ containerImage: 'local/echo:1', health })): Promise<{ id: string; versionId: string }> {
     const created = await api(url, 'POST', '/v2/svc/functions', { ...body, name: `elected-${randomBytes(3).toString('hex')}` });
@@ -139,7 +125,7 @@ describe('placement elected among replicas', { skip: !ready }, () => {
       const ids = await runningIds(second.url, firstFn);
       return ids.length === 1 && ids;
     }, boundMs(60_000));
-    assert.ok(agentInstances().has(instanceId), 'the agent runs it');
+    assert.ok(runningOnAgent().has(instanceId), 'the agent runs it');
     assert.ok(agentOutput.join('').includes(new URL(second.url).port), 'linked through the replica without the lease');
     const invoked = await api(second.url, 'POST', `/v2/svc/pexec/functions/${firstFn.id}`, { hello: 'elected' }, apiKey);
     assert.deepEqual(invoked.body.echo, { hello: 'elected' });
@@ -180,7 +166,7 @@ describe('placement elected among replicas', { skip: !ready }, () => {
   test('kill -9 of the holder: the other replica takes the lease, adopts the running instance, places a new deployment; the old term cannot write', async (t) => {
     const before = await lease();
     const [instanceId] = await runningIds(second.url, firstFn);
-    const pid = agentInstances().get(instanceId);
+    const pid = runningOnAgent().get(instanceId);
     assert.ok(pid);
     const killedAt = Date.now();
     await first.kill9();
@@ -197,7 +183,7 @@ describe('placement elected among replicas', { skip: !ready }, () => {
     t.diagnostic(`kill -9 of the holder: lease taken after ${leaseMs} ms, the agent served again after ${relinkedMs} ms (lease 5000 ms; load ${os.loadavg()[0].toFixed(1)})`);
 
     assert.deepEqual(await runningIds(second.url, firstFn), [instanceId], 'the same instance, adopted');
-    assert.equal(agentInstances().get(instanceId), pid, 'not restarted');
+    assert.equal(runningOnAgent().get(instanceId), pid, 'not restarted');
     const invoked = await api(second.url, 'POST', `/v2/svc/pexec/functions/${firstFn.id}`, { after: 'kill' }, apiKey);
     assert.deepEqual(invoked.body.echo, { after: 'kill' });
 
@@ -206,7 +192,7 @@ describe('placement elected among replicas', { skip: !ready }, () => {
       const ids = await runningIds(second.url, next);
       return ids.length === 1 && ids;
     }, boundMs(60_000));
-    assert.ok(agentInstances().has(placed), 'on the agent');
+    assert.ok(runningOnAgent().has(placed), 'on the agent');
 
     // The killed replica's term has ended: a write fenced by it is refused, and changes nothing.
     const stale = createInstancesRepo(store.db, new PlacementFence(store.db, () => before!.epoch));
@@ -220,7 +206,7 @@ describe('placement elected among replicas', { skip: !ready }, () => {
   test('SIGTERM of the holder hands the lease over at once; the instances keep running', async (t) => {
     await first.restart();
     const before = await lease();
-    const held = new Map(agentInstances());
+    const held = new Map(runningOnAgent());
     const stoppedAt = Date.now();
     const stopped = second.stop();
     await until('the restarted replica to hold the lease', async () => {
@@ -236,6 +222,6 @@ describe('placement elected among replicas', { skip: !ready }, () => {
     await stopped;
     const invoked = await api(first.url, 'POST', `/v2/svc/pexec/functions/${firstFn.id}`, { after: 'sigterm' }, apiKey);
     assert.deepEqual(invoked.body.echo, { after: 'sigterm' });
-    assert.deepEqual(new Map(agentInstances()), held, 'the same instances, the same processes');
+    assert.deepEqual(new Map(runningOnAgent()), held, 'the same instances, the same processes');
   });
 });

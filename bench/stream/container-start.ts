@@ -17,9 +17,8 @@ import { parseArgs } from 'node:util';
 import type { Page } from 'playwright-core';
 import { agentNameOf } from '../../api/src/compute/worker.ts';
 import { image, removeAgentLeftovers, startEngine, type Engine } from '../../api/test/helpers/podman.ts';
-import { until } from '../../api/test/helpers/wait.ts';
 import { freeTcpPort, freeUdpRange } from '../../streaming-app/test/helpers.ts';
-import { goto, startStreamingStack, waitForSnapshot, type StreamingStack } from '../../test/helpers/streaming-stack.ts';
+import { goto, startStreamingStack, waitForFreeInstance, waitForSnapshot, type StreamingStack } from '../../test/helpers/streaming-stack.ts';
 import { percentile, printTable } from '../lib/report.ts';
 
 const { values: args } = parseArgs({ options: { samples: { type: 'string', default: '5' } } });
@@ -36,17 +35,8 @@ const ARM = `void (document.getElementById('action').addEventListener('click', (
   window.firstFrameAt = new Promise((resolve) => document.getElementById('video')
     .requestVideoFrameCallback((_now, frame) => resolve(frame.expectedDisplayTime))))`;
 
-async function idleInstance(stack: StreamingStack) {
-  await until('a free instance', async () => {
-    const response = await fetch(`${stack.svc.url}/sign_in`, {
-      headers: { 'x-svc-absorb': 'true', authorization: `Bearer ${stack.key}`, 'svc-function-id': stack.fn.id },
-    }).catch(() => undefined);
-    return response?.ok && ((await response.json()) as { free: number }).free > 0;
-  }, 120_000);
-}
-
 async function sample(stack: StreamingStack): Promise<Sample> {
-  await idleInstance(stack);
+  await waitForFreeInstance(stack);
   const page: Page = await stack.context.newPage();
   try {
     await goto(page, stack.pageUrl());

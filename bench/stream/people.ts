@@ -5,7 +5,7 @@
 import type { Page } from 'playwright-core';
 import { FAST_AUTOSCALER } from '../../api/test/helpers/autoscaler-platform.ts';
 import { until } from '../../api/test/helpers/wait.ts';
-import { goto, startStreamingStack, waitForSnapshot, type StreamingStack } from '../../test/helpers/streaming-stack.ts';
+import { goto, startStreamingStack, waitForFreeInstance, waitForSnapshot, type StreamingStack } from '../../test/helpers/streaming-stack.ts';
 
 const VIDEO = '1280x720';
 
@@ -14,15 +14,6 @@ const FIRST_FRAME = `void (window.firstFrameAt = new Promise((resolve) => docume
   .requestVideoFrameCallback((_now, frame) => resolve(performance.timeOrigin + frame.expectedDisplayTime))))`;
 const firstFrameAt = (page: Page) => page.evaluate('window.firstFrameAt') as Promise<number>;
 const grantedAt = (page: Page) => page.evaluate('performance.timeOrigin + svcStream.client.timeline.reserved') as Promise<number>;
-
-async function idleInstance(stack: StreamingStack) {
-  await until('a free instance', async () => {
-    const response = await fetch(`${stack.svc.url}/sign_in`, {
-      headers: { 'x-svc-absorb': 'true', authorization: `Bearer ${stack.key}`, 'svc-function-id': stack.fn.id },
-    }).catch(() => undefined);
-    return response?.ok && ((await response.json()) as { free: number }).free > 0;
-  }, 120_000);
-}
 
 async function openPage(stack: StreamingStack): Promise<Page> {
   const page = await stack.context.newPage();
@@ -55,7 +46,7 @@ export async function nextPersonAfterTabClose(samples: number) {
   const steps: ReturnType<typeof milestones>[] = [];
   try {
     for (let sample = 0; sample < samples; sample++) {
-      await idleInstance(stack);
+      await waitForFreeInstance(stack);
       const a = await openPage(stack);
       await waitForSnapshot(a, 'A streaming', (s) => s.framesDecodedFromBarcode >= 10, 60_000);
       const b = await openPage(stack);
@@ -87,7 +78,7 @@ export async function tenArrivals(runs: number, streamMs = 2000): Promise<{ firs
   let inOrder = true;
   try {
     for (let run = 0; run < runs; run++) {
-      await idleInstance(stack);
+      await waitForFreeInstance(stack);
       const people: { page: Page; startedAt: number }[] = [];
       for (let person = 0; person < 10; person++) {
         const startedAt = Date.now();

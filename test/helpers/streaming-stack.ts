@@ -165,3 +165,13 @@ export async function startStreamingStack(options: StreamingStackOptions): Promi
     throw error;
   }
 }
+
+/** Until the stack's function has an instance free for a session (the sign-in's `free`, absorbed: nothing is reserved). */
+export async function waitForFreeInstance(stack: StreamingStack): Promise<void> {
+  await until('a free instance', async () => {
+    const response = await fetch(`${stack.svc.url}/sign_in`, {
+      headers: { 'x-svc-absorb': 'true', authorization: `Bearer ${stack.key}`, 'svc-function-id': stack.fn.id },
+    }).catch(() => undefined);
+    return response?.ok && ((await response.json()) as { free: number }).free > 0;
+  }, 120_000);
+}

@@ -1,5 +1,6 @@
 // Processes as Linux /proc shows them, for tests and benchmarks that check what a platform started.
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
 import { isAlive } from '../compute/helpers.ts';
 
 export { isAlive };
@@ -40,4 +41,20 @@ function commandLineOf(pid: number): string[] {
   } catch {
     return [];
   }
+}
+
+/** Instance id → pid of every live instance process an agent with this state dir runs (its runtime's pid files). */
+export function agentInstances(stateDir: string): Map<string, number> {
+  const dir = path.join(stateDir, 'pids');
+  const held = new Map<string, number>();
+  if (!existsSync(dir)) return held;
+  for (const file of readdirSync(dir)) {
+    try {
+      const { pid, instanceId } = JSON.parse(readFileSync(path.join(dir, file), 'utf8')) as { pid: number; instanceId: string };
+      if (isAlive(pid)) held.set(instanceId, pid);
+    } catch {
+      // written or removed meanwhile
+    }
+  }
+  return held;
 }
