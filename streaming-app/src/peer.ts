@@ -8,6 +8,7 @@ import {
 import type { IceCandidateJson } from '../client/protocol.ts';
 import { INPUT_CHANNEL_LABEL } from '../client/protocol.ts';
 import type { IceServer } from './credentials.ts';
+import { renumberRetransmittedFinished } from './dtls-finished.ts';
 import type { VideoCodec } from './encoder.ts';
 import type { Logger } from './logger.ts';
 import type { PortRange } from './port-budget.ts';
@@ -166,6 +167,7 @@ export class PeerLink {
     // werift applies the local description only after gathering; the answer has to wait for it.
     await this.#localDescriptionApplied;
     await this.pc.setRemoteDescription({ type: 'answer', sdp });
+    for (const transport of this.pc.dtlsTransports) renumberRetransmittedFinished(transport, this.#log);
     const extmap = new RegExp(`^a=extmap:(\\d+)(?:/\\w+)? ${PLAYOUT_DELAY_URI.replaceAll('.', '\\.')}\\s*$`, 'm').exec(sdp);
     this.playoutDelayExtensionId = extmap ? Number(extmap[1]) : undefined;
     this.transportCc = sdp.includes(TRANSPORT_CC_URI) && /^a=rtcp-fb:\S+ transport-cc/m.test(sdp);

@@ -1,0 +1,74 @@
+// werift's DTLS client and server over an in-memory link that behaves as a browser's DTLS does: the
+// server drops a record number it has already seen (replay protection), and the server's last flight
+// (ChangeCipherSpec + Finished) is lost once. The client's retransmitted Finished must reach the server
+// under a fresh record number, or the server never resends its flight and the handshake hangs (as it did
+// against Chromium at 5 % loss; network.test.ts runs that for real).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { CipherContext, DtlsClient, DtlsServer, HashAlgorithm, NamedCurveAlgorithm, SignatureAlgorithm, type Transport } from 'werift';
+import { renumberFinished } from '../src/dtls-finished.ts';
+import { createLogger } from '../src/logger.ts';
+
+type DtlsRecord = { type: number; epoch: number; sequence: number; bytes: Buffer };
+
+/** The records of one datagram: type (1 byte), version (2), epoch (2), sequence number (6), length (2), body. */
+function recordsOf(datagram: Buffer): DtlsRecord[] {
+  const records: DtlsRecord[] = [];
+  for (let at = 0; at + 13 <= datagram.length;) {
+    const end = at + 13 + datagram.readUInt16BE(at + 11);
+    records.push({ type: datagram[at]!, epoch: datagram.readUInt16BE(at + 3), sequence: datagram.readUIntBE(at + 5, 6), bytes: datagram.subarray(at, end) });
+    at = end;
+  }
+  return records;
+}
+
+function endpoint(deliver: (data: Buffer) => void): Transport {
+  return {
+    type: 'udp', closed: false, address: { address: '127.0.0.1', port: 0, family: 'IPv4' },
+    onData: () => {},
+    send: async (data) => { setImmediate(() => deliver(data)); },
+    close: async () => {},
+  } as Transport;
+}
+
+test('a retransmitted Finished goes under a fresh record number, so a peer that lost its last flight sends it again', async () => {
+  const { certPem, keyPem, signatureHash } = await CipherContext.createSelfSignedCertificateWithKey(
+    { signature: SignatureAlgorithm.ecdsa_3, hash: HashAlgorithm.sha256_4 }, NamedCurveAlgorithm.secp256r1_23);
+  const seenByServer = new Set<string>();
+  const finishedNumbers: number[] = [];
+  let serverFinishedLost = false;
+  // What the client sends reaches the server's endpoint, and the other way round; werift's sockets read their endpoint's onData.
+  const clientSide = endpoint((data) => {
+    const fresh = recordsOf(data).filter((r) => {
+      if (r.type === 22 && r.epoch === 1) finishedNumbers.push(r.sequence);
+      const key = `${r.epoch}:${r.sequence}`;
+      if (seenByServer.has(key)) return false;
+      seenByServer.add(key);
+      return true;
+    });
+    if (fresh.length > 0) serverSide.onData(Buffer.concat(fresh.map((r) => r.bytes)), ['127.0.0.1', 1]);
+  });
+  const serverSide = endpoint((data) => {
+    if (!serverFinishedLost && recordsOf(data).some((r) => r.type === 22 && r.epoch === 1)) {
+      serverFinishedLost = true;
+      return;
+    }
+    clientSide.onData(data, ['127.0.0.1', 2]);
+  });
+  const keys = { cert: certPem, key: keyPem, signatureHash, extendedMasterSecret: true };
+  const server = new DtlsServer({ ...keys, transport: serverSide, certificateRequest: true });
+  const client = new DtlsClient({ ...keys, transport: clientSide });
+  renumberFinished(client, createLogger('silent'));
+  const connected = new Promise<void>((resolve) => client.onConnect.once(() => resolve()));
+  await client.connect().catch(() => {});
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`no handshake; Finished record numbers ${finishedNumbers}`)), 10_000); });
+  await Promise.race([connected, hung]).finally(() => clearTimeout(timer));
+  assert.ok(serverFinishedLost, 'the server\'s Finished was lost once');
+  assert.ok(finishedNumbers.length >= 2, `the client sent its Finished ${finishedNumbers.length} times`);
+  assert.equal(new Set(finishedNumbers).size, finishedNumbers.length, `each Finished has a record number of its own: ${finishedNumbers}`);
+  // Application data after the handshake still gets through (the renumbering took werift's own counter).
+  const received = new Promise<Buffer>((resolve) => server.onData.once((data) => resolve(data)));
+  await client.send(Buffer.from('after the handshake'));
+  assert.equal((await received).toString(), 'after the handshake');
+});
