@@ -191,8 +191,6 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
     const eventLoop = watchEventLoop(config.guard);
     closers.push(() => eventLoop.stop());
-    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health]);
-    metrics.watchHealth(() => health.report());
 
     // Placement's term, when replicas elect who runs it: the instance rows' writes are fenced by it.
     const { placement } = config.compute;
@@ -220,6 +218,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       : new LocalQueue({ maxDepth: maxQueueDepth });
     const links: ReplicaLinks | undefined = replicas && queue instanceof JetStreamQueue ? replicaLinksOf(queue, replicas.signer) : undefined;
     if (queue instanceof JetStreamQueue) instances.countingRunning((versionId) => queue.running(versionId));
+    // A replica cut off from NATS cannot share slots or queues: readiness says so, and traffic goes to the others.
+    const natsHealth = queue instanceof JetStreamQueue ? [{ name: 'nats_client', probe: () => queue.connection.flush() }] : [];
+    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health, ...natsHealth]);
+    metrics.watchHealth(() => health.report());
     // Agents link to the replica that runs placement: it puts assets on their hosts, the others ask it (roles/placement.ts).
     const stage = placement === true ? ({ clusterId, ...request }: StageAsk) => agentHub.stage(clusterId, request) : links && relayStaging(links.stage);
     const largeResults = new LargeResults({

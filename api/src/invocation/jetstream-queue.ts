@@ -100,7 +100,8 @@ export class JetStreamQueue implements SharedQueue {
   static async connect(options: JetStreamQueueOptions): Promise<JetStreamQueue> {
     const { natsUrl, natsPrefix, natsTlsInsecure } = options.nats;
     // noAsyncTraces: no stack captured per request (an Error each), which cost more than the request itself.
-    const nc = await connectNats(options.nats, { maxReconnectAttempts: -1, noAsyncTraces: true });
+    // Never give up on the server, and look again soon: a restarted nats-server is back within a second.
+    const nc = await connectNats(options.nats, { maxReconnectAttempts: -1, reconnectTimeWait: 500, noAsyncTraces: true });
     if (natsTlsInsecure) options.log.warn({ natsUrl }, 'NATS server certificate not verified (invocation.natsTlsInsecure): for development only');
     try {
       const jsm = await jetstreamManager(nc);

@@ -3,7 +3,7 @@
 // (a password, token or nkey; or, in operator mode, a .creds file); a client without credentials is refused. Optionally TLS with a CA of the test's own that also verifies
 // the client's certificate. In CI nats-server must be installed; elsewhere its absence skips those tests
 // with one printed line.
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -55,6 +55,8 @@ export interface TestNats {
   messages(): Promise<{ in: number; out: number }>;
   /** The server's process id (a bench reads its CPU time). */
   pid: number;
+  /** Stops the server, runs `whileDown`, and starts it again on the same port and store, as an operator's restart does. */
+  restart(whileDown?: () => Promise<void>): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -104,16 +106,10 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
   ].join('\n'));
 
   const logFile = path.join(dir, 'nats.log');
-  const child = spawn(NATS_SERVER, ['-c', config], { stdio: ['ignore', 'ignore', openSync(logFile, 'a')] });
-  const stopOnExit = () => child.kill('SIGKILL');
-  process.once('exit', stopOnExit);
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  let port: string | undefined;
-  for (let waited = 0; !port; waited += 20) {
-    if (child.exitCode !== null || waited > 10_000) throw new Error(`nats-server did not start: ${readFileSync(logFile, 'utf8')}`);
-    await sleep(20);
-    port = /Listening for client connections on 127\.0\.0\.1:(\d+)/.exec(readFileSync(logFile, 'utf8'))?.[1];
-  }
+  let server = await spawnServer(config, logFile);
+  const port = server.port;
+  // A restart listens where the replicas reconnect to, and keeps the file store (streams, buckets).
+  writeFileSync(config, readFileSync(config, 'utf8').replace('listen: "127.0.0.1:-1"', `listen: "127.0.0.1:${port}"`));
   settings.natsUrl = `${pki ? 'tls' : 'nats'}://127.0.0.1:${port}`;
   const env = Object.fromEntries(Object.entries({
     SVC_NATS_URL: settings.natsUrl, SVC_NATS_USER: settings.natsUser, SVC_NATS_PASSWORD: settings.natsPassword, SVC_NATS_TOKEN: settings.natsToken,
@@ -127,7 +123,7 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
     env,
     caFile: pki?.caFile,
     connect,
-    pid: child.pid!,
+    get pid() { return server.child.pid!; },
     async ticketsTaken(versionId, prefix = settings.natsPrefix) {
       const nc = await connect();
       try {
@@ -145,11 +141,39 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
       const varz = await (await fetch(`http://127.0.0.1:${monitorPort}/varz`)).json() as { in_msgs: number; out_msgs: number };
       return { in: varz.in_msgs, out: varz.out_msgs };
     },
+    async restart(whileDown) {
+      await server.stop();
+      await whileDown?.();
+      server = await spawnServer(config, logFile);
+    },
+    async stop() {
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** nats-server on `config`, once it listens; killed when the test process exits. */
+async function spawnServer(config: string, logFile: string): Promise<{ child: ChildProcess; port: string; stop(): Promise<void> }> {
+  const logged = () => readFileSync(logFile, 'utf8');
+  const from = existsSync(logFile) ? logged().length : 0;
+  const child = spawn(NATS_SERVER, ['-c', config], { stdio: ['ignore', 'ignore', openSync(logFile, 'a')] });
+  const stopOnExit = () => child.kill('SIGKILL');
+  process.once('exit', stopOnExit);
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  let port: string | undefined;
+  for (let waited = 0; !port; waited += 20) {
+    if (child.exitCode !== null || waited > 10_000) throw new Error(`nats-server did not start: ${logged().slice(from)}`);
+    await sleep(20);
+    port = /Listening for client connections on 127\.0\.0\.1:(\d+)/.exec(logged().slice(from))?.[1];
+  }
+  return {
+    child,
+    port,
     async stop() {
       process.off('exit', stopOnExit);
       child.kill('SIGTERM');
       await exited;
-      rmSync(dir, { recursive: true, force: true });
     },
   };
 }
