@@ -25,6 +25,7 @@ import type { Logger } from '../logger.ts';
 import type { HeadEntry } from './head-lock.ts';
 import type { Invocation } from './invocation.ts';
 import { SlotLeases, type Lease } from './leases.ts';
+import { outlastFailover } from './failover.ts';
 import { connectNats, named, natsNames, type NatsNames, type NatsServer } from './nats.ts';
 import type { SharedQueue } from './queue.ts';
 import { VersionHead } from './queue-head.ts';
@@ -137,11 +138,15 @@ export class JetStreamQueue implements SharedQueue {
 
   async enqueue(invocation: Invocation) {
     const { versionId } = invocation;
-    if (await this.#runAtOnce(invocation)) return;
-    await this.#streams.ensure(versionId);
+    if (await outlastFailover(() => this.#runAtOnce(invocation))) return;
+    await outlastFailover(() => this.#streams.ensure(versionId));
     const waiting = this.#tickets.add(invocation);
+    // One ticket however often the publish goes (the stream drops a message id it has seen); a request
+    // queued again later (adopted from a replica that died) takes a ticket of its own.
+    const msgID = `${invocation.id}.${randomUUID()}`;
+    const ticket = JSON.stringify({ id: invocation.id, replica: this.replicaId });
     try {
-      waiting.seq = (await this.#js.publish(this.#names.queueSubject(versionId), JSON.stringify({ id: invocation.id, replica: this.replicaId }))).seq;
+      waiting.seq = (await outlastFailover(() => this.#js.publish(this.#names.queueSubject(versionId), ticket, { msgID }))).seq;
       this.#checkHead(versionId);
       this.#depths.set(versionId, (this.#depths.get(versionId) ?? 0) + 1);
       // Its client left while the ticket was being written: the ticket goes too.
@@ -297,6 +302,9 @@ export class JetStreamQueue implements SharedQueue {
     })();
     this.#refresher = setInterval(() => void this.#refreshDepths(), DEPTH_REFRESH_MS);
     this.#refresher.unref();
+    void (async () => {
+      for await (const status of this.#nc.status()) if (status.type === 'reconnect') for (const head of this.#heads.values()) head.pullAgain();
+    })();
   }
 
   /**

@@ -73,6 +73,16 @@ export class VersionHead {
     this.wake();
   }
 
+  /**
+   * The connection came back (to the same server or another), and the pull it had open may have gone with
+   * the old one. nats.js checks the consumer and pulls again, but when that check fails (a server still
+   * starting, a cluster electing the consumer's leader) it waits up to the pull's expiry (30 s) before the
+   * next: the holder lets the head go and takes it afresh at once.
+   */
+  pullAgain() {
+    if (this.#held) this.#interrupt?.();
+  }
+
   /** Stops trying for the head (tickets held go back to the stream); resolves once the loop ended. */
   stop(): Promise<void> {
     this.#stopped = true;
