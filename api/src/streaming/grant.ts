@@ -104,5 +104,3 @@ export function createGranter(options: GranterOptions) {
     },
   };
 }
-
-export type Granter = ReturnType<typeof createGranter>;
