@@ -48,7 +48,7 @@ const container = z.object({
   readinessProbe: probe.optional(),
   livenessProbe: probe.optional(),
   resources: z.object({ requests: z.record(z.string(), z.string()).optional(), limits: z.record(z.string(), z.string()).optional() }).strict().optional(),
-  securityContext: z.object({ runAsUser: z.number().int().min(0) }).strict().optional(),
+  securityContext: z.object({ runAsUser: z.number().int().min(0), capabilities: z.object({ add: z.array(z.string()) }).strict().optional() }).strict().optional(),
   volumeMounts: z.array(z.object({ name, mountPath: z.string().startsWith('/'), readOnly: z.boolean().optional() }).strict()).optional(),
 }).strict();
 const volume = z.object({
@@ -268,6 +268,7 @@ describe('deploy/kubernetes', () => {
     const agent = named('DaemonSet', 'svc-agent') as Workload;
     const pod = agent.spec.template.spec;
     assert.equal(pod.hostNetwork, true);
+    assert.deepEqual(pod.containers[0].securityContext, { runAsUser: 0, capabilities: { add: ['NET_ADMIN'] } }, 'root for the engine\'s socket, NET_ADMIN for its nftables table');
     assert.equal(pod.nodeSelector?.['nvidia.com/gpu.present'], 'true');
     const env = envOf(agent);
     assert.deepEqual(env.get('SVC_AGENT_ADVERTISE_HOST')?.valueFrom, { fieldRef: { fieldPath: 'status.hostIP' } });
