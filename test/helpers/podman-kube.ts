@@ -1,14 +1,14 @@
 // Kubernetes objects played by `podman kube play`: podman 4.3's (Debian 12's), the one version that plays a
 // Deployment as its N replicas (from 4.4 on a Deployment is limited to one pod). It has gaps, each bridged
-// here where the objects are handed over (docs/scale-out.md, "Run under podman"):
+// here where the objects are handed over (docs/scale-out.md, "Under podman kube play"):
 // - a Secret document is kept as YAML, but secretKeyRef reads a JSON map of base64 values, and a secret
 //   volume writes the `data` values as they are, undecoded (both fixed in 4.4): the podman secrets are
 //   made here, in the form each use reads;
 // - a secret volume without `optional` crashes it (nil dereference; fixed in 4.4);
 // - every containerPort is published on the host at the same number (fixed in 4.8): dropped, the pods are
 //   reached at their own addresses;
-// - probes become healthchecks that curl port 0 (a named port) without their headers, restarting the
-//   container on failure where systemd runs them: dropped, the test probes as the manifests declare;
+// - the liveness probe becomes a healthcheck that curls port 0 (a named port) without its headers, restarting
+//   the container on failure where systemd runs it: probes dropped, the test probes as the manifests declare;
 // - an emptyDir is a volume named after it, shared by every pod using that name: renamed per run;
 // - no DaemonSet kind: its pod template is played as a Pod.
 // Services, Ingresses and Namespaces are skipped by kube play (no such objects in podman).
