@@ -7,109 +7,16 @@
 // advertising the node's address, no secret on a command line). `kubectl kustomize` renders the base when kubectl is installed (Debian package
 // kubernetes-client; required under CI). No cluster is involved: there is none here.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { z } from 'zod';
 import { envSettings, loadConfig } from '../api/src/config.ts';
+import { kustomize, needsKubectl, parseObjects, type EnvVar, type K8sObject, type Workload } from './helpers/kubernetes.ts';
 
 const DIR = path.resolve(import.meta.dirname, '../deploy/kubernetes');
 const IMAGES = ['platform', 'proxy'].map((name) => `localhost/svc/${name}:dev`).concat('localhost/svc/coturn:4.6');
-
-const name = z.string().regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/).max(253);
-const labels = z.record(z.string().max(317), z.string().max(63));
-const metadata = z.object({ name, namespace: name.optional(), labels: labels.optional() }).strict();
-const portNumber = z.number().int().min(1).max(65535);
-const portRef = z.union([portNumber, z.string().regex(/^[a-z0-9-]{1,15}$/)]);
-const keyRef = z.object({ name, key: z.string().min(1) }).strict();
-const envVar = z.object({
-  name: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/),
-  value: z.string().optional(),
-  valueFrom: z.union([
-    z.object({ secretKeyRef: keyRef }).strict(), z.object({ configMapKeyRef: keyRef }).strict(),
-    z.object({ fieldRef: z.object({ fieldPath: z.string() }).strict() }).strict(),
-  ]).optional(),
-}).strict().refine((env) => (env.value === undefined) !== (env.valueFrom === undefined), 'value or valueFrom');
-const probe = z.object({
-  httpGet: z.object({ path: z.string().startsWith('/'), port: portRef, httpHeaders: z.array(z.object({ name: z.string(), value: z.string() }).strict()).optional() }).strict().optional(),
-  tcpSocket: z.object({ port: portRef }).strict().optional(),
-  periodSeconds: z.number().int().min(1).optional(),
-}).strict();
-const container = z.object({
-  name,
-  image: z.string().min(1),
-  args: z.array(z.string()).optional(),
-  ports: z.array(z.object({ name: z.string().regex(/^[a-z0-9-]{1,15}$/), containerPort: portNumber, protocol: z.enum(['TCP', 'UDP']) }).strict()).optional(),
-  env: z.array(envVar).optional(),
-  envFrom: z.array(z.object({ configMapRef: z.object({ name }).strict() }).strict()).optional(),
-  readinessProbe: probe.optional(),
-  livenessProbe: probe.optional(),
-  resources: z.object({ requests: z.record(z.string(), z.string()).optional(), limits: z.record(z.string(), z.string()).optional() }).strict().optional(),
-  securityContext: z.object({ runAsUser: z.number().int().min(0) }).strict().optional(),
-  volumeMounts: z.array(z.object({ name, mountPath: z.string().startsWith('/'), readOnly: z.boolean().optional() }).strict()).optional(),
-}).strict();
-const volume = z.object({
-  name,
-  emptyDir: z.object({}).strict().optional(),
-  secret: z.object({ secretName: name, defaultMode: z.number().int().min(0).max(0o777).optional() }).strict().optional(),
-  persistentVolumeClaim: z.object({ claimName: name }).strict().optional(),
-  hostPath: z.object({ path: z.string().startsWith('/'), type: z.enum(['Socket', 'DirectoryOrCreate', 'Directory']) }).strict().optional(),
-}).strict();
-const podTemplate = z.object({
-  metadata: z.object({ labels }).strict(),
-  spec: z.object({
-    containers: z.array(container).min(1),
-    volumes: z.array(volume).optional(),
-    hostNetwork: z.boolean().optional(),
-    dnsPolicy: z.enum(['ClusterFirst', 'ClusterFirstWithHostNet', 'Default']).optional(),
-    nodeSelector: labels.optional(),
-    securityContext: z.object({ runAsNonRoot: z.boolean(), runAsUser: z.number().int(), runAsGroup: z.number().int(), fsGroup: z.number().int().optional() }).strict().optional(),
-  }).strict(),
-}).strict();
-const selector = z.object({ matchLabels: labels }).strict();
-const objectSchema = z.discriminatedUnion('kind', [
-  z.object({ apiVersion: z.literal('v1'), kind: z.literal('Namespace'), metadata }).strict(),
-  z.object({ apiVersion: z.literal('v1'), kind: z.literal('ConfigMap'), metadata, data: z.record(z.string(), z.string()) }).strict(),
-  z.object({
-    apiVersion: z.literal('v1'), kind: z.literal('Service'), metadata,
-    spec: z.object({
-      type: z.enum(['ClusterIP', 'LoadBalancer', 'NodePort']).optional(), selector: labels,
-      ports: z.array(z.object({ name: z.string(), port: portNumber, targetPort: portRef, protocol: z.enum(['TCP', 'UDP']) }).strict()).min(1),
-    }).strict(),
-  }).strict(),
-  z.object({
-    apiVersion: z.literal('apps/v1'), kind: z.literal('Deployment'), metadata,
-    spec: z.object({ replicas: z.number().int().min(0), strategy: z.object({ type: z.enum(['Recreate', 'RollingUpdate']) }).strict().optional(), selector, template: podTemplate }).strict(),
-  }).strict(),
-  z.object({ apiVersion: z.literal('apps/v1'), kind: z.literal('DaemonSet'), metadata, spec: z.object({ selector, template: podTemplate }).strict() }).strict(),
-  z.object({
-    apiVersion: z.literal('v1'), kind: z.literal('PersistentVolumeClaim'), metadata,
-    spec: z.object({
-      accessModes: z.array(z.enum(['ReadWriteOnce', 'ReadOnlyMany', 'ReadWriteMany', 'ReadWriteOncePod'])).min(1),
-      resources: z.object({ requests: z.object({ storage: z.string().regex(/^\d+(Mi|Gi|Ti)$/) }).strict() }).strict(),
-    }).strict(),
-  }).strict(),
-  z.object({
-    apiVersion: z.literal('networking.k8s.io/v1'), kind: z.literal('Ingress'), metadata,
-    spec: z.object({
-      tls: z.array(z.object({ hosts: z.array(z.string()).min(1), secretName: name }).strict()).optional(),
-      rules: z.array(z.object({
-        host: z.string().regex(/^(\*\.)?[a-z0-9.-]+$/),
-        http: z.object({
-          paths: z.array(z.object({
-            path: z.string().startsWith('/'), pathType: z.enum(['Prefix', 'Exact', 'ImplementationSpecific']),
-            backend: z.object({ service: z.object({ name, port: z.object({ name: z.string() }).strict() }).strict() }).strict(),
-          }).strict()).min(1),
-        }).strict(),
-      }).strict()).min(1),
-    }).strict(),
-  }).strict(),
-]);
-type K8sObject = z.infer<typeof objectSchema>;
-type Workload = Extract<K8sObject, { kind: 'Deployment' | 'DaemonSet' }>;
 
 const kustomization = parseAllDocuments(readFileSync(path.join(DIR, 'kustomization.yaml'), 'utf8'))[0].toJS() as { resources: string[]; namespace: string };
 const objects: K8sObject[] = kustomization.resources.flatMap((file) => parseObjects(readFileSync(path.join(DIR, file), 'utf8'), file));
@@ -120,16 +27,8 @@ const selects = (service: K8sObject, workload: Workload) => service.kind === 'Se
   && Object.entries(service.spec.selector).every(([key, value]) => workload.spec.template.metadata.labels[key] === value);
 const platformImage = (workload: Workload) => workload.spec.template.spec.containers[0].image === 'localhost/svc/platform:dev';
 
-function parseObjects(text: string, where: string): K8sObject[] {
-  return parseAllDocuments(text).map((document, index) => {
-    const parsed = objectSchema.safeParse(document.toJS());
-    assert.ok(parsed.success, `${where} #${index + 1}: ${parsed.error?.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`);
-    return parsed.data;
-  });
-}
-
 /** The first container's environment: its ConfigMaps' entries (envFrom), then its own variables. */
-function envOf(workload: Workload): Map<string, z.infer<typeof envVar>> {
+function envOf(workload: Workload): Map<string, EnvVar> {
   const [container] = workload.spec.template.spec.containers;
   const fromMaps = (container.envFrom ?? []).flatMap((source) => Object.entries(configMap(source.configMapRef.name) ?? {}))
     .map(([key, value]) => [key, { name: key, value }] as const);
@@ -257,8 +156,8 @@ describe('deploy/kubernetes', () => {
     }
   });
 
-  test('kubectl kustomize renders the base: the same objects, each of its kind\'s shape, all in the namespace', { skip: needsKubectl() }, () => {
-    const rendered = parseObjects(execFileSync('kubectl', ['kustomize', DIR], { encoding: 'utf8' }), 'kubectl kustomize');
+  test('kubectl kustomize renders the base: the same objects, each of its kind\'s shape, all in the namespace', { skip: needsKubectl('the kustomize rendering of deploy/kubernetes') }, () => {
+    const rendered = kustomize(DIR);
     const id = (object: K8sObject) => `${object.kind}/${object.metadata.name}`;
     assert.deepEqual(rendered.map(id).sort(), objects.map(id).sort());
     for (const object of rendered) assert.equal(object.metadata.namespace, object.kind === 'Namespace' ? undefined : kustomization.namespace, id(object));
@@ -268,6 +167,7 @@ describe('deploy/kubernetes', () => {
     const agent = named('DaemonSet', 'svc-agent') as Workload;
     const pod = agent.spec.template.spec;
     assert.equal(pod.hostNetwork, true);
+    assert.deepEqual(pod.containers[0].securityContext, { runAsUser: 0, capabilities: { add: ['NET_ADMIN'] } }, 'root for the engine\'s socket, NET_ADMIN for its nftables table');
     assert.equal(pod.nodeSelector?.['nvidia.com/gpu.present'], 'true');
     const env = envOf(agent);
     assert.deepEqual(env.get('SVC_AGENT_ADVERTISE_HOST')?.valueFrom, { fieldRef: { fieldPath: 'status.hostIP' } });
@@ -277,15 +177,3 @@ describe('deploy/kubernetes', () => {
     assert.ok(pod.containers[0].volumeMounts?.some((mount) => mount.mountPath === state), '…mounted at the same path');
   });
 });
-
-/** Why the rendering test cannot run here, or false. Under CI it always runs (and fails without kubectl). */
-function needsKubectl(): string | false {
-  if (process.env.CI) return false;
-  try {
-    execFileSync('kubectl', ['version', '--client'], { stdio: 'ignore' });
-    return false;
-  } catch {
-    console.log('# skipping the kustomize rendering of deploy/kubernetes: needs kubectl (Debian package kubernetes-client)');
-    return 'needs kubectl';
-  }
-}

@@ -1,8 +1,9 @@
 // A NATS server with JetStream of the test's own (Debian's nats-server) on a free loopback port, with
 // authentication on, as an installation runs it: the installation's account has JetStream and its user
-// (a password, token or nkey; or, in operator mode, a .creds file); a client without credentials is refused. Optionally TLS with a CA of the test's own that also verifies
-// the client's certificate. In CI nats-server must be installed; elsewhere its absence skips those tests
-// with one printed line.
+// (a password, token or nkey; or, in operator mode, a .creds file); a client without credentials is
+// refused. Optionally TLS with a CA of the test's own that also verifies the client's certificate (or, as
+// the Kubernetes manifests expect, asks for none). In CI nats-server must be installed; elsewhere its
+// absence skips those tests with one printed line.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -31,8 +32,12 @@ export function natsServerAvailable(): boolean {
 export interface NatsServerOptions {
   /** How the installation's replicas prove who they are (default a user and password; creds: operator mode). */
   auth?: 'password' | 'token' | 'nkey' | 'creds';
-  /** tls:// with a CA of the test's own; the server verifies client certificates too. */
+  /** tls:// with a CA of the test's own; the server verifies client certificates too (unless `clientCertificates: false`). */
   tls?: boolean;
+  /** With tls: further IP addresses the server's certificate is for, besides 127.0.0.1 (clients reaching it through a forwarder). */
+  tlsAddresses?: string[];
+  /** With tls: whether the server demands a client certificate (default true); without, replicas bring none. */
+  clientCertificates?: boolean;
   /** The server's monitoring port (HTTP, loopback): `messages()` reads its counters. */
   monitor?: boolean;
 }
@@ -94,15 +99,16 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
       break;
     }
   }
-  const pki = options.tls ? await makePki(write) : undefined;
+  const pki = options.tls ? await makePki(write, options.tlsAddresses ?? []) : undefined;
+  const verifyClients = options.clientCertificates ?? true;
   const monitorPort = options.monitor ? await freePort() : undefined;
-  if (pki) Object.assign(settings, { natsTlsCaFile: pki.caFile, natsTlsCertFile: pki.clientCert, natsTlsKeyFile: pki.clientKey });
+  if (pki) Object.assign(settings, { natsTlsCaFile: pki.caFile }, verifyClients ? { natsTlsCertFile: pki.clientCert, natsTlsKeyFile: pki.clientKey } : {});
   const config = write('nats.conf', [
     'listen: "127.0.0.1:-1"',
     `jetstream { store_dir: ${quote(path.join(dir, 'js'))}, max_memory_store: 64MB, max_file_store: 1GB }`,
     auth,
     monitorPort ? `http: "127.0.0.1:${monitorPort}"` : '',
-    pki ? `tls { cert_file: ${quote(pki.serverCert)}, key_file: ${quote(pki.serverKey)}, ca_file: ${quote(pki.caFile)}, verify: true }` : '',
+    pki ? `tls { cert_file: ${quote(pki.serverCert)}, key_file: ${quote(pki.serverKey)}, ca_file: ${quote(pki.caFile)}, verify: ${verifyClients} }` : '',
   ].join('\n'));
 
   const logFile = path.join(dir, 'nats.log');
@@ -214,8 +220,8 @@ function operatorMode(): { config: string; creds: string } {
   };
 }
 
-/** A CA, the server's certificate for 127.0.0.1 and a client certificate, all as files. */
-async function makePki(write: (name: string, text: string) => string) {
+/** A CA, the server's certificate for 127.0.0.1 (and `addresses`) and a client certificate, all as files. */
+async function makePki(write: (name: string, text: string) => string, addresses: string[]) {
   const base = { keyType: 'ec', algorithm: 'sha256' } as const;
   const ca = await selfsigned.generate([{ name: 'commonName', value: 'svc test NATS CA' }], {
     ...base, extensions: [{ name: 'basicConstraints', cA: true, critical: true }, { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true }],
@@ -224,7 +230,7 @@ async function makePki(write: (name: string, text: string) => string) {
     ...base, ca: { cert: ca.cert, key: ca.private },
     extensions: [
       { name: 'basicConstraints', cA: false }, { name: 'keyUsage', digitalSignature: true, critical: true }, { name: 'extKeyUsage', ...usage },
-      { name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }] },
+      { name: 'subjectAltName', altNames: ['127.0.0.1', ...addresses].map((ip) => ({ type: 7, ip })) },
     ],
   });
   const [server, client] = await Promise.all([leaf('127.0.0.1', { serverAuth: true }), leaf('svc replica', { clientAuth: true })]);
