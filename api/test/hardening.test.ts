@@ -2,7 +2,7 @@
 // its user's alone, bad input is a 400 naming its field on both stores, and an upload cannot fill the disk.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, mkdirSync, readdirSync, statSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { connect } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -11,6 +11,7 @@ import { backends, createDatabase } from './helpers/databases.ts';
 import { FUZZ_CONFIG, fuzz, fuzzTarget } from './helpers/fuzz.ts';
 import { request, type TestResponse } from './helpers/http.ts';
 import { startTestPlatform, type TestPlatform } from './helpers/platform.ts';
+import { servePlatform } from './helpers/served.ts';
 
 const run = promisify(execFile);
 const modeOf = (file: string) => statSync(file).mode & 0o777;
@@ -354,6 +355,22 @@ describe('/metrics: open on loopback only; off loopback it wants a bearer, gener
       assert.equal(printed.stdout.trim(), token);
     } finally {
       await svc.close();
+    }
+  });
+
+  test('svc serve off loopback says that /metrics wants a bearer, and never prints the bearer (its output is a log)', async () => {
+    const served = await servePlatform({ SVC_HOST: '0.0.0.0' });
+    try {
+      const printed = await run(process.execPath, [path.resolve(import.meta.dirname, '../bin/svc.js'), 'metrics', 'token'], {
+        env: { ...process.env, SVC_DATA_DIR: served.dataDir, SVC_CONFIG: '' },
+      });
+      const token = printed.stdout.trim();
+      assert.ok(token.length >= 32, 'a token was generated');
+      const output = readFileSync(path.join(served.dataDir, 'output.log'), 'utf8');
+      assert.match(output, /\/metrics\s+\(wants a bearer: .* metrics token\)/);
+      assert.ok(!output.includes(token), 'the bearer is not in the output');
+    } finally {
+      await served.stop();
     }
   });
 

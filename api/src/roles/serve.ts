@@ -37,7 +37,8 @@ function banner(platform: Platform, proxy: DemoProxy | undefined, components: St
     `  Console        ${platform.url}/console/   (sign in with an API key or management token)`,
     `  OpenAPI        ${platform.url}/v3/openapi`,
     `  Health         ${platform.url}/health`,
-    `  Metrics        ${platform.url}/metrics${platform.metricsToken ? `   (bearer ${platform.metricsToken}; again: ${SVC_COMMAND} metrics token)` : ''}`,
+    // Never the bearer itself: a server's output ends up in its logs (a pod's, a journal), and it lasts.
+    `  Metrics        ${platform.url}/metrics${platform.metricsToken ? `   (wants a bearer: ${SVC_COMMAND} metrics token)` : ''}`,
   ];
   if (platform.isolation) lines.push(`  Instances      ${isolationLine(platform.isolation)}`);
   if (platform.samples.length) {
