@@ -25,7 +25,7 @@ import type { Logger } from '../logger.ts';
 import type { HeadEntry } from './head-lock.ts';
 import type { Invocation } from './invocation.ts';
 import { SlotLeases, type Lease } from './leases.ts';
-import { outlastFailover } from './failover.ts';
+import { outlastFailover, outlastingFailover } from './failover.ts';
 import { connectNats, named, natsNames, type NatsNames, type NatsServer } from './nats.ts';
 import type { SharedQueue } from './queue.ts';
 import { VersionHead } from './queue-head.ts';
@@ -52,6 +52,9 @@ export interface JetStreamQueueOptions {
   adopt(requestId: string): Promise<Invocation | undefined>;
 }
 
+/** A bucket's watch: its entries as they change, until stopped. */
+type Watch = AsyncIterable<KvEntry> & { stop(): void };
+
 export class JetStreamQueue implements SharedQueue {
   readonly replicaId = `replica-${randomUUID().slice(0, 8)}`;
   readonly #nc: NatsConnection;
@@ -66,6 +69,8 @@ export class JetStreamQueue implements SharedQueue {
   readonly #names: NatsNames;
   /** The head loop of each version this replica knows instances of. */
   readonly #heads = new Map<string, VersionHead>();
+  /** The buckets' watches open now (#follow). */
+  readonly #watches = new Set<Watch>();
   /** Each version's head entry as the watch last showed it. */
   readonly #headEntries = new Map<string, HeadEntry>();
   /** Versions whose tickets here are looked at again soon (#checkHead). */
@@ -109,7 +114,7 @@ export class JetStreamQueue implements SharedQueue {
       const names = natsNames(natsPrefix);
       const { natsReplicas } = options.nats;
       const buckets = await Promise.all([names.bucket('ready'), names.bucket('slots'), names.bucket('heads')].map((name) => openBucket(nc, jsm, name, natsReplicas)));
-      const [ready, slots, heads] = buckets.map(({ kv }) => kv);
+      const [ready, slots, heads] = buckets.map(({ kv }) => outlastingFailover(kv));
       const kept = Math.min(...buckets.map((opened) => opened.kept));
       if (kept < natsReplicas) options.log.warn({ natsUrl }, `${named('natsReplicas')} is ${natsReplicas}, but the server keeps ${kept} (a single server is no cluster)`);
       const streams = new QueueStreams(jsm, names, { maxDepth: options.maxDepth, copies: kept });
@@ -146,7 +151,7 @@ export class JetStreamQueue implements SharedQueue {
     const msgID = `${invocation.id}.${randomUUID()}`;
     const ticket = JSON.stringify({ id: invocation.id, replica: this.replicaId });
     try {
-      waiting.seq = (await outlastFailover(() => this.#js.publish(this.#names.queueSubject(versionId), ticket, { msgID }))).seq;
+      waiting.seq = (await outlastFailover(() => this.#js.publish(this.#names.queueSubject(versionId), ticket, { msgID }), { idempotent: true })).seq;
       this.#checkHead(versionId);
       this.#depths.set(versionId, (this.#depths.get(versionId) ?? 0) + 1);
       // Its client left while the ticket was being written: the ticket goes too.
@@ -268,6 +273,7 @@ export class JetStreamQueue implements SharedQueue {
     const stopped = [...this.#heads.values()].map((head) => head.stop());
     this.#leases.close();
     for (const subscription of this.#subscriptions) subscription.unsubscribe();
+    for (const watch of this.#watches) watch.stop();
     await Promise.all(stopped);
     await this.#nc.drain().catch(() => {});
   }
@@ -276,35 +282,72 @@ export class JetStreamQueue implements SharedQueue {
     this.#subscriptions.push(
       this.#nc.subscribe(this.#names.replica(this.replicaId, 'grant'), { callback: (_error, msg) => void this.#grants.received(msg) }),
       this.#nc.subscribe(this.#names.replica(this.replicaId, 'ping'), { callback: (_error, msg) => void msg.respond('ok') }),
+      this.#nc.subscribe(this.#names.headLeaderElected, { callback: (_error, msg) => this.#headMoved(msg.subject) }),
     );
     // Heads first: a head loop started by a ready entry then knows the holder.
-    const headWatch = await this.#kvs.heads.watch();
-    void (async () => {
-      for await (const entry of headWatch) this.#headChanged(entry);
-    })();
-    const watch = await this.#kvs.ready.watch();
-    void (async () => {
-      for await (const entry of watch) {
-        if (entry.operation !== 'PUT') {
-          this.#retired(entry.key);
-          continue;
-        }
-        const instances = this.#readySet.opened(entry.key, entry.string());
-        if (instances) this.#announce(entry.key, instances);
-      }
-    })();
-    const slotWatch = await this.#kvs.slots.watch({ include: KvWatchInclude.UpdatesOnly });
-    void (async () => {
-      for await (const entry of slotWatch) {
-        this.#activity.set(entry.key, Date.now());
-        this.#leases.changed(entry.key, entry);
-      }
-    })();
+    await this.#follow('heads', () => this.#kvs.heads.watch(), (entry) => this.#headChanged(entry));
+    await this.#follow('ready', () => this.#kvs.ready.watch(), (entry) => {
+      if (entry.operation !== 'PUT') return this.#retired(entry.key);
+      const instances = this.#readySet.opened(entry.key, entry.string());
+      if (instances) this.#announce(entry.key, instances);
+    });
+    await this.#follow('slots', () => this.#kvs.slots.watch({ include: KvWatchInclude.UpdatesOnly }), (entry) => {
+      this.#activity.set(entry.key, Date.now());
+      this.#leases.changed(entry.key, entry);
+    });
     this.#refresher = setInterval(() => void this.#refreshDepths(), DEPTH_REFRESH_MS);
     this.#refresher.unref();
     void (async () => {
-      for await (const status of this.#nc.status()) if (status.type === 'reconnect') for (const head of this.#heads.values()) head.pullAgain();
+      for await (const status of this.#nc.status()) if (status.type === 'reconnect') this.#resync();
     })();
+  }
+
+  /**
+   * The connection came back, maybe to another server of a cluster: what was open with the old one (the
+   * heads' pulls, the watches' consumers) may be gone, and nats.js would find out only after seconds of
+   * missed heartbeats or a pull's expiry. Everything is opened afresh at once.
+   */
+  #resync() {
+    for (const head of this.#heads.values()) head.pullAgain();
+    for (const watch of this.#watches) watch.stop();
+  }
+
+  /**
+   * A version's head consumer has a new leader: a pull made while it was being elected went nowhere, and
+   * nats.js would pull again only when that one expires (30 s).
+   */
+  #headMoved(subject: string) {
+    for (const [versionId, head] of this.#heads) if (subject.includes(`.${this.#names.queueStream(versionId)}.`)) head.pullAgain();
+  }
+
+  /** Follows a bucket for as long as the queue runs: a watch that ends is opened again, showing what is there. */
+  async #follow(bucket: string, open: () => Promise<Watch>, seen: (entry: KvEntry) => void) {
+    let watch = await open();
+    void (async () => {
+      for (;;) {
+        this.#watches.add(watch);
+        try {
+          for await (const entry of watch) seen(entry);
+        } catch (error) {
+          this.#options.log.warn({ err: error, bucket }, 'bucket watch failed');
+        } finally {
+          this.#watches.delete(watch);
+        }
+        const opened = await this.#reopen(open);
+        if (!opened) return;
+        watch = opened;
+      }
+    })();
+  }
+
+  /** A watch opened again once the server lets it (a cluster may be electing the bucket's leader); none once closed. */
+  async #reopen(open: () => Promise<Watch>): Promise<Watch | undefined> {
+    for (let pause = 0; !this.#closed; pause = 250) {
+      await new Promise((resolve) => setTimeout(resolve, pause));
+      const opened = await open().catch(() => undefined);
+      if (opened) return opened;
+    }
+    return undefined;
   }
 
   /**

@@ -23,6 +23,8 @@ export function natsNames(prefix: string) {
     sessions: `${prefix}.sessions`,
     /** Agent links relayed to the placement lease's holder (control/agents/relay.ts). */
     agents: `${prefix}.agents`,
+    /** JetStream's advisory that a version stream's head consumer has a new leader (on a cluster, after its server died). */
+    headLeaderElected: `$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.${prefix.toUpperCase()}_Q_*.head`,
     /** Replies come here: a server's permissions can give each installation its own. */
     inbox: `_INBOX_${prefix}`,
   };

@@ -74,10 +74,10 @@ export class VersionHead {
   }
 
   /**
-   * The connection came back (to the same server or another), and the pull it had open may have gone with
-   * the old one. nats.js checks the consumer and pulls again, but when that check fails (a server still
-   * starting, a cluster electing the consumer's leader) it waits up to the pull's expiry (30 s) before the
-   * next: the holder lets the head go and takes it afresh at once.
+   * The pull it has open may be lost: the connection came back (to the same server or another), or the
+   * head consumer has a new leader. nats.js checks the consumer and pulls again after a reconnect, but when
+   * that check fails (a cluster electing the consumer's leader) it waits up to the pull's expiry (30 s):
+   * the holder lets the head go and takes it afresh at once.
    */
   pullAgain() {
     if (this.#held) this.#interrupt?.();

@@ -240,3 +240,59 @@ async function makePki(write: (name: string, text: string) => string, addresses:
     clientCert: write('client.pem', client.cert), clientKey: write('client.key', client.private),
   };
 }
+
+export interface TestNatsCluster {
+  /** What a replica connects with: the first server's URL (the client learns the others from it) and credentials. */
+  settings: NatsServer;
+  env: Record<string, string>;
+  connect(): Promise<NatsConnection>;
+  /** kill -9 of one server of the cluster. */
+  kill(server: number): void;
+  stop(): Promise<void>;
+}
+
+/**
+ * `size` nats-servers in one JetStream cluster on loopback, with a user and password as startNats has;
+ * resolves once JetStream has a meta leader (streams can be made).
+ */
+export async function startNatsCluster(size: number): Promise<TestNatsCluster> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'svc-nats-cluster-'));
+  const secret = randomBytes(18).toString('base64url');
+  const clientPorts = await Promise.all(Array.from({ length: size }, freePort));
+  const routePorts = await Promise.all(Array.from({ length: size }, freePort));
+  const servers = await Promise.all(clientPorts.map((port, i) => {
+    const config = path.join(dir, `n${i}.conf`);
+    writeFileSync(config, [
+      `server_name: n${i}`,
+      `listen: "127.0.0.1:${port}"`,
+      `jetstream { store_dir: ${quote(path.join(dir, `js${i}`))}, max_memory_store: 64MB, max_file_store: 1GB }`,
+      `accounts { SVC { jetstream: enabled, users: [{ user: "svc", password: ${quote(secret)} }] } }`,
+      `cluster { name: svc, listen: "127.0.0.1:${routePorts[i]}", routes: [${routePorts.filter((_, j) => j !== i).map((p) => quote(`nats-route://127.0.0.1:${p}`)).join(', ')}] }`,
+    ].join('\n'), { mode: 0o600 });
+    return spawnServer(config, path.join(dir, `n${i}.log`));
+  }));
+  const settings: NatsServer = {
+    natsUrl: `nats://127.0.0.1:${clientPorts[0]}`, natsPrefix: 'svc', natsTlsInsecure: false, natsReplicas: size, natsUser: 'svc', natsPassword: secret,
+  };
+  const connect = () => connectNats(settings);
+  const nc = await connect();
+  try {
+    // jetstreamManager asks JetStream for the account, which answers once the cluster has a meta leader.
+    for (const started = Date.now(); !(await jetstreamManager(nc, { timeout: 1000 }).then(() => true, () => false));) {
+      if (Date.now() - started > 20_000) throw new Error('the NATS cluster elected no JetStream leader in 20 s');
+      await sleep(200);
+    }
+  } finally {
+    await nc.close();
+  }
+  return {
+    settings,
+    env: { SVC_NATS_URL: settings.natsUrl, SVC_NATS_USER: 'svc', SVC_NATS_PASSWORD: secret, SVC_NATS_REPLICAS: String(size) },
+    connect,
+    kill: (server) => { servers[server]!.child.kill('SIGKILL'); },
+    async stop() {
+      await Promise.all(servers.map((server) => server.stop()));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

@@ -39,21 +39,30 @@ describe('outlastFailover', { skip: !natsServerAvailable() }, () => {
 
   test('no stream within the time given: a 503 that says to try again', async () => {
     const js = jetstream(nc);
-    const failure = await outlastFailover(() => js.publish('never.ticket', 'ticket'), 500).catch((error: unknown) => error);
+    const failure = await outlastFailover(() => js.publish('never.ticket', 'ticket'), { withinMs: 500 }).catch((error: unknown) => error);
     assert.ok(failure instanceof Problem, String(failure));
     assert.equal(failure.status, 503);
     assert.equal(failure.headers['retry-after'], '2');
   });
 
-  test('an error that may have been applied, or any other, is not tried again', async () => {
-    let tries = 0;
+  test('a time-out goes again only when the operation is idempotent, else it is a 503 at once; any other error goes through', async () => {
     const timeout = Object.assign(new Error('timeout'), { name: 'TimeoutError' });
-    await assert.rejects(outlastFailover(async () => {
+    let tries = 0;
+    const once = await outlastFailover(async () => {
       tries++;
       throw timeout;
-    }), timeout);
+    }).catch((error: unknown) => error);
+    assert.ok(once instanceof Problem && once.status === 503, String(once));
     assert.equal(tries, 1);
+    tries = 0;
+    assert.equal(await outlastFailover(async () => {
+      if (++tries < 3) throw timeout;
+      return 'read';
+    }, { idempotent: true }), 'read');
+    assert.equal(tries, 3);
+    const lost = new Error('wrong last sequence: 4');
+    await assert.rejects(outlastFailover(async () => { throw lost; }, { idempotent: true }), lost);
     assert.equal(leaderless(timeout), false);
-    assert.equal(leaderless(new Error('wrong last sequence: 4')), false);
+    assert.equal(leaderless(lost), false);
   });
 });
