@@ -143,7 +143,8 @@ export class JetStreamQueue implements SharedQueue {
 
   async enqueue(invocation: Invocation) {
     const { versionId } = invocation;
-    if (await outlastFailover(() => this.#runAtOnce(invocation))) return;
+    // Its slot writes outlast a failover on their own (the buckets are wrapped in failover.ts).
+    if (await this.#runAtOnce(invocation)) return;
     await outlastFailover(() => this.#streams.ensure(versionId));
     const waiting = this.#tickets.add(invocation);
     // One ticket however often the publish goes (the stream drops a message id it has seen); a request
