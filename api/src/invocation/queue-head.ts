@@ -48,6 +48,8 @@ export class VersionHead {
   #lock: HeadLock | undefined;
   /** The tickets taken while holding the head, waiting for slots. */
   #held: JsMsg[] | undefined;
+  /** The next hold starts with the head consumer made anew (pullAgain). */
+  #pullFresh = false;
 
   constructor(versionId: string, context: HeadContext) {
     this.#versionId = versionId;
@@ -77,10 +79,13 @@ export class VersionHead {
    * The pull it has open may be lost: the connection came back (to the same server or another), or the
    * head consumer has a new leader. nats.js checks the consumer and pulls again after a reconnect, but when
    * that check fails (a cluster electing the consumer's leader) it waits up to the pull's expiry (30 s):
-   * the holder lets the head go and takes it afresh at once.
+   * the holder lets the head go and takes it afresh at once, with the consumer made anew (the tickets it
+   * held may still count as delivered to it: their naks may not have reached the consumer).
    */
   pullAgain() {
-    if (this.#held) this.#interrupt?.();
+    if (!this.#held) return;
+    this.#pullFresh = true;
+    this.#interrupt?.();
   }
 
   /** Stops trying for the head (tickets held go back to the stream); resolves once the loop ended. */
@@ -104,7 +109,8 @@ export class VersionHead {
         }
         this.#lock = lock;
         // Not released when this fails: the next try takes the entry, still this replica's, over again.
-        if (lock.tookOver) await streams.resetHead(versionId);
+        if (lock.tookOver || this.#pullFresh) await streams.resetHead(versionId);
+        this.#pullFresh = false;
         try {
           await this.#hold(lock);
         } finally {

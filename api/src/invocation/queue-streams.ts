@@ -103,8 +103,25 @@ export class QueueStreams {
     const info = await this.#jsm.streams.info(name).catch(() => undefined);
     if (!info) await this.#jsm.streams.add({ ...stream, num_replicas: replicas }).catch((error) => this.#jsm.streams.info(name).catch(() => { throw error; }));
     else if (info.config.num_replicas !== replicas) await this.#jsm.streams.update(name, { ...info.config, num_replicas: replicas });
-    // A stream made before the head lock has its consumer at max_ack_pending 1: raised in place.
-    await this.#jsm.consumers.add(name, HEAD_CONSUMER).catch(() => this.#jsm.consumers.update(name, 'head', { max_ack_pending: HEAD_WINDOW }));
+    await this.#headConsumer(name);
+  }
+
+  /** The stream's head consumer, made by whichever replica gets here first. */
+  async #headConsumer(stream: string) {
+    for (let tries = 1; ; tries++) {
+      const added = await this.#jsm.consumers.add(stream, HEAD_CONSUMER).then(() => true, (error: unknown) => {
+        if (tries === 3) throw error;
+        return false;
+      });
+      if (added) return;
+      // It is there (a stream made before the head lock has it at max_ack_pending 1: raised in place), or a
+      // head's reset deleted it between the two calls (resetHead): then it is made again.
+      const updated = await this.#jsm.consumers.update(stream, 'head', { max_ack_pending: HEAD_WINDOW }).then(() => true, (error: Error) => {
+        if (!/consumer not found/i.test(error.message)) throw error;
+        return false;
+      });
+      if (updated) return;
+    }
   }
 }
 
