@@ -75,7 +75,9 @@ describe('npm start on a fresh machine', { skip }, () => {
     assert.match(banner, /relay\s+none/);
     assert.match(banner, /display\s+no Xvfb .*test scene/, 'without Xvfb the demo is the test scene, and the banner says so');
     await waitForSnapshot(page, 'frames from the npm-shipped encoder', (s) => s.framesDecodedFromBarcode >= 10, 90_000);
-    assert.equal(await page.evaluate('svcStream.snapshot().then((s) => s.metrics.appEncoder)'), 'libx264');
+    // The app's stats come over the input channel, which may open after the first frames.
+    const stats = await waitForSnapshot(page, 'the app\'s stats', (s) => s.metrics.appEncoder !== undefined);
+    assert.equal(stats.metrics.appEncoder, 'libx264');
     await page.evaluate('svcStream.bye("done")');
   });
 

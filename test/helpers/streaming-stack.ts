@@ -28,7 +28,7 @@ export const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--
 export interface Snapshot {
   framesDecodedFromBarcode: number;
   setupMs?: number;
-  metrics: { localCandidateType?: string };
+  metrics: { localCandidateType?: string; appEncoder?: string };
   status: string;
   state: string;
   inputReady: boolean;
