@@ -4,16 +4,13 @@
 // that shows a line the instance writes while it follows; another account is still 404 there. The second
 // also shows the instances as placement stored them (it once showed them PENDING for good).
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import http from 'node:http';
-import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { createDatabase, postgresAvailable, tempDir, type TestDatabase } from './helpers/databases.ts';
+import { createDatabase, postgresAvailable, type TestDatabase } from './helpers/databases.ts';
 import { echoBody } from './helpers/fixtures.ts';
 import { request } from './helpers/http.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
-import { TEST_CATALOG } from './helpers/platform.ts';
-import { servePlatform, type ServedPlatform } from './helpers/served.ts';
+import { serveReplicaPair, type ServedPlatform } from './helpers/served.ts';
 import { until } from './helpers/wait.ts';
 
 const ready = (await postgresAvailable()) && natsServerAvailable();
@@ -33,12 +30,7 @@ describe('logs through the replica without agent links', { skip: !ready }, () =>
   before(async () => {
     database = await createDatabase('postgres');
     nats = await startNats();
-    const shared = {
-      ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
-      SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_AGENT_SANDBOX: 'off', SVC_BLOB_DIR: path.join(tempDir(), 'blobs'),
-    };
-    placement = await servePlatform(shared);
-    replica = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
+    ({ placement, replica } = await serveReplicaPair(database, nats.env, { SVC_AGENT_SANDBOX: 'off' }));
     ({ token, apiKey } = await placement.credentials(['invoke_function', 'list_functions']));
     const api = (method: string, target: string, body?: unknown) => request(placement.url, method, target, { host: 'api.localhost', bearer: token, body });
     const fn = (await api('POST', '/v2/svc/functions', {

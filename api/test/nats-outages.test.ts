@@ -8,7 +8,6 @@
 // Retry-After while the cluster elected new leaders), none runs twice, and a version deployed after the
 // kill is served by both. How long the replicas took to answer synchronously again is printed.
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -17,8 +16,7 @@ import { createDatabase, postgresAvailable, tempDir, type TestDatabase } from '.
 import { echoBody } from './helpers/fixtures.ts';
 import { request } from './helpers/http.ts';
 import { natsServerAvailable, startNats, startNatsCluster, type TestNats, type TestNatsCluster } from './helpers/nats.ts';
-import { TEST_CATALOG } from './helpers/platform.ts';
-import { servePlatform, type ServedPlatform } from './helpers/served.ts';
+import { serveReplicaPair } from './helpers/served.ts';
 import { until } from './helpers/wait.ts';
 
 const ready = (await postgresAvailable()) && natsServerAvailable();
@@ -27,12 +25,7 @@ type Deployed = { functionId: string; versionId: string; runs(): string[] };
 
 /** A placement replica and a second one on `natsEnv`, with what the tests ask of them. */
 async function replicaPair(database: TestDatabase, natsEnv: Record<string, string>) {
-  const shared = {
-    ...natsEnv, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
-    SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_BLOB_DIR: path.join(tempDir(), 'blobs'),
-  };
-  const placement: ServedPlatform = await servePlatform(shared);
-  const replica: ServedPlatform = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
+  const { placement, replica } = await serveReplicaPair(database, natsEnv);
   const urls = [placement.url, replica.url];
   const { token, apiKey } = await placement.credentials(['invoke_function', 'list_functions', 'deploy_function', 'register_function']);
   const api = (method: string, url: string, body?: unknown) => request(placement.url, method, url, { host: 'api.localhost', bearer: token, body });

@@ -4,7 +4,7 @@
 // of 5-S together: 5 pass in the window, every other request gets 429 with Retry-After. Their owners'
 // numbers (control/stats) add up what both replicas answered, asked of either.
 import assert from 'node:assert/strict';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { Pool } from 'undici';
@@ -16,8 +16,7 @@ import { createDatabase, postgresAvailable, type TestDatabase } from './helpers/
 import { echoBody } from './helpers/fixtures.ts';
 import { request } from './helpers/http.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
-import { TEST_CATALOG } from './helpers/platform.ts';
-import { servePlatform, type ServedPlatform } from './helpers/served.ts';
+import { serveReplicaPair, type ServedPlatform } from './helpers/served.ts';
 import { until } from './helpers/wait.ts';
 
 const [fivePerSecond] = parseRates('5-S');
@@ -103,14 +102,8 @@ describe('two API replicas: one rate limit, one set of numbers', { skip: !ready 
   before(async () => {
     database = await createDatabase('postgres');
     nats = await startNats();
-    const shared = {
-      ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
-      SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_STATS_INTERVAL_SECONDS: '1',
-      // No STUN/TURN: its default port (3478) is not for tests, and none of this needs it.
-      SVC_TURN_SERVER: 'none',
-    };
-    placement = await servePlatform(shared);
-    replica = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
+    // No STUN/TURN: its default port (3478) is not for tests, and none of this needs it.
+    ({ placement, replica } = await serveReplicaPair(database, nats.env, { SVC_STATS_INTERVAL_SECONDS: '1', SVC_TURN_SERVER: 'none' }));
     ({ token, apiKey } = await placement.credentials(['invoke_function', 'list_functions']));
     const api = (method: string, path: string, body?: unknown) => request(placement.url, method, path, { host: 'api.localhost', bearer: token, body });
     fn = (await api('POST', '/v2/svc/functions', echoBody({

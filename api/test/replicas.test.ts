@@ -7,7 +7,6 @@
 // the other answers synchronously again within moments (the stall is printed) and the 202s it held end 200,
 // but those it was sending to the instance when it died (a 502: their answer died with it).
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -20,8 +19,7 @@ import { createDatabase, postgresAvailable, tempDir, type TestDatabase } from '.
 import { echoBody } from './helpers/fixtures.ts';
 import { request } from './helpers/http.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
-import { TEST_CATALOG } from './helpers/platform.ts';
-import { servePlatform, type ServedPlatform } from './helpers/served.ts';
+import { serveReplicaPair, type ServedPlatform } from './helpers/served.ts';
 import { until } from './helpers/wait.ts';
 
 const ready = (await postgresAvailable()) && natsServerAvailable();
@@ -77,15 +75,8 @@ describe('two API replicas on PostgreSQL and NATS JetStream', { skip: !ready }, 
   before(async () => {
     database = await createDatabase('postgres');
     nats = await startNats();
-    const shared = {
-      ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
-      SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn',
-      // Replicas keep assets and large results in one blob store: a directory they share.
-      SVC_BLOB_DIR: path.join(tempDir(), 'blobs'),
-    };
-    placement = await servePlatform(shared);
-    // At info its log names its replica id (the head test needs it).
-    replica = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false', SVC_LOG_LEVEL: 'info' }, { replica: true });
+    // At info the second's log names its replica id (the head test needs it).
+    ({ placement, replica } = await serveReplicaPair(database, nats.env, {}, { SVC_LOG_LEVEL: 'info' }));
     const credentials = await placement.credentials(['invoke_function', 'list_functions', 'queue_details']);
     apiKey = credentials.apiKey;
     const api = (method: string, url: string, body?: unknown) => request(placement.url, method, url, { host: 'api.localhost', bearer: credentials.token, body });

@@ -6,15 +6,14 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { createDatabase, postgresAvailable, tempDir, type TestDatabase } from './helpers/databases.ts';
+import { createDatabase, postgresAvailable, type TestDatabase } from './helpers/databases.ts';
 import { localSpec, streamingBody } from './helpers/fixtures.ts';
 import { request } from './helpers/http.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
-import { TEST_CATALOG } from './helpers/platform.ts';
-import { servePlatform, type ServedPlatform } from './helpers/served.ts';
+import { serveReplicaPair, type ServedPlatform } from './helpers/served.ts';
 import { boundMs, until } from './helpers/wait.ts';
 
 const hasFfmpeg = (() => {
@@ -43,12 +42,7 @@ describe('streaming sessions listed by the replica that does not broker them', {
   before(async () => {
     database = await createDatabase('postgres');
     nats = await startNats();
-    const shared = {
-      ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
-      SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_AGENT_SANDBOX: 'off', SVC_BLOB_DIR: path.join(tempDir(), 'blobs'),
-    };
-    placement = await servePlatform(shared);
-    replica = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
+    ({ placement, replica } = await serveReplicaPair(database, nats.env, { SVC_AGENT_SANDBOX: 'off' }));
     ({ token, apiKey } = await placement.credentials(['invoke_function', 'list_functions']));
     fn = (await on(placement, 'POST', '/v2/svc/functions', {
       body: streamingBody({ name: 'replicated-stream', containerEnvironment: [{ key: 'STREAMING_VIDEO_SIZE', value: '320x180' }] }),

@@ -2,7 +2,6 @@
 // (behind a load balancer, most do), while a request that replica sent runs on the version's instance.
 // The request still ends 200 with the instance's answer, and the instance stops once it has.
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -10,8 +9,7 @@ import { createDatabase, postgresAvailable, tempDir, type TestDatabase } from '.
 import { echoBody } from './helpers/fixtures.ts';
 import { request } from './helpers/http.ts';
 import { natsServerAvailable, startNats, type TestNats } from './helpers/nats.ts';
-import { TEST_CATALOG } from './helpers/platform.ts';
-import { servePlatform, type ServedPlatform } from './helpers/served.ts';
+import { serveReplicaPair, type ServedPlatform } from './helpers/served.ts';
 import { until } from './helpers/wait.ts';
 
 const ready = (await postgresAvailable()) && natsServerAvailable();
@@ -28,12 +26,7 @@ describe('a graceful undeploy through a replica that does not run placement', { 
   before(async () => {
     database = await createDatabase('postgres');
     nats = await startNats();
-    const shared = {
-      ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
-      SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn',
-    };
-    placement = await servePlatform(shared);
-    replica = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, { replica: true });
+    ({ placement, replica } = await serveReplicaPair(database, nats.env));
     ({ token, apiKey } = await placement.credentials(['invoke_function', 'list_functions']));
   });
 

@@ -1,12 +1,15 @@
 // Runs `svc serve` as its own process (benchmarks, and tests that kill the platform): the load
 // generator and the platform do not share an event loop, and a kill -9 is a real one.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../src/control/keys/signing.ts';
+import { tempDir, type TestDatabase } from './databases.ts';
 import { request } from './http.ts';
+import { TEST_CATALOG } from './platform.ts';
 
 const svcBin = path.resolve(import.meta.dirname, '../../bin/svc.js');
 
@@ -117,4 +120,19 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeO
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Two `svc serve` replicas of one installation on PostgreSQL (`database`) and NATS (`natsEnv`), sharing a
+ * secrets key and a blob store: `placement` runs placement and the local cluster, `replica` only the API.
+ * `env` goes to both, `replicaEnv` to the second only.
+ */
+export async function serveReplicaPair(database: TestDatabase, natsEnv: Record<string, string>, env: NodeJS.ProcessEnv = {}, replicaEnv: NodeJS.ProcessEnv = {}) {
+  const shared = {
+    ...natsEnv, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64'),
+    SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_BLOB_DIR: path.join(tempDir(), 'blobs'), ...env,
+  };
+  const placement = await servePlatform(shared);
+  const replica = await servePlatform({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false', ...replicaEnv }, { replica: true });
+  return { placement, replica };
 }
