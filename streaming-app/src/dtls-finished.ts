@@ -24,17 +24,17 @@ export function renumberFinished(socket: DtlsSocket, log: Logger): void {
   const { cipher, dtls, transport } = socket;
   const encrypt = cipher.encryptPacket.bind(cipher);
   const send = transport.send;
-  let finished: { packet: Parameters<typeof encrypt>[0]; plaintext: Buffer; record?: Buffer } | undefined;
+  let finished: { packet: Parameters<typeof encrypt>[0]; plaintext: Buffer; sent: boolean } | undefined;
   cipher.encryptPacket = (packet) => {
     const { contentType, epoch } = packet.recordLayerHeader;
     // The only encrypted handshake record a DTLS 1.2 client sends is its Finished.
-    if (contentType === HANDSHAKE && epoch === 1) finished = { packet, plaintext: Buffer.from(packet.fragment) };
+    if (contentType === HANDSHAKE && epoch === 1) finished = { packet, plaintext: Buffer.from(packet.fragment), sent: false };
     return encrypt(packet);
   };
   const renumbering: typeof send = (buf, addr) => {
     if (!finished || !isFinished(buf)) return send(buf, addr);
-    if (!finished.record) {
-      finished.record = buf;
+    if (!finished.sent) {
+      finished.sent = true;
       return send(buf, addr);
     }
     const { packet, plaintext } = finished;

@@ -109,20 +109,23 @@ export class QueueStreams {
   /** The stream's head consumer, made by whichever replica gets here first. */
   async #headConsumer(stream: string) {
     for (let tries = 1; ; tries++) {
-      const added = await this.#jsm.consumers.add(stream, HEAD_CONSUMER).then(() => true, (error: unknown) => {
+      try {
+        await this.#jsm.consumers.add(stream, HEAD_CONSUMER);
+        return;
+      } catch (error) {
         if (tries === 3) throw error;
-        return false;
-      });
-      if (added) return;
+      }
       // It is there (a stream made before the head lock has it at max_ack_pending 1: raised in place), or a
       // head's reset deleted it between the two calls (resetHead): then it is made again.
-      const updated = await this.#jsm.consumers.update(stream, 'head', { max_ack_pending: HEAD_WINDOW }).then(() => true, (error: Error) => {
-        if (!/consumer not found/i.test(error.message)) throw error;
-        return false;
-      });
-      if (updated) return;
+      try {
+        await this.#jsm.consumers.update(stream, 'head', { max_ack_pending: HEAD_WINDOW });
+        return;
+      } catch (error) {
+        if (!/consumer not found/i.test((error as Error).message)) throw error;
+      }
     }
   }
+
 }
 
 /**
