@@ -283,7 +283,9 @@ describe(WHAT, { skip }, () => {
       body: { expires_at: new Date(Date.now() + 3_600_000).toISOString(), authorizations: { policies: [{ scopes: ['invoke_function'] }] } },
     })).body.value;
     for (const replica of replicas) {
-      const invoked = await api(replica, 'POST', `/v2/svc/pexec/functions/${id}`, { bearer: key, body: { through: replica.pod } });
+      // A replica that has not yet seen the instance ready (over NATS) holds the request until it has: a
+      // loaded machine takes longer than the default poll window for that.
+      const invoked = await api(replica, 'POST', `/v2/svc/pexec/functions/${id}`, { bearer: key, body: { through: replica.pod }, headers: { 'svc-poll-seconds': '60' } });
       assert.equal(invoked.status, 200, `${replica.pod}: ${invoked.text}`);
       assert.deepEqual(invoked.body.echo, { through: replica.pod });
     }
