@@ -41,6 +41,11 @@ const DEPTH_REFRESH_MS = 1_000;
 const ACTIVE_MS = 5_000;
 /** A ticket of this replica waiting this long sends it to see whether the head's holder still answers. */
 const HEAD_CHECK_MS = 300;
+/**
+ * A ticket of this replica waiting this long tells the head's holder, which pulls afresh if it has had
+ * nothing to grant for as long (queue-head.ts, `stalled`).
+ */
+const STALLED_MS = 1_000;
 
 export interface JetStreamQueueOptions {
   nats: NatsServer;
@@ -283,6 +288,7 @@ export class JetStreamQueue implements SharedQueue {
     this.#subscriptions.push(
       this.#nc.subscribe(this.#names.replica(this.replicaId, 'grant'), { callback: (_error, msg) => void this.#grants.received(msg) }),
       this.#nc.subscribe(this.#names.replica(this.replicaId, 'ping'), { callback: (_error, msg) => void msg.respond('ok') }),
+      this.#nc.subscribe(this.#names.replica(this.replicaId, 'stalled'), { callback: (_error, msg) => this.#heads.get(msg.string())?.stalled(STALLED_MS) }),
       this.#nc.subscribe(this.#names.headLeaderElected, { callback: (_error, msg) => this.#headMoved(msg.subject) }),
     );
     // Heads first: a head loop started by a ready entry then knows the holder.
@@ -292,7 +298,8 @@ export class JetStreamQueue implements SharedQueue {
       const instances = this.#readySet.opened(entry.key, entry.string());
       if (instances) this.#announce(entry.key, instances);
     });
-    await this.#follow('slots', () => this.#kvs.slots.watch({ include: KvWatchInclude.UpdatesOnly }), (entry) => {
+    // Opened again, it shows the entries as they are: changes made while it was closed were not seen.
+    await this.#follow('slots', (again) => this.#kvs.slots.watch({ include: again ? KvWatchInclude.LastValue : KvWatchInclude.UpdatesOnly }), (entry) => {
       this.#activity.set(entry.key, Date.now());
       this.#leases.changed(entry.key, entry);
     });
@@ -322,8 +329,8 @@ export class JetStreamQueue implements SharedQueue {
   }
 
   /** Follows a bucket for as long as the queue runs: a watch that ends is opened again, showing what is there. */
-  async #follow(bucket: string, open: () => Promise<Watch>, seen: (entry: KvEntry) => void) {
-    let watch = await open();
+  async #follow(bucket: string, open: (again: boolean) => Promise<Watch>, seen: (entry: KvEntry) => void) {
+    let watch = await open(false);
     void (async () => {
       for (;;) {
         this.#watches.add(watch);
@@ -342,10 +349,10 @@ export class JetStreamQueue implements SharedQueue {
   }
 
   /** A watch opened again once the server lets it (a cluster may be electing the bucket's leader); none once closed. */
-  async #reopen(open: () => Promise<Watch>): Promise<Watch | undefined> {
+  async #reopen(open: (again: boolean) => Promise<Watch>): Promise<Watch | undefined> {
     for (let pause = 0; !this.#closed; pause = 250) {
       await new Promise((resolve) => setTimeout(resolve, pause));
-      const opened = await open().catch(() => undefined);
+      const opened = await open(true).catch(() => undefined);
       if (opened) return opened;
     }
     return undefined;
@@ -412,7 +419,8 @@ export class JetStreamQueue implements SharedQueue {
 
   /**
    * While tickets of this replica wait for the version, its head loop looks again each HEAD_CHECK_MS
-   * that one has waited that long (the holder may be gone). One timer per version, only while waiting.
+   * that one has waited that long (the holder may be gone), and from STALLED_MS on the holder is told
+   * (its pull may be lost). One timer per version, only while waiting.
    */
   #checkHead(versionId: string, looked = false) {
     const oldest = this.#tickets.oldest(versionId);
@@ -421,10 +429,22 @@ export class JetStreamQueue implements SharedQueue {
       this.#headChecks.delete(versionId);
       const waitedLong = this.#tickets.has(versionId, HEAD_CHECK_MS);
       if (waitedLong) this.#heads.get(versionId)?.wake();
+      if (this.#tickets.has(versionId, STALLED_MS)) this.#tellHolder(versionId);
       this.#checkHead(versionId, waitedLong);
     }, looked ? HEAD_CHECK_MS : Math.max(10, oldest + HEAD_CHECK_MS - Date.now()));
     timer.unref();
     this.#headChecks.set(versionId, timer);
+  }
+
+  /**
+   * A ticket has waited long while the head's holder answers: a pull made while the cluster was electing
+   * the head consumer's leader can stay unanswered until it expires (30 s), and neither end would know.
+   */
+  #tellHolder(versionId: string) {
+    // This replica may hold the head without knowing it from the watch (being opened again after a failover).
+    this.#heads.get(versionId)?.stalled(STALLED_MS);
+    const holder = this.#headEntries.get(versionId)?.holder;
+    if (holder && holder !== this.replicaId) this.#nc.publish(this.#names.replica(holder, 'stalled'), versionId);
   }
 
   /** The grant a request runs with here: its slot lease goes back when it is done; a failed instance is benched. */

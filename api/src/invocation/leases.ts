@@ -29,6 +29,8 @@ export interface Lease {
 
 /** Spare slots a replica keeps at most. */
 const SPARE_MAX = 32;
+/** A record whose write failed is written again after this long. */
+const REWRITE_MS = 500;
 
 export class SlotLeases {
   readonly #kv: KV;
@@ -47,6 +49,8 @@ export class SlotLeases {
   /** Versions deleted: nothing is written for them until they have instances again. */
   readonly #retired = new Set<string>();
   readonly #isGone: (replica: string) => Promise<boolean>;
+  /** Versions whose record is written again after a failed write. */
+  readonly #rewrites = new Map<string, NodeJS.Timeout>();
 
   /** `isGone` asks whether a replica no longer answers (only while its record keeps a take from a slot). */
   constructor(kv: KV, replica: string, isGone: (replica: string) => Promise<boolean> = async () => false) {
@@ -84,7 +88,8 @@ export class SlotLeases {
       if (taken.length) return taken;
       // No room: a replica that died may still be counted for slots it no longer uses.
       if (await this.#foundGone(versionId)) continue;
-      await this.#nextChange(versionId, 1000);
+      // No change seen for a while: the watch may be down (a NATS failover), so the entry is read again.
+      if (!await this.#nextChange(versionId, 1000)) this.#entries.delete(versionId);
     }
     return undefined;
   }
@@ -178,6 +183,7 @@ export class SlotLeases {
 
   close() {
     clearInterval(this.#renewer);
+    for (const timer of this.#rewrites.values()) clearTimeout(timer);
     for (const versionId of [...this.#changed.keys()]) this.changed(versionId);
   }
 
@@ -241,6 +247,20 @@ export class SlotLeases {
     return taken;
   }
 
+  /**
+   * A write failed (a NATS failover): the record may still count slots given back here, or spare ones
+   * others wait for, and nothing else would rewrite it before it expires (LEASE_MS). Written again soon.
+   */
+  #rewriteLater(versionId: string) {
+    if (this.#rewrites.has(versionId)) return;
+    const timer = setTimeout(() => {
+      this.#rewrites.delete(versionId);
+      this.#writeSoon(versionId);
+    }, REWRITE_MS);
+    timer.unref();
+    this.#rewrites.set(versionId, timer);
+  }
+
   /** The record written with the next batch, nobody waiting on it: a failed write is made good by the next. */
   #writeSoon(versionId: string) {
     void this.#publish(versionId).catch(() => {});
@@ -270,6 +290,7 @@ export class SlotLeases {
           batch.forEach((take, i) => take.done(outcomes[i]));
         } catch (error) {
           for (const take of batch) take.done([], error);
+          this.#rewriteLater(versionId);
         }
       }
     } finally {
@@ -359,14 +380,15 @@ export class SlotLeases {
     }
   }
 
-  #nextChange(versionId: string, ms: number): Promise<void> {
+  /** True when the version's entry changed within `ms`. */
+  #nextChange(versionId: string, ms: number): Promise<boolean> {
     return new Promise((resolve) => {
-      const timer = setTimeout(resolve, ms);
+      const timer = setTimeout(() => resolve(false), ms);
       let waiters = this.#changed.get(versionId);
       if (!waiters) this.#changed.set(versionId, waiters = new Set());
       waiters.add(() => {
         clearTimeout(timer);
-        resolve();
+        resolve(true);
       });
     });
   }

@@ -50,6 +50,8 @@ export class VersionHead {
   #held: JsMsg[] | undefined;
   /** The next hold starts with the head consumer made anew (pullAgain). */
   #pullFresh = false;
+  /** Since when the holder has had no ticket to grant (undefined: it has some, or does not hold the head). */
+  #emptySince: number | undefined;
 
   constructor(versionId: string, context: HeadContext) {
     this.#versionId = versionId;
@@ -86,6 +88,14 @@ export class VersionHead {
     if (!this.#held) return;
     this.#pullFresh = true;
     this.#interrupt?.();
+  }
+
+  /**
+   * A ticket has waited `ms` for the head: if this holder has had nothing to grant for as long, its pull
+   * was lost (made while the cluster elected the consumer's leader) and is made again.
+   */
+  stalled(ms: number) {
+    if (this.#emptySince !== undefined && Date.now() - this.#emptySince >= ms) this.pullAgain();
   }
 
   /** Stops trying for the head (tickets held go back to the stream); resolves once the loop ended. */
@@ -147,6 +157,7 @@ export class VersionHead {
     const tickets = await consumer.consume({ max_messages: HEAD_WINDOW });
     const held: JsMsg[] = [];
     this.#held = held;
+    this.#emptySince = Date.now();
     let arrived = () => {};
     let ended = false;
     const stop = () => {
@@ -160,6 +171,7 @@ export class VersionHead {
     const pulling = (async () => {
       for await (const msg of tickets) {
         held.push(msg);
+        this.#emptySince = undefined;
         arrived();
       }
       ended = true;
@@ -180,6 +192,7 @@ export class VersionHead {
     } finally {
       leases.wait(versionId, false);
       this.#held = undefined;
+      this.#emptySince = undefined;
       this.#interrupt = undefined;
       clearInterval(keepAlive);
       await pulling;
@@ -204,6 +217,7 @@ export class VersionHead {
       if (tickets[index].success) msg.ack();
       else msg.term('not a ticket');
     }
+    if (!held.length) this.#emptySince = Date.now();
     this.#context.took(versionId, tickets.length);
   }
 }
