@@ -358,9 +358,20 @@ describe('/metrics: open on loopback only; off loopback it wants a bearer, gener
     }
   });
 
-  test('svc serve off loopback says that /metrics wants a bearer, and never prints the bearer (its output is a log)', async () => {
+  test('svc serve off loopback says that /metrics wants a bearer, and prints neither the bearer nor the bootstrap secret (its output is a log)', async () => {
     const served = await servePlatform({ SVC_HOST: '0.0.0.0' });
     try {
+      // servePlatform read the secret with `svc bootstrap secret`; it is not in the output, and it works.
+      const banner = readFileSync(path.join(served.dataDir, 'output.log'), 'utf8');
+      assert.match(served.bootstrapSecret, /^svcboot-/);
+      assert.ok(!banner.includes(served.bootstrapSecret), 'the bootstrap secret is not in the output');
+      assert.match(banner, /Bootstrap secret: unused, works once until \S+; .* bootstrap secret prints it/);
+      const minted = await request(served.url, 'POST', '/v1/admin/keys', { host: 'api-keys.localhost', bearer: served.bootstrapSecret, body: {} });
+      assert.equal(minted.status, 200);
+      const spent = await run(process.execPath, [path.resolve(import.meta.dirname, '../bin/svc.js'), 'bootstrap', 'secret'], {
+        env: { ...process.env, SVC_DATA_DIR: served.dataDir, SVC_CONFIG: '' },
+      }).then(() => undefined, (error: { stderr: string }) => error.stderr);
+      assert.match(spent ?? '', /no bootstrap secret works: it was used or has expired/);
       const printed = await run(process.execPath, [path.resolve(import.meta.dirname, '../bin/svc.js'), 'metrics', 'token'], {
         env: { ...process.env, SVC_DATA_DIR: served.dataDir, SVC_CONFIG: '' },
       });

@@ -6,6 +6,7 @@ import type { Config } from '../config.ts';
 import { createLogger } from '../logger.ts';
 import { startPlatform, type Platform } from '../main.ts';
 import { isolationLine } from '../compute/worker.ts';
+import { isLoopbackHost } from '../http/host.ts';
 import { startDemoProxy, type DemoProxy } from './demo-proxy.ts';
 import { SVC_COMMAND } from './svc-command.ts';
 import { untilStopped } from './stopped.ts';
@@ -22,13 +23,15 @@ export async function serve(config: Config, options: { samples: boolean; env: No
     await platform.close();
     throw error;
   }) : undefined;
-  console.log(banner(platform, proxy, components));
+  // Off loopback, output that is no terminal is a log (a pod's, a journal) that others read.
+  const readPrivately = isLoopbackHost(config.gateway.host) || process.stdout.isTTY === true;
+  console.log(banner(platform, proxy, components, readPrivately));
   await untilStopped();
   await proxy?.stop();
   await platform.close();
 }
 
-function banner(platform: Platform, proxy: DemoProxy | undefined, components: StreamingComponents): string {
+function banner(platform: Platform, proxy: DemoProxy | undefined, components: StreamingComponents, readPrivately: boolean): string {
   const lines = [
     'svc is running',
     `  API            ${platform.url}   (Host ${platform.hosts.api})`,
@@ -52,9 +55,11 @@ function banner(platform: Platform, proxy: DemoProxy | undefined, components: St
       ? `  Streaming demo: open ${proxy.url}  (self-signed certificate: accept it; no user login in this demo)`
       : '  Streaming demo: not started, no video encoder (see below)', ...components.lines);
   }
-  if (platform.bootstrapSecret) {
+  if (platform.bootstrapSecret && readPrivately) {
     lines.push('', `  Bootstrap secret (mints the first management token; works once): ${platform.bootstrapSecret}   until ${platform.bootstrapExpiresAt}`,
       `  Next: ${SVC_COMMAND} init --secret ${platform.bootstrapSecret}`);
+  } else if (platform.bootstrapSecret) {
+    lines.push('', `  Bootstrap secret: unused, works once until ${platform.bootstrapExpiresAt}; ${SVC_COMMAND} bootstrap secret prints it (with the store's settings)`);
   }
   return lines.join('\n');
 }

@@ -1,17 +1,19 @@
 // Runs `svc serve` as its own process (benchmarks, and tests that kill the platform): the load
 // generator and the platform do not share an event loop, and a kill -9 is a real one.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
 import { ADMIN_ISSUER, loadAdminKey, signJwt } from '../../src/control/keys/signing.ts';
 import { tempDir, type TestDatabase } from './databases.ts';
 import { request } from './http.ts';
 import { TEST_CATALOG } from './platform.ts';
 
 const svcBin = path.resolve(import.meta.dirname, '../../bin/svc.js');
+const execFileAsync = promisify(execFile);
 
 export interface ServedPlatform {
   url: string;
@@ -80,7 +82,12 @@ export async function servePlatform(env: NodeJS.ProcessEnv = {}, options: ServeO
   }
 
   const first = await start(Number(env.SVC_PORT ?? 0));
-  if (!first.secret && !options.replica) throw new Error('svc serve printed no bootstrap secret: is the data directory new?');
+  // Off loopback the banner does not print it: `svc bootstrap secret` does, as an operator would ask.
+  if (!first.secret && !options.replica) {
+    const printed = await execFileAsync(process.execPath, [svcBin, 'bootstrap', 'secret'], { env: { ...process.env, ...env, SVC_DATA_DIR: dataDir } });
+    first.secret = /^(svcboot-\S+)/.exec(printed.stdout)?.[1];
+  }
+  if (!first.secret && !options.replica) throw new Error('svc serve made no bootstrap secret: is the data directory new?');
   let child = first.child;
   const port = Number(new URL(first.url).port);
   const adminToken = async () => {

@@ -4,7 +4,9 @@ import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { loadConfig } from '../../config.ts';
 import { createSettingsRepo } from '../../control/installation/repo.ts';
-import { loadSecretBox, sealedSecret } from '../../control/installation/service.ts';
+import { loadSecretBox, sealedSecret, unusedBootstrapSecret } from '../../control/installation/service.ts';
+import type { SettingsRepo } from '../../control/installation/repo.ts';
+import type { SecretBox } from '../../store/encryption.ts';
 import { openDatabase } from '../../database.ts';
 import { accountListResponse, accountResponse } from '../../control/accounts/schema.ts';
 import { keySchema } from '../../control/keys/schema.ts';
@@ -122,19 +124,27 @@ const metricsToken: Command = {
   summary: 'Print the bearer GET /metrics wants (metrics.token, or the one generated for a gateway off loopback)',
   async run({ env, print }) {
     const config = loadConfig(env);
-    const token = config.metrics.token ?? await generatedMetricsToken(config);
+    const token = config.metrics.token ?? await withSealedSettings(config, (settings, box) => sealedSecret(settings, box, 'metrics.token'));
     if (!token) throw new CliError('no /metrics token: none is configured (SVC_METRICS_TOKEN) and none was generated (the gateway listened on loopback only)');
     print(token, { token });
   },
 };
 
-/** Reads the sealed token from the store, with the secrets key (on the platform's host, as its operator). */
-async function generatedMetricsToken(config: ReturnType<typeof loadConfig>): Promise<string | undefined> {
+const bootstrapSecret: Command = {
+  summary: 'Print the bootstrap secret while it works (unused, under 24 h old); `svc serve` off loopback does not',
+  async run({ env, print }) {
+    const unused = await withSealedSettings(loadConfig(env), (settings, box) => unusedBootstrapSecret(settings, box, new Date()));
+    if (!unused) throw new CliError('no bootstrap secret works: it was used or has expired (docs/security.md says how to make a new one)');
+    print(`${unused.secret}   until ${unused.expiresAt}`, unused);
+  },
+};
+
+/** Reads sealed settings from the store, with the secrets key (on the platform's host, as its operator). */
+async function withSealedSettings<T>(config: ReturnType<typeof loadConfig>, read: (settings: SettingsRepo, box: SecretBox) => Promise<T>): Promise<T> {
   const store = await openDatabase(config.store);
   try {
     const settings = createSettingsRepo(store.db);
-    const box = await loadSecretBox(settings, { ...config.secrets, dataDir: config.store.dataDir, now: new Date().toISOString() });
-    return await sealedSecret(settings, box, 'metrics.token');
+    return await read(settings, await loadSecretBox(settings, { ...config.secrets, dataDir: config.store.dataDir, now: new Date().toISOString() }));
   } finally {
     await store.close();
   }
@@ -247,6 +257,7 @@ export const foundationCommands: Record<string, Command> = {
   'api-key generate': generateKey,
   'admin token': adminToken,
   'metrics token': metricsToken,
+  'bootstrap secret': bootstrapSecret,
   'account get': accountGet,
   'account list': accountList,
   'account create': accountCreate,

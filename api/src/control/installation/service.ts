@@ -100,6 +100,14 @@ export async function loadBootstrapSecret(settings: SettingsRepo, box: SecretBox
   };
 }
 
+/** The bootstrap secret while it works, read without making one (`svc bootstrap secret`). */
+export async function unusedBootstrapSecret(settings: SettingsRepo, box: SecretBox, now: Date): Promise<{ secret: string; expiresAt: string } | undefined> {
+  const sealed = await settings.get(BOOTSTRAP);
+  if (sealed === undefined) return undefined;
+  const { secret, expiresAt } = unsealSetting(box, bootstrapSchema, BOOTSTRAP, sealed);
+  return secret !== undefined && Date.parse(expiresAt) > now.getTime() ? { secret, expiresAt } : undefined;
+}
+
 const LOCAL_CLUSTER = 'installation.local_cluster';
 const localClusterSchema = z.object({ clusterId: z.string(), agentCredential: z.string() });
 
