@@ -1,5 +1,6 @@
 // The platform's database: the foundation's tables and migrations (store/) with those of the planes that
-// keep tables of their own (tasks, autoscaler, assets, telemetries, function stats, the placement lease). Every role opens the store through here, so each one
+// keep tables of their own (tasks, autoscaler, assets, telemetries, function stats, the placement lease,
+// streaming sessions kept for a take-over). Every role opens the store through here, so each one
 // migrates to the same history.
 import { autoscalerMigration } from './autoscaler/migration.ts';
 import { assetsMigration } from './control/assets/migration.ts';
@@ -9,6 +10,7 @@ import { statsMigration } from './control/stats/migration.ts';
 import { tasksMigration } from './control/tasks/migration.ts';
 import { telemetriesMigration } from './control/telemetries/migration.ts';
 import { foundationMigrations } from './store/migrations.ts';
+import { streamingSessionsMigration } from './streaming/session-records.ts';
 import { openStore, type Dialect, type Store, type StoreOptions } from './store/store.ts';
 
 export function platformMigrations(dialect: Dialect) {
@@ -18,6 +20,7 @@ export function platformMigrations(dialect: Dialect) {
     '0012_function_stats': statsMigration(),
     '0013_placement_lease': placementLeaseMigration(dialect),
     '0014_version_drains': versionDrainsMigration(),
+    '0015_streaming_sessions': streamingSessionsMigration(),
   };
 }
 

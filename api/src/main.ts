@@ -70,6 +70,7 @@ import { relayStaging, type StageAsk } from './invocation/stage-relay.ts';
 import { InvocationService } from './invocation/service.ts';
 import { createRateLimits } from './rate-limits/plane.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
+import { createSessionRecords, type StreamingSessionsDatabase } from './streaming/session-records.ts';
 import { sessionRoutes } from './streaming/routes.ts';
 import { createSessionListing } from './streaming/sessions.ts';
 import { relaySessionAsks } from './streaming/sessions-relay.ts';
@@ -282,7 +283,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...config.turn, secret: config.turn.secret ?? await ensureSealedSecret(settings, box, 'turn.secret', startedAt), runDir: path.join(config.store.dataDir, 'run'),
     }, log);
     closers.push(() => turn.close());
-    const streaming = createStreamingBroker({ verifier, functionsRepo, instances, turn, log, now, settings: config.streaming });
+    const streaming = createStreamingBroker({
+      verifier, functionsRepo, instances, turn, log, now, settings: config.streaming,
+      records: createSessionRecords(store.db.withTables<StreamingSessionsDatabase>(), log),
+    });
     instances.onReady((versionId, ready) => streaming.ready(versionId, ready));
     instances.keepSessions(streaming.inSession);
     metrics.watchLoad(() => streaming.load());
@@ -345,7 +349,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const hostRouted = hostRoutedRoute(invocation, invocationOptions);
     await invocation.recover();
     const placementRole = await startPlacement({
-      config, log, clusters, instances, tasks: taskPlane, hub: agentHub, sessionsOf: streaming.sessionsOf, election, links, beside: startLogFeed,
+      config, log, clusters, instances, tasks: taskPlane, hub: agentHub, sessionsOf: streaming.sessionsOf, broker: streaming, election, links, beside: startLogFeed,
       gatewayCa: config.gateway.tlsCert && readFileSync(config.gateway.tlsCert, 'utf8'),
     });
     const serveLean = leanServer({ ...appOptions, host: 'invocation' });

@@ -5,7 +5,8 @@
 // new deployment is placed. A write of the ended term is refused (the fence). SIGTERM of the new holder
 // hands the lease to the first replica, started again. The gaps are printed, not asserted. A streaming
 // session asked of the replica without the lease (sign-in, then its socket) is handed to the holder, whose
-// broker knows the ready streaming instance.
+// broker knows the ready streaming instance; after the holder's kill -9 that session resumes through the
+// new holder, whose broker carried it on from the store.
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -28,6 +29,15 @@ import { servePlatform, type ServedPlatform } from './helpers/served.ts';
 import { boundMs, until } from './helpers/wait.ts';
 
 const ready = (await postgresAvailable()) && natsServerAvailable();
+
+interface LiveSession {
+  ws: WebSocket;
+  /** The broker's session id (svc-reqid). */
+  sessionId: string;
+  headers: Record<string, string>;
+  /** The container's config: its resumeToken, and whether this socket resumed. */
+  config: { resumed: boolean; resumeToken: string };
+}
 const svcBin = path.resolve(import.meta.dirname, '../bin/svc.js');
 const health = { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT2S', expectedStatusCode: 200 };
 const SPEC = { gpu: 'L40S', instanceType: 'LOCAL.GPU.L40S_1x', clusters: ['elected'], minInstances: 1, maxInstances: 1 };
@@ -70,6 +80,25 @@ describe('placement elected among replicas', { skip: !ready }, () => {
     assert.equal(deployed.status, 200, deployed.text);
     return { id: fn.id, versionId: fn.versionId };
   }
+
+  /** A streaming session's socket opened through the replica at `url`, once the container sent its config; undefined when refused (ask again). */
+  const sessionSocket = (url: string, headers: Record<string, string>, hello: Record<string, unknown> = {}) => new Promise<LiveSession | undefined>((resolve, reject) => {
+    const port = new URL(url).port;
+    const ws = new WebSocket(`ws://127.0.0.1:${port}/sign_in?app=test`, { headers: { host: `api.localhost:${port}`, ...headers } });
+    let sessionId = '';
+    ws.once('upgrade', (response) => (sessionId = String(response.headers['svc-reqid'])));
+    ws.once('open', () => ws.send(JSON.stringify({ type: 'hello', protocol: 1, ...hello })));
+    ws.on('message', (data) => {
+      const message = JSON.parse(data.toString());
+      if (message.type === 'config') resolve({ ws, sessionId, headers, config: message });
+    });
+    ws.once('unexpected-response', (_req, response) => {
+      response.resume();
+      resolve(undefined); // an instance not yet ready, or a session being taken over: ask again
+    });
+    ws.once('error', reject);
+  });
+  let liveSession: LiveSession | undefined;
 
   /** When the agent's node was last granted its lease (a hello the holder answered), by the store. */
   const lastHello = async () => (await store.db.selectFrom('nodes').select(['updated_at', 'linked']).executeTakeFirst());
@@ -144,23 +173,9 @@ describe('placement elected among replicas', { skip: !ready }, () => {
     assert.equal((await signIn('DELETE', { 'svc-reqid': granted.body.sessionId })).status, 200);
 
     // The session's socket, opened on the replica without the lease, reaches the instance through the holder.
-    const port = new URL(second.url).port;
-    const config = await until('the instance\'s config over the handed-over socket', () => new Promise<any>((resolve, reject) => {
-      const ws = new WebSocket(`ws://127.0.0.1:${port}/sign_in?app=test`, { headers: { host: `api.localhost:${port}`, ...headers } });
-      ws.once('open', () => ws.send(JSON.stringify({ type: 'hello', protocol: 1 })));
-      ws.on('message', (data) => {
-        const message = JSON.parse(data.toString());
-        if (message.type !== 'config') return;
-        ws.close();
-        resolve(message);
-      });
-      ws.once('unexpected-response', (_req, response) => {
-        response.resume();
-        resolve(undefined); // the retired instance's replacement may not be ready yet: ask again
-      });
-      ws.once('error', reject);
-    }), boundMs(60_000));
-    assert.equal(config.resumed, false);
+    // It stays open: the next test kills the holder under it.
+    liveSession = await until('the instance\'s config over the handed-over socket', () => sessionSocket(second.url, headers), boundMs(60_000));
+    assert.equal(liveSession.config.resumed, false);
   });
 
   test('kill -9 of the holder: the other replica takes the lease, adopts the running instance, places a new deployment; the old term cannot write', async (t) => {
@@ -181,6 +196,15 @@ describe('placement elected among replicas', { skip: !ready }, () => {
     }, boundMs(30_000));
     const relinkedMs = Date.now() - killedAt;
     t.diagnostic(`kill -9 of the holder: lease taken after ${leaseMs} ms, the agent served again after ${relinkedMs} ms (lease 5000 ms; load ${os.loadavg()[0].toFixed(1)})`);
+
+    // The streaming session opened through the holder goes on: its browser comes back with its session id
+    // and the container's resume token, and the new holder's broker hands it to the same container.
+    const { sessionId, headers, config } = liveSession!;
+    const resumed = await until('the streaming session resumed through the new holder', () => sessionSocket(second.url, { ...headers, 'svc-reqid': sessionId }, { resumeToken: config.resumeToken, hasPeer: false }), boundMs(30_000));
+    assert.equal(resumed.config.resumed, true);
+    assert.equal(resumed.sessionId, sessionId);
+    t.diagnostic(`the streaming session resumed ${Date.now() - killedAt} ms after the kill`);
+    resumed.ws.close();
 
     assert.deepEqual(await runningIds(second.url, firstFn), [instanceId], 'the same instance, adopted');
     assert.equal(runningOnAgent().get(instanceId), pid, 'not restarted');

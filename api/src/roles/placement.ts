@@ -21,6 +21,7 @@ import { rejectUpgrade } from '../http/upgrade.ts';
 import type { ReplicaLink } from '../invocation/replica-signing.ts';
 import { serveStaging } from '../invocation/stage-relay.ts';
 import type { Logger } from '../logger.ts';
+import type { StreamingBroker } from '../streaming/broker.ts';
 import type { StreamingSession } from '../streaming/sessions.ts';
 import { serveSessionAsks } from '../streaming/sessions-relay.ts';
 
@@ -41,6 +42,8 @@ export interface PlacementParts {
   tasks: TasksPlane;
   hub: AgentHub;
   sessionsOf: (versionId: string) => StreamingSession[];
+  /** The streaming session broker: while placement runs here it carries on the sessions the one before started. */
+  broker: Pick<StreamingBroker, 'lead' | 'follow'>;
   /** With placement 'elected': the lease this replica competes for (its term fences the instance rows' writes: main.ts). */
   election?: PlacementElection;
   links?: ReplicaLinks;
@@ -74,6 +77,7 @@ function serveAsks(parts: PlacementParts): Subscription[] {
 export async function startPlacement(parts: PlacementParts): Promise<PlacementRole> {
   const { placement } = parts.config.compute;
   if (placement === 'elected') return startElected(parts);
+  if (placement) await parts.broker.lead();
   await parts.instances.start();
   await parts.tasks.start();
   const fixed = { listening: () => {}, sessionsElsewhere: () => undefined };
@@ -116,6 +120,8 @@ interface Term {
 function beginTerm(parts: PlacementParts, links: ReplicaLinks, epoch: number, prompted: string): { term: Term; ready: Promise<void> } {
   const { instances, tasks, hub, log } = parts;
   const started = (async () => {
+    // Before placement's first round reports the ready instances, which the sessions carried on hold.
+    await parts.broker.lead();
     await instances.lead();
     await tasks.start();
   })();
@@ -131,6 +137,7 @@ function beginTerm(parts: PlacementParts, links: ReplicaLinks, epoch: number, pr
       stopBeside();
       await tasks.stop();
       await instances.follow();
+      parts.broker.follow();
     },
   };
   const ready = started.then(() => {

@@ -9,6 +9,8 @@ import type { Session } from './session.ts';
 
 export interface ConnectionOptions extends ClientGoneOptions {
   instances: ReadyInstances;
+  /** A session's browser connected for the first time: the session has started. */
+  started(session: Session): void;
 }
 
 export function createConnections(options: ConnectionOptions) {
@@ -19,6 +21,7 @@ export function createConnections(options: ConnectionOptions) {
   function attach(session: Session, client: Duplex, resumed: boolean) {
     if (session.ended) return void client.destroy();
     session.connect(client);
+    if (!resumed) options.started(session);
     client.once('close', () => void clientGone(session, client));
     log.info({ sessionId: session.id, instanceId: session.instance!.instanceId, resumed }, 'streaming session connected');
   }

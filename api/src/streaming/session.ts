@@ -7,6 +7,7 @@
 //      │                          │                     └──── reconnect within the window ◄── detached
 //      └─ DELETE, not polled, waited too long      └─ no WebSocket within grantSeconds: instance to the next
 //
+// A session started under another broker (a take-over of placement) is carried on: waiting → detached.
 // Every state may end (→ ended). Each change is a method named for it; one the state does not allow is
 // refused (an Error: a caller out of step is a bug, not a case to handle). The session keeps its state's
 // clock and says which one ran out; what becomes of its instance then is the broker's to decide.
@@ -29,6 +30,8 @@ export interface SessionStart {
   functionId: string;
   /** The versions it may use, in order of preference. */
   candidates: Version[];
+  /** Epoch ms; now unless it joined under another broker. */
+  joinedAt?: number;
 }
 
 /** A waiting session nobody asked about for this long has left (its tab is gone). */
@@ -42,7 +45,7 @@ export class Session {
   readonly subject: SessionSubject;
   readonly functionId: string;
   readonly candidates: Version[];
-  readonly joinedAt = Date.now();
+  readonly joinedAt: number;
   #state: SessionState = 'waiting';
   #version: Version | undefined;
   #instance: ReadyInstance | undefined;
@@ -65,6 +68,7 @@ export class Session {
     this.subject = start.subject;
     this.functionId = start.functionId;
     this.candidates = start.candidates;
+    this.joinedAt = start.joinedAt ?? Date.now();
     this.#expired = expired;
   }
 
@@ -91,6 +95,11 @@ export class Session {
 
   get connectedOnce(): boolean {
     return this.#connectedAt !== undefined;
+  }
+
+  /** When its browser first connected (epoch ms). */
+  get connectedAt(): number | undefined {
+    return this.#connectedAt;
   }
 
   /** Its browser's socket while one is open. */
@@ -151,6 +160,21 @@ export class Session {
     this.#expect(['connected'], 'detach');
     if (this.#client) throw new Error(`session ${this.id} has its browser connected; only one without may detach`);
     this.#state = 'detached';
+    this.#detachedAt = Date.now();
+    this.resumeWithin(windowMs);
+  }
+
+  /**
+   * A session started under another broker (the previous holder of placement, or this replica before a
+   * restart): it holds `instance`, and its browser, cut off with that broker, has `windowMs` to come back.
+   */
+  carryOn(version: Version, instance: ReadyInstance, started: { grantedAt: number; connectedAt: number }, windowMs: number) {
+    this.#expect(['waiting'], 'be carried on');
+    this.#state = 'detached';
+    this.#version = version;
+    this.#instance = instance;
+    this.#grantedAt = started.grantedAt;
+    this.#connectedAt = started.connectedAt;
     this.#detachedAt = Date.now();
     this.resumeWithin(windowMs);
   }

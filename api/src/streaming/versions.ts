@@ -1,18 +1,21 @@
 // Which versions a new streaming session may use: the one it names, or any of the function's STREAMING
 // versions that take sessions now, for the caller's account only.
+import { z } from 'zod';
 import type { Principal } from '../domain/principal.ts';
 import { notFound, Problem } from '../domain/problem.ts';
 import { documentOf, type FunctionsRepo } from '../control/functions/repo.ts';
 import { takesSessions } from '../invocation/resolver.ts';
 
-export interface Version {
-  versionId: string;
+export const versionSchema = z.object({
+  versionId: z.string(),
   /** The function owner's account (metrics labels). */
-  ncaId: string;
-  name: string;
-  description?: string;
-  inferenceUrl: string;
-}
+  ncaId: z.string(),
+  name: z.string(),
+  description: z.string().optional(),
+  inferenceUrl: z.string(),
+});
+
+export type Version = z.infer<typeof versionSchema>;
 
 /** The versions in order of preference; 404, 400 or 503 saying why there is none. */
 export async function streamableVersions(

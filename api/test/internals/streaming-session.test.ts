@@ -168,3 +168,20 @@ test('ending a session answers its held polls', async (t) => {
   t.mock.timers.tick(ABANDON_MS * 2);
   assert.deepEqual(expired, [], 'an ended session is not abandoned');
 });
+
+test('a session started under another broker is carried on: detached on its instance, its browser may resume within the window, else unresumed', (t) => {
+  const { session, expired } = started(t);
+  t.mock.timers.tick(5000);
+  session.carryOn(version, instance, { grantedAt: 1000, connectedAt: 2000 }, 30_000);
+  assert.equal(session.state, 'detached');
+  assert.equal(session.connectedOnce, true);
+  assert.deepEqual(session.listed(0), {
+    sessionId: 's1', state: 'RESUMING', subject, joinedAt: new Date(0).toISOString(), instanceId: 'i1', versionId: 'v1',
+    grantedAt: new Date(1000).toISOString(), connectedAt: new Date(2000).toISOString(), resumeBy: new Date(35_000).toISOString(),
+  });
+  assert.throws(() => session.carryOn(version, instance, { grantedAt: 1000, connectedAt: 2000 }, 30_000), /only a waiting session may be carried on/);
+  t.mock.timers.tick(29_999);
+  assert.deepEqual(expired, []);
+  t.mock.timers.tick(1);
+  assert.deepEqual(expired, ['unresumed']);
+});
