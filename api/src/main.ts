@@ -12,7 +12,7 @@ import { createAccountsService } from './control/accounts/service.ts';
 import { healthRoutes } from './control/health/routes.ts';
 import { createHealthService } from './control/health/service.ts';
 import { createSettingsRepo } from './control/installation/repo.ts';
-import { ensureLocalCluster, ensureSealedSecret, loadBootstrapSecret, loadSecretBox } from './control/installation/service.ts';
+import { ensureLocalCluster, ensureSealedSecret, loadBootstrapSecret, loadSecretBox, type SealedSecretName } from './control/installation/service.ts';
 import { createNodesRepo } from './control/clusters/nodes.ts';
 import { createClustersRepo } from './control/clusters/repo.ts';
 import { clusterRoutes } from './control/clusters/routes.ts';
@@ -56,19 +56,9 @@ import { PlacementFence } from './control/placement/fence.ts';
 import { createLeaseRepo, PlacementElection } from './control/placement/lease.ts';
 import { InstancesService } from './control/instances/service.ts';
 import { createGateway, hostsOf } from './gateway/gateway.ts';
-import { Dispatcher } from './invocation/dispatcher.ts';
-import { JetStreamQueue } from './invocation/jetstream-queue.ts';
-import { LocalQueue } from './invocation/local-queue.ts';
-import { createInvocationsRepo } from './invocation/repo.ts';
-import { createVersionResolver } from './invocation/resolver.ts';
-import { DurableResults } from './invocation/results.ts';
 import { invocationHostHandler } from './invocation/host-routing.ts';
+import { createInvocationPlane } from './invocation/plane.ts';
 import { hostRoutedRoute, invocationRoutes, type InvocationObserver } from './invocation/routes.ts';
-import { LargeResults } from './invocation/large-results.ts';
-import { createReplicaSigner, type ReplicaSigner } from './invocation/replica-signing.ts';
-import { relayStaging, type StageAsk } from './invocation/stage-relay.ts';
-import { InvocationService } from './invocation/service.ts';
-import { createRateLimits } from './rate-limits/plane.ts';
 import { createStreamingBroker } from './streaming/broker.ts';
 import { createSessionRecords, type StreamingSessionsDatabase } from './streaming/session-records.ts';
 import { sessionRoutes } from './streaming/routes.ts';
@@ -91,7 +81,7 @@ import { createLogger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
 import { portInUse } from './process/ports.ts';
 import { openDatabase } from './database.ts';
-import { startPlacement, type ReplicaLinks } from './roles/placement.ts';
+import { startPlacement } from './roles/placement.ts';
 
 export interface Platform {
   /** http(s)://localhost:<port> */
@@ -138,6 +128,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const settings = createSettingsRepo(store.db);
     const startedAt = now().toISOString();
     const box = await loadSecretBox(settings, { ...config.secrets, dataDir: config.store.dataDir, now: startedAt });
+    const sealed = (name: SealedSecretName) => ensureSealedSecret(settings, box, name, startedAt);
 
     const accounts = createAccountsService(createAccountsRepo(store.db), now);
     const { account } = await accounts.ensureBootstrapAccount(config.api.accountBootstrap);
@@ -171,7 +162,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, accounts, now);
     const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
     const blobs = createLocalBlobStore(path.resolve(config.assets.dir ?? path.join(config.store.dataDir, 'blobs')));
-    const signer = createPathSigner(await ensureSealedSecret(settings, box, 'urls.signing_key', startedAt), () => now().getTime());
+    const signer = createPathSigner(await sealed('urls.signing_key'), () => now().getTime());
     const assets = createAssetsService({
       repo: createAssetsRepo(store.db.withTables<AssetsDatabase>()), blobs, signer, settings: config.assets, accounts, now,
     });
@@ -188,7 +179,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     if (telemetryExport) closers.push(() => telemetryExport.close());
     // Off loopback, /metrics (every account's ids) always wants a bearer: the configured one or one made here.
     const generatedMetricsToken = config.metrics.token || isLoopbackHost(config.gateway.host)
-      ? undefined : await ensureSealedSecret(settings, box, 'metrics.token', startedAt);
+      ? undefined : await sealed('metrics.token');
     const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
     const eventLoop = watchEventLoop(config.guard);
     closers.push(() => eventLoop.stop());
@@ -208,45 +199,17 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     functions.useInstances(instances.activeInstances);
     deployments.useHealthInfo(instances.activeInstances.healthInfo);
     deployments.onChange(() => void instances.reconcile());
-    const resolver = createVersionResolver(functionsRepo);
-    const { natsUrl, maxQueueDepth } = config.invocation;
-    // Every replica on this store has the key: what they tell each other over NATS is signed with it.
-    const replicas = natsUrl
-      ? { nats: { ...config.invocation, natsUrl }, signer: createReplicaSigner(await ensureSealedSecret(settings, box, 'replicas.signing_key', startedAt)) }
-      : undefined;
-    const queue = replicas
-      ? await JetStreamQueue.connect({ ...replicas, maxDepth: maxQueueDepth, log, adopt: (requestId) => invocation.adopt(requestId) })
-      : new LocalQueue({ maxDepth: maxQueueDepth });
-    const links: ReplicaLinks | undefined = replicas && queue instanceof JetStreamQueue ? replicaLinksOf(queue, replicas.signer) : undefined;
-    if (queue instanceof JetStreamQueue) instances.countingRunning((versionId) => queue.running(versionId));
-    // A replica cut off from NATS cannot share slots or queues: readiness says so, and traffic goes to the others.
-    const natsHealth = queue instanceof JetStreamQueue ? [{ name: 'nats_client', probe: () => queue.connection.flush() }] : [];
-    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health, ...natsHealth]);
-    metrics.watchHealth(() => health.report());
     // Agents link to the replica that runs placement: it puts assets on their hosts, the others ask it (roles/placement.ts).
-    const stage = placement === true ? ({ clusterId, ...request }: StageAsk) => agentHub.stage(clusterId, request) : links && relayStaging(links.stage);
-    const largeResults = new LargeResults({
-      blobs, signer, maxBytes: config.invocation.maxLargeResultBytes, retentionSeconds: config.invocation.resultRetentionSeconds,
+    const invocationPlane = await createInvocationPlane({
+      settings: config.invocation, db: store.db, functionsRepo, instances, blobs, signer, log, now,
+      stageHere: placement === true ? ({ clusterId, ...request }) => agentHub.stage(clusterId, request) : undefined,
+      stagingPaths: (assetIds) => assets.stagingPaths(assetIds), replicasKey: () => sealed('replicas.signing_key'),
     });
-    const invocation = new InvocationService({
-      queue,
-      dispatcher: new Dispatcher({ maxResultBytes: config.invocation.maxResultBytes }),
-      results: new DurableResults({ repo: createInvocationsRepo(store.db), log, now }),
-      resolver, demand: instances, log, now, largeResults,
-      stageAssets: stage && ((request, instance) => stage({
-        clusterId: instance.clusterId, requestId: request.id, instanceId: instance.instanceId, assets: assets.stagingPaths(request.request.assets ?? []),
-      })),
-      maxResultBytes: config.invocation.maxResultBytes, resultRetentionMs: config.invocation.resultRetentionSeconds * 1000,
-    });
-    closers.push(() => invocation.close());
-    const rateLimits = await createRateLimits({
-      functionsRepo, log, now, shared: queue instanceof JetStreamQueue ? { nc: queue.connection, bucket: queue.names.bucket('rates') } : undefined,
-    });
-    closers.push(() => rateLimits.close());
+    closers.push(() => invocationPlane.close());
+    const { invocation, resolver, largeResults, links } = invocationPlane;
+    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health, ...invocationPlane.health]);
+    metrics.watchHealth(() => health.report());
     metrics.watchLoad(() => invocation.load());
-    instances.onReady((versionId, ready) => invocation.ready(versionId, ready));
-    instances.onKnown((versionIds) => invocation.retain(versionIds));
-    instances.onProgress((progress) => invocation.progress(progress));
     // A failed instance's last lines (its report's logTail) reach the export unless its version's lines stream (logFeed below).
     let logFeed: LogFeed | undefined;
     instances.onOutput((report) => logFeed?.follows(report.functionVersionId) || telemetryExport?.exportLogLines(
@@ -280,7 +243,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       };
     };
     const turn = await startTurn({
-      ...config.turn, secret: config.turn.secret ?? await ensureSealedSecret(settings, box, 'turn.secret', startedAt), runDir: path.join(config.store.dataDir, 'run'),
+      ...config.turn, secret: config.turn.secret ?? await sealed('turn.secret'), runDir: path.join(config.store.dataDir, 'run'),
     }, log);
     closers.push(() => turn.close());
     const streaming = createStreamingBroker({
@@ -315,7 +278,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
         defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
         maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
       },
-      log, observe: observeInvocation, checkAssets: assets.check, largeResults, admit: rateLimits.admit,
+      log, observe: observeInvocation, checkAssets: assets.check, largeResults, admit: invocationPlane.admit,
     };
     const apiRoutes = withOpenApi([
       // The hot path first: Express tries routes in order.
@@ -421,13 +384,6 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     await closeAll();
     throw error;
   }
-}
-
-/** The replicas' signed NATS exchanges, each on its subject of the installation. */
-function replicaLinksOf(queue: JetStreamQueue, signer: ReplicaSigner): ReplicaLinks {
-  const link = (subject: string) => ({ nc: queue.connection, subject, signer });
-  const { stage, logs, sessions, agents } = queue.names;
-  return { replicaId: queue.replicaId, stage: link(stage), logs: link(logs), sessions: link(sessions), agents: link(agents) };
 }
 
 /** Where the other replicas reach this one by default: the host the gateway listens on, or this machine's first address off loopback. */

@@ -23,6 +23,15 @@ export interface ReplicaLink {
   signer: ReplicaSigner;
 }
 
+/** The installation's NATS exchanges between replicas (absent without NATS). */
+export interface ReplicaLinks {
+  replicaId: string;
+  stage: ReplicaLink;
+  logs: ReplicaLink;
+  sessions: ReplicaLink;
+  agents: ReplicaLink;
+}
+
 export function createReplicaSigner(key: string): ReplicaSigner {
   const mac = (context: string, text: string) => createHmac('sha256', key).update(context).update('\n').update(text).digest();
   return {

@@ -18,21 +18,13 @@ import type { TasksPlane } from '../control/tasks/plane.ts';
 import { Problem } from '../domain/problem.ts';
 import type { ForwardTarget } from '../http/forward.ts';
 import { rejectUpgrade } from '../http/upgrade.ts';
-import type { ReplicaLink } from '../invocation/replica-signing.ts';
+import type { ReplicaLink, ReplicaLinks } from '../invocation/replica-signing.ts';
 import { serveStaging } from '../invocation/stage-relay.ts';
 import type { Logger } from '../logger.ts';
 import type { StreamingBroker } from '../streaming/broker.ts';
 import type { StreamingSession } from '../streaming/sessions.ts';
 import { serveSessionAsks } from '../streaming/sessions-relay.ts';
 
-/** The installation's NATS exchanges between replicas (absent without NATS). */
-export interface ReplicaLinks {
-  replicaId: string;
-  stage: ReplicaLink;
-  logs: ReplicaLink;
-  sessions: ReplicaLink;
-  agents: ReplicaLink;
-}
 
 export interface PlacementParts {
   config: Config;
