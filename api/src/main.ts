@@ -37,7 +37,7 @@ import { createTelemetriesRepo } from './control/telemetries/repo.ts';
 import { telemetryRoutes } from './control/telemetries/routes.ts';
 import { createTelemetriesService } from './control/telemetries/service.ts';
 import { TelemetryExport } from './telemetry/export.ts';
-import { LogFeed } from './telemetry/log-feed.ts';
+import { PlacementLogFeed } from './telemetry/log-feed.ts';
 import { telemetrySources } from './telemetry/sources.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
 import { createKeysRepo } from './control/keys/repo.ts';
@@ -210,10 +210,6 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health, ...invocationPlane.health]);
     metrics.watchHealth(() => health.report());
     metrics.watchLoad(() => invocation.load());
-    // A failed instance's last lines (its report's logTail) reach the export unless its version's lines stream (logFeed below).
-    let logFeed: LogFeed | undefined;
-    instances.onOutput((report) => logFeed?.follows(report.functionVersionId) || telemetryExport?.exportLogLines(
-      report.functionVersionId, (report.logTail ?? []).map((text) => ({ text, instanceId: report.instanceId }))));
     const taskPlane = createTasksPlane({
       db: store.db, box, accounts, clusters, log, now, dataDir: config.store.dataDir, registry, settings: config.tasks,
       capacityInUse: { of: instances.instancesOn }, checkTelemetries: telemetries.checkReferences,
@@ -224,24 +220,20 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     // Agents link to the replica that runs placement: only it can ask them for logs; the others ask it.
     const logRelay = placement === true ? agentHub.logs : links && relayLogAsks(links.logs);
     const logs = createLogsService({ functions, tasks: taskPlane.service, clusters, now, ...(logRelay ? { relay: logRelay } : {}) });
+    // Where placement runs, a version whose logs go to a telemetry has its lines followed (roles/placement.ts starts it).
+    const logFeed = telemetryExport && new PlacementLogFeed({
+      logsOwner: async (versionId) => {
+        const row = await functionsRepo.findVersionById(versionId);
+        return row && documentOf(row).telemetries?.logsTelemetryId ? row.nca_id : undefined;
+      },
+      clustersOf: logs.clusterIdsOf,
+      follow: (clusterIds, query, follower) => agentHub.logs.follow(clusterIds, query, follower),
+      exportLines: (versionId, lines) => telemetryExport.exportLogLines(versionId, lines), now, log,
+    });
     instances.onReady((versionId, ready) => logFeed?.ready(versionId, ready));
-    /** Where placement runs, a version whose logs go to a telemetry has its lines followed (roles/placement.ts starts it). */
-    const startLogFeed = () => {
-      if (!telemetryExport) return () => {};
-      const feed = logFeed = new LogFeed({
-        logsOwner: async (versionId) => {
-          const row = await functionsRepo.findVersionById(versionId);
-          return row && documentOf(row).telemetries?.logsTelemetryId ? row.nca_id : undefined;
-        },
-        clustersOf: logs.clusterIdsOf,
-        follow: (clusterIds, query, follower) => agentHub.logs.follow(clusterIds, query, follower),
-        exportLines: (versionId, lines) => telemetryExport.exportLogLines(versionId, lines), now, log,
-      });
-      return () => {
-        feed.close();
-        if (logFeed === feed) logFeed = undefined;
-      };
-    };
+    // A failed instance's last lines (its report's logTail) reach the export unless its version's lines stream.
+    instances.onOutput((report) => logFeed?.follows(report.functionVersionId) || telemetryExport?.exportLogLines(
+      report.functionVersionId, (report.logTail ?? []).map((text) => ({ text, instanceId: report.instanceId }))));
     const turn = await startTurn({
       ...config.turn, secret: config.turn.secret ?? await sealed('turn.secret'), runDir: path.join(config.store.dataDir, 'run'),
     }, log);
@@ -312,7 +304,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const hostRouted = hostRoutedRoute(invocation, invocationOptions);
     await invocation.recover();
     const placementRole = await startPlacement({
-      config, log, clusters, instances, tasks: taskPlane, hub: agentHub, sessionsOf: streaming.sessionsOf, broker: streaming, election, links, beside: startLogFeed,
+      config, log, clusters, instances, tasks: taskPlane, hub: agentHub, sessionsOf: streaming.sessionsOf, broker: streaming, election, links, beside: () => logFeed?.start() ?? (() => {}),
       gatewayCa: config.gateway.tlsCert && readFileSync(config.gateway.tlsCert, 'utf8'),
     });
     const serveLean = leanServer({ ...appOptions, host: 'invocation' });

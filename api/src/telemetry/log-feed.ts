@@ -72,3 +72,33 @@ export class LogFeed {
     this.#followed.delete(versionId);
   }
 }
+
+/**
+ * The feed of the replica that runs placement: started with its term (roles/placement.ts), stopped with
+ * it. In between nothing is followed, and a failed instance's last lines go out with its report instead.
+ */
+export class PlacementLogFeed {
+  readonly #options: LogFeedOptions;
+  #feed: LogFeed | undefined;
+
+  constructor(options: LogFeedOptions) {
+    this.#options = options;
+  }
+
+  /** Follows from now on; the result stops it. */
+  start(): () => void {
+    const feed = this.#feed = new LogFeed(this.#options);
+    return () => {
+      feed.close();
+      if (this.#feed === feed) this.#feed = undefined;
+    };
+  }
+
+  ready(versionId: string, instances: readonly unknown[]): void {
+    this.#feed?.ready(versionId, instances);
+  }
+
+  follows(versionId: string): boolean {
+    return this.#feed?.follows(versionId) ?? false;
+  }
+}
