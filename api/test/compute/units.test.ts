@@ -66,11 +66,12 @@ describe('compute units', () => {
       server.closeAllConnections();
     });
     const port = (server.address() as AddressInfo).port;
-    const target = { check: 'http' as const, host: '127.0.0.1', port, path: '/ok', timeoutMs: 300, expectedStatusCode: 200 };
+    // Generous for the answers (a loaded machine may take a while to serve them); short only for the hang.
+    const target = { check: 'http' as const, host: '127.0.0.1', port, path: '/ok', timeoutMs: 10_000, expectedStatusCode: 200 };
     assert.deepEqual(await probe(target), { healthy: true, detail: 'HTTP 200' });
     assert.deepEqual(await probe({ ...target, path: '/bad' }), { healthy: false, detail: 'HTTP 500' });
     assert.deepEqual(await probe({ ...target, path: '/ok', expectedStatusCode: 204 }), { healthy: false, detail: 'HTTP 200' });
-    assert.deepEqual(await probe({ ...target, path: '/hang' }), { healthy: false, detail: 'timed out after 300 ms', timedOut: true });
+    assert.deepEqual(await probe({ ...target, path: '/hang', timeoutMs: 300 }), { healthy: false, detail: 'timed out after 300 ms', timedOut: true });
     assert.deepEqual(await probe({ ...target, check: 'tcp' }), { healthy: true, detail: 'TCP connect' });
     // close() first: a connection accepted after closeAllConnections() would keep close() waiting forever.
     const closed = new Promise((resolve) => server.close(resolve));
