@@ -59,14 +59,11 @@ import { createGateway, hostsOf } from './gateway/gateway.ts';
 import { invocationHostHandler } from './invocation/host-routing.ts';
 import { createInvocationPlane } from './invocation/plane.ts';
 import { hostRoutedRoute, invocationRoutes, type InvocationObserver } from './invocation/routes.ts';
-import { createStreamingBroker } from './streaming/broker.ts';
-import { createSessionRecords, type StreamingSessionsDatabase } from './streaming/session-records.ts';
 import { sessionRoutes } from './streaming/routes.ts';
-import { createSessionListing } from './streaming/sessions.ts';
-import { relaySessionAsks } from './streaming/sessions-relay.ts';
 import { isSignIn } from './streaming/request.ts';
 import { signInHandler } from './streaming/sign-in.ts';
-import { startTurn, type TurnService } from './turn/server.ts';
+import { createStreamingPlane } from './streaming/plane.ts';
+import type { TurnService } from './turn/server.ts';
 import { createApp } from './http/app.ts';
 import { withConsole } from './console/server.ts';
 import { createPathSigner } from './domain/signed-paths.ts';
@@ -234,20 +231,12 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     // A failed instance's last lines (its report's logTail) reach the export unless its version's lines stream.
     instances.onOutput((report) => logFeed?.follows(report.functionVersionId) || telemetryExport?.exportLogLines(
       report.functionVersionId, (report.logTail ?? []).map((text) => ({ text, instanceId: report.instanceId }))));
-    const turn = await startTurn({
-      ...config.turn, secret: config.turn.secret ?? await sealed('turn.secret'), runDir: path.join(config.store.dataDir, 'run'),
-    }, log);
-    closers.push(() => turn.close());
-    const streaming = createStreamingBroker({
-      verifier, functionsRepo, instances, turn, log, now, settings: config.streaming,
-      records: createSessionRecords(store.db.withTables<StreamingSessionsDatabase>(), log),
+    const { turn, broker: streaming, listing: sessionListing } = await createStreamingPlane({
+      settings: config.streaming, db: store.db, verifier, functionsRepo, functions, instances, placesHere: placement === true, links, log, now,
+      turn: { ...config.turn, secret: config.turn.secret ?? await sealed('turn.secret'), runDir: path.join(config.store.dataDir, 'run') },
     });
-    instances.onReady((versionId, ready) => streaming.ready(versionId, ready));
-    instances.keepSessions(streaming.inSession);
+    closers.push(() => turn.close());
     metrics.watchLoad(() => streaming.load());
-    // Only the placement replica brokers sessions (it knows the ready instances); the others ask it.
-    const sessionSource = placement === true ? { sessionsOf: async (versionId: string) => streaming.sessionsOf(versionId) } : links && relaySessionAsks(links.sessions);
-    const sessionListing = createSessionListing({ functions, ...(sessionSource ? { source: sessionSource } : {}) });
     const stats = createStatsPlane({
       db: store.db, functionsRepo, settings: config.stats, log, now,
       *loads() {
