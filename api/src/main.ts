@@ -12,7 +12,7 @@ import { createAccountsService } from './control/accounts/service.ts';
 import { healthRoutes } from './control/health/routes.ts';
 import { createHealthService } from './control/health/service.ts';
 import { createSettingsRepo } from './control/installation/repo.ts';
-import { ensureLocalCluster, ensureSealedSecret, loadBootstrapSecret, loadSecretBox, type SealedSecretName } from './control/installation/service.ts';
+import { ensureLocalCluster, ensureSealedSecret, loadSecretBox, type SealedSecretName } from './control/installation/service.ts';
 import { createNodesRepo } from './control/clusters/nodes.ts';
 import { createClustersRepo } from './control/clusters/repo.ts';
 import { clusterRoutes } from './control/clusters/routes.ts';
@@ -40,11 +40,8 @@ import { TelemetryExport } from './telemetry/export.ts';
 import { PlacementLogFeed } from './telemetry/log-feed.ts';
 import { telemetrySources } from './telemetry/sources.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
-import { createKeysRepo } from './control/keys/repo.ts';
-import { keyRoutes, whoamiRoute } from './control/keys/routes.ts';
-import { createKeyService } from './control/keys/service.ts';
-import { loadAdminKey, loadTokenKey } from './control/keys/signing.ts';
-import { createCredentialVerifier } from './control/keys/verifier.ts';
+import { createKeysPlane } from './control/keys/plane.ts';
+import { whoamiRoute } from './control/keys/routes.ts';
 import { AGENT_LINK_PATH } from './compute/protocol.ts';
 import { startWorker, type Isolation } from './compute/worker.ts';
 import { createAgentHub } from './control/agents/hub.ts';
@@ -130,19 +127,8 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const accounts = createAccountsService(createAccountsRepo(store.db), now);
     const { account } = await accounts.ensureBootstrapAccount(config.api.accountBootstrap);
 
-    const bootstrap = await loadBootstrapSecret(settings, box, now);
-    const tokenKey = await loadTokenKey(settings, box, startedAt);
-    const adminSigningKeyFile = config.admin.signingKeyFile ?? path.join(config.store.dataDir, 'admin-signing-key.pem');
-    const adminKey = await loadAdminKey(adminSigningKeyFile, { create: !config.admin.signingKeyFile });
-
-    const keysRepo = createKeysRepo(store.db);
-    const verifier = createCredentialVerifier({
-      repo: keysRepo, tokenKey, adminKey, bootstrap,
-      serviceId: config.keys.serviceId, recheckMs: config.keys.recheckMs, now: () => now().getTime(),
-    });
-    const keys = createKeyService({
-      repo: keysRepo, accounts, tokenKey, serviceId: config.keys.serviceId, defaultAccountId: account.ncaId,
-      tokenLifetimeSeconds: config.keys.tokenLifetimeSeconds, spendBootstrap: bootstrap.spend, now,
+    const { bootstrap, adminSigningKeyFile, verifier, keys, routes: keyServiceRoutes } = await createKeysPlane({
+      config, db: store.db, settings, box, accounts, defaultAccountId: account.ncaId, now,
     });
     const nodesRepo = createNodesRepo(store.db, log);
     const clusters = createClustersService(createClustersRepo(store.db, log), nodesRepo, now);
@@ -280,8 +266,6 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       ...sessionRoutes(sessionListing),
       ...autoscaler.routes,
     ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
-    const keyServiceRoutes = withOpenApi(keyRoutes(keys, tokenKey),
-      { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' });
 
     const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit, metrics };
     // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host; the replica
@@ -300,7 +284,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const gateway = createGateway({
       address: config.gateway.address,
       api: withConsole(api),
-      keys: createApp({ ...appOptions, routes: keyServiceRoutes, host: 'keys' }),
+      keys: createApp({
+        ...appOptions, host: 'keys',
+        routes: withOpenApi(keyServiceRoutes, { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' }),
+      }),
       invocation: invocationHostHandler({
         invocationHost: hostsOf(config.gateway.address).invocation,
         serve: (routing, req, res) => void serveLean(hostRouted, routing, req, res),
