@@ -71,7 +71,7 @@ import { forwarding, forwardUpgrade } from './http/forward.ts';
 import { isLoopbackHost } from './http/host.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
-import { createLogger } from './logger.ts';
+import { createLogger, type Logger } from './logger.ts';
 import { watchEventLoop } from './process/loop-health.ts';
 import { portInUse } from './process/ports.ts';
 import { openDatabase } from './database.ts';
@@ -310,19 +310,9 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const scheme = config.gateway.tlsCert ? 'https' : 'http';
     log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
     placementRole.listening(config.gateway.replicaUrl ?? replicaUrlOf(scheme, config.gateway.host, port));
-    // The local cluster's agent links to this gateway over loopback, exactly as a remote agent would.
-    const worker = localCluster && config.compute.inProcessAgent && placement === true ? await startWorker({
-      settings: config.compute.agent, dataDir: config.store.dataDir, declaredGpus: config.compute.localCluster.gpus, log,
-      link: {
-        server: `${scheme}://127.0.0.1:${port}`, credential: localCluster.agentCredential, apiHost: `${gateway.hosts.api}:${port}`,
-        ca: config.gateway.tlsCert ? readFileSync(config.gateway.tlsCert, 'utf8') : undefined,
-      },
-      // A sandboxed instance may call the gateway's public port; it never sees the platform's files.
-      sandbox: {
-        doors: [port],
-        hidden: [config.assets.dir, config.gateway.tlsKey, config.admin.signingKeyFile].filter((file) => file !== undefined),
-      },
-    }) : undefined;
+    const worker = localCluster && config.compute.inProcessAgent && placement === true
+      ? await startLocalWorker(config, { scheme, port, apiHost: `${gateway.hosts.api}:${port}`, credential: localCluster.agentCredential }, log)
+      : undefined;
     if (worker) closers.push(() => worker.close());
 
     const localGpu = config.compute.localCluster.gpus[0];
@@ -352,6 +342,23 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     await closeAll();
     throw error;
   }
+}
+
+/**
+ * The local cluster's agent, in this process: it links to this gateway over loopback, exactly as a remote
+ * agent would.
+ */
+function startLocalWorker(config: Config, gateway: { scheme: string; port: number; apiHost: string; credential: string }, log: Logger) {
+  const ca = config.gateway.tlsCert ? readFileSync(config.gateway.tlsCert, 'utf8') : undefined;
+  return startWorker({
+    settings: config.compute.agent, dataDir: config.store.dataDir, declaredGpus: config.compute.localCluster.gpus, log,
+    link: { server: `${gateway.scheme}://127.0.0.1:${gateway.port}`, credential: gateway.credential, apiHost: gateway.apiHost, ca },
+    // A sandboxed instance may call the gateway's public port; it never sees the platform's files.
+    sandbox: {
+      doors: [gateway.port],
+      hidden: [config.assets.dir, config.gateway.tlsKey, config.admin.signingKeyFile].filter((file) => file !== undefined),
+    },
+  });
 }
 
 /** Where the other replicas reach this one by default: the host the gateway listens on, or this machine's first address off loopback. */
