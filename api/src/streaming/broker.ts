@@ -31,6 +31,7 @@ import { ReadyInstances, type InstanceFate } from './ready-instances.ts';
 import { namedBy, targetOf, type Named } from './request.ts';
 import { Session, type Expiry } from './session.ts';
 import type { SessionRecord, SessionRecords } from './session-records.ts';
+import { CarriedSessions } from './carried-sessions.ts';
 import type { SessionSubject, StreamingSession } from './sessions.ts';
 import type { StreamingSettings } from './settings.ts';
 import { streamableVersions } from './versions.ts';
@@ -65,17 +66,15 @@ export function createStreamingBroker(options: BrokerOptions) {
     estimate: (session, position) => waits.secondsFor(session.functionId, position, readyInstances.ofAny(session.candidates).length),
   });
   const windowFor = (functionId: string) => resumeWindowMs(settings, line.length(functionId) > 0);
-  const connections = createConnections({ log, instances: readyInstances, resumeWindowMs: windowFor, end: finish, started: keep });
-  /** Sessions started under the broker before this one, by instance, until placement reports it ready here. */
-  const carried = new Map<string, SessionRecord>();
-  let carriedUntil: NodeJS.Timeout | undefined;
+  const carried = new CarriedSessions(options.records, log);
+  const connections = createConnections({ log, instances: readyInstances, resumeWindowMs: windowFor, end: finish, started: (session) => carried.keep(session) });
 
   const authenticate = (named: Named) => authorize(access.functions('invoke_function'), named.authorization, options.verifier);
 
   /** The session named by id, if the caller's account owns it; else 404 (clearing a stale cookie). */
   function find(principal: Principal, id: string): Session {
     const session = sessions.get(id);
-    if (!session && [...carried.values()].some((record) => record.id === id && record.ncaId === principal.ncaId)) {
+    if (!session && carried.waiting(id, principal.ncaId)) {
       throw new Problem('service-unavailable', 'This session is being taken over by another API replica; try again in a moment', { headers: { 'retry-after': '1' } });
     }
     if (!session || session.ncaId !== principal.ncaId) {
@@ -112,20 +111,8 @@ export function createStreamingBroker(options: BrokerOptions) {
     finish(session, expiry === 'unresumed' ? 'retire' : 'free');
   }
 
-  /** A started session is kept in the store, so that a broker taking over can carry it on. */
-  function keep(session: Session) {
-    const { id, ncaId, subject, functionId, version, instance, joinedAt, grantedAt, connectedAt } = session;
-    const record = { id, ncaId, subject, functionId, version: version!, instanceId: instance!.instanceId, joinedAt, grantedAt: grantedAt!, connectedAt: connectedAt! };
-    options.records?.save(record).catch((error) => log.warn({ err: error, sessionId: id }, 'could not keep a streaming session for a take-over'));
-  }
-
-  function forget(sessionId: string) {
-    options.records?.delete(sessionId).catch((error) => log.warn({ err: error, sessionId }, 'could not forget a kept streaming session'));
-  }
-
   /** A session the broker before this one started, on an instance placement reports ready here. */
   function carryOn(record: SessionRecord, instance: ReadyInstance) {
-    carried.delete(instance.instanceId);
     const { id, ncaId, subject, functionId, version, joinedAt } = record;
     const session = new Session({ id, ncaId, subject, functionId, candidates: [version], joinedAt }, expired);
     session.carryOn(version, instance, record, windowFor(functionId));
@@ -135,11 +122,23 @@ export function createStreamingBroker(options: BrokerOptions) {
     changed();
   }
 
+  /** Ends every session here, their browsers' sockets too, but keeps what the store holds of them for the next broker. */
+  function letGo() {
+    carried.clear();
+    for (const session of sessions.values()) {
+      line.leave(session);
+      if (session.instance) readyInstances.withdraw(session.instance.instanceId, session);
+      session.end();
+      session.client?.destroy();
+    }
+    sessions.clear();
+  }
+
   /** Ends a session wherever it stands; its instance, if it had one, goes as `fate` says. */
   function finish(session: Session, fate: InstanceFate) {
     if (session.ended) return;
     const { state, instance, version } = session;
-    if (session.connectedOnce) forget(session.id);
+    if (session.connectedOnce) carried.forget(session.id);
     session.end();
     sessions.delete(session.id);
     line.leave(session);
@@ -162,8 +161,8 @@ export function createStreamingBroker(options: BrokerOptions) {
     /** Placement's view of a version's ready instances. Sessions on instances that left it are over. */
     ready(versionId: string, instances: ReadyInstance[]) {
       for (const instance of instances) {
-        const record = carried.get(instance.instanceId);
-        if (record?.version.versionId === versionId) carryOn(record, instance);
+        const record = carried.take(instance.instanceId, versionId);
+        if (record) carryOn(record, instance);
       }
       for (const session of readyInstances.report(versionId, instances)) finish(session, 'free');
       granter.offer();
@@ -174,28 +173,11 @@ export function createStreamingBroker(options: BrokerOptions) {
      * started are carried on as their instances are reported ready; those whose instance is not within the
      * resume window are over.
      */
-    async lead() {
-      if (!options.records) return;
-      for (const record of await options.records.list()) if (!sessions.has(record.id)) carried.set(record.instanceId, record);
-      clearTimeout(carriedUntil);
-      carriedUntil = setTimeout(() => {
-        for (const record of carried.values()) forget(record.id);
-        carried.clear();
-      }, settings.resumeWindowSeconds * 1000);
-      carriedUntil.unref();
-    },
+    lead: () => carried.load((sessionId) => sessions.has(sessionId), settings.resumeWindowSeconds * 1000),
 
     /** Placement has moved to another replica, whose broker carries the sessions on: they are let go here. */
     follow() {
-      clearTimeout(carriedUntil);
-      carried.clear();
-      for (const session of sessions.values()) {
-        line.leave(session);
-        if (session.instance) readyInstances.withdraw(session.instance.instanceId, session);
-        session.end();
-        session.client?.destroy();
-      }
-      sessions.clear();
+      letGo();
       changed();
     },
 
@@ -285,13 +267,8 @@ export function createStreamingBroker(options: BrokerOptions) {
 
     /** Started sessions stay kept in the store: the next broker carries them on. */
     close() {
-      clearTimeout(carriedUntil);
       granter.close();
-      for (const session of sessions.values()) {
-        session.end();
-        session.client?.destroy();
-      }
-      sessions.clear();
+      letGo();
       connections.close();
     },
   };
