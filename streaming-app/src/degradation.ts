@@ -57,7 +57,7 @@ export function kbpsNeeded(point: OperatingPoint): number {
 export class DegradationPolicy {
   readonly points: OperatingPoint[];
   #index = 0;
-  /** Since when the rate has asked for a step down (+) or allowed a step up (-). */
+  /** Since when a step down (+) or up (-) has been called for. */
   #pressure: { direction: 1 | -1; sinceMs: number } | undefined;
   /** QPs of the encoder's recent frames at the current point. */
   #qps: { atMs: number; qp: number }[] = [];
