@@ -9,7 +9,7 @@
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
 //
 //   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop,drop05]
-//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--audio]
+//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--audio] [--app-logs DIR]
 //
 // Profiles: clean (20 Mbit/s), rtt60 (RTT 60 ms, ± 5 ms jitter each way), rtt40loss1 (RTT 40 ms, 1 % loss
 // each way), loss5 (5 % loss each way), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s
@@ -29,7 +29,7 @@
 // next frame, the libwebrtc sender page draws it on its canvas with the same code), and the receiver
 // reads it from each presented frame: input sent → the expected display time of the first frame that
 // shows it (the client's FrameMeter for svc, the same rule in the page for libwebrtc).
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -43,7 +43,7 @@ import { FrameTiming } from '../../streaming-app/client/frame-timing.ts';
 const { values: args } = parseArgs({
   options: {
     seconds: { type: 'string', default: '30' }, only: { type: 'string' }, degradation: { type: 'string', default: 'balanced' },
-    audio: { type: 'boolean', default: false }, help: { type: 'boolean' },
+    audio: { type: 'boolean', default: false }, 'app-logs': { type: 'string' }, help: { type: 'boolean' },
   },
 });
 if (args.help) {
@@ -52,7 +52,8 @@ if (args.help) {
   --seconds      length of each single-phase profile (the drop profiles are 10 + 15 + 15 s)
   --only         a comma-separated subset of the profiles
   --degradation  svc's STREAMING_DEGRADATION, comma-separated for a row each (balanced, maintain-framerate, maintain-resolution, disabled)
-  --audio        svc's app also plays a tone (needs pulseaudio): its Opus losses, concealment and mode changes under each table`);
+  --audio        svc's app also plays a tone (needs pulseaudio): its Opus losses, concealment and mode changes under each table
+  --app-logs DIR svc's app logs at debug level (the estimator's every rate decision), one JSON-lines file per row in DIR`);
   process.exit(0);
 }
 const SECONDS = Number(args.seconds);
@@ -216,7 +217,7 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
   const app: AppProcess = await startApp({
     STREAMING_DEGRADATION: degradation, STREAMING_AUDIO: String(args.audio),
     STREAMING_BIND_ADDRESS: link.hostAddress, STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_VIDEO_FPS: String(FPS),
-    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: 'info', STREAMING_FRAME_BARCODE: 'true',
+    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: args['app-logs'] ? 'debug' : 'info', STREAMING_FRAME_BARCODE: 'true',
     STREAMING_APP_COMMAND: args.audio ? `${TONE} & ${video}` : video,
   });
   const page = await receiver.newPage();
@@ -244,6 +245,7 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
     svcRateControl = video ? `svc rate control: ${video.overuses} delay decreases, ${video.lossBackoffs} loss backoffs, ${video.retransmitted} retransmitted, `
       + `${video.resentUnasked} resent unasked, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s${steps}` : '';
     await app.stop();
+    if (args['app-logs']) await writeFile(join(args['app-logs'], `${profile.name}-${degradation}.jsonl`), app.logs.map((l) => JSON.stringify(l)).join('\n'));
   }
 }
 

@@ -155,10 +155,12 @@ async function main(): Promise<void> {
     });
   }
 
+  const cpu = process.cpuUsage();
   log.info({
     controlPort: config.controlPort, streamingPort: config.streamingPort, startEndpoint: config.startEndpoint,
     portRange: config.portRange, bindAddress: config.bindAddress, resumeWindowMs: config.resumeWindowMs,
     clientUrl: config.serveClient ? `http://${config.bindAddress}:${config.streamingPort}/client/` : undefined,
+    startupMs: Math.round(performance.now()), startupCpuMs: Math.round((cpu.user + cpu.system) / 1000),
   }, 'streaming app listening');
 }
 

@@ -34,6 +34,8 @@ export type EncodedFrame = {
   captureMs: number;
   /** From the frame entering ffmpeg's stdin to its last encoded byte leaving stdout. */
   encodeMs: number;
+  /** The quantiser the encoder chose for the frame, where it reports one (the in-process encoder). */
+  qp?: number;
 };
 
 /**

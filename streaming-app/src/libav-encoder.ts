@@ -59,6 +59,17 @@ function applyRate(ctx: Context, kbps: number, fps: number): void {
 }
 
 /** Annex B (start codes) to 4-byte length prefixes, the framing rtp.ts's H.264 packetizer reads. */
+/** FFmpeg's quality unit: lambda per QP. */
+const QP2LAMBDA = 118;
+
+/**
+ * A packet's QP from its quality-stats side data (FFmpeg's AV_PKT_DATA_QUALITY_STATS: the quality as a
+ * little-endian 32-bit lambda first), or undefined when the encoder gave none.
+ */
+function qpOf(stats: Buffer | null): number | undefined {
+  return stats && stats.length >= 4 ? stats.readUInt32LE(0) / QP2LAMBDA : undefined;
+}
+
 export function annexBToLengthPrefixed(data: Buffer): Buffer {
   const starts: { at: number; codeLength: number }[] = [];
   for (let i = 0; i + 2 < data.length; i++) {
@@ -349,16 +360,18 @@ export class LibavVideoEncoder implements FrameEncoder {
       if (sent < 0) throw new Error(`encode failed: ${new this.#av.FFmpegError(sent).message}`);
       const parts: Buffer[] = [];
       let isKey = false;
+      let qp: number | undefined;
       while (!this.#stopped && (await this.#ctx.receivePacket(this.#packet)) >= 0) {
         const bytes = this.#packet.data;
         if (bytes) parts.push(Buffer.from(bytes));
         isKey ||= this.#packet.isKeyframe;
+        qp ??= qpOf(this.#packet.getSideData(this.#constants.AV_PKT_DATA_QUALITY_STATS));
         this.#packet.unref();
       }
       if (parts.length === 0 || this.#stopped) return;
       const raw = parts.length === 1 ? parts[0] : Buffer.concat(parts);
       const payload = this.codec === 'H264' ? annexBToLengthPrefixed(raw) : raw;
-      emit({ data: payload, keyframe: isKey, frameNumber, captureMs, encodeMs: performance.now() - submittedMs });
+      emit({ data: payload, keyframe: isKey, frameNumber, captureMs, encodeMs: performance.now() - submittedMs, qp });
     }).catch((error: unknown) => {
       if (!this.#stopped) this.#onFatal((error as Error).message);
     }).finally(() => {
@@ -378,6 +391,8 @@ export class LibavVideoEncoder implements FrameEncoder {
     }
     if (s.recentEncodeMs.length === RECENT_SAMPLES) s.recentEncodeMs.shift();
     s.recentEncodeMs.push(frame.encodeMs);
+    // The policy's QP thresholds are H.264's (libx264 and NVENC report one; libvpx does not).
+    if (this.codec === 'H264' && !frame.keyframe && frame.qp !== undefined) this.#degradation?.noteQp(frame.qp, frame.captureMs);
     this.#onFrame(frame);
   }
 

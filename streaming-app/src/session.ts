@@ -75,6 +75,8 @@ export class StreamingSession {
   #lastStats = { at: 0, frames: 0, bytes: 0 };
   #endReason: string | undefined;
   #cleanSeconds = 0;
+  /** The process's CPU time when the session started: what its set-up costs tells a starved CPU from a slow network. */
+  #cpuAtStart: NodeJS.CpuUsage | undefined;
 
   constructor(options: SessionOptions) {
     this.#options = options;
@@ -158,6 +160,7 @@ export class StreamingSession {
   #start(channel: SignalingChannel): void {
     this.#state = 'live';
     this.#channel = channel;
+    this.#cpuAtStart = process.cpuUsage();
     this.#log.info({ connection: channel.id }, 'session started');
     this.#sendConfig(false);
     void this.#newPeer('session start');
@@ -375,7 +378,9 @@ export class StreamingSession {
     const rtp = this.#rtp;
     if (!rtp) return;
     if (rtp.framesSent === 0) {
-      this.#log.info({ frameNumber: frame.frameNumber, keyframe: frame.keyframe, bytes: frame.data.length, encodeMs: Math.round(frame.encodeMs * 10) / 10 }, 'first frame sent');
+      const cpu = process.cpuUsage(this.#cpuAtStart);
+      this.#log.info({ frameNumber: frame.frameNumber, keyframe: frame.keyframe, bytes: frame.data.length, encodeMs: Math.round(frame.encodeMs * 10) / 10,
+        setupCpuMs: Math.round((cpu.user + cpu.system) / 1000) }, 'first frame sent');
     }
     rtp.send(frame);
   }

@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { BandwidthEstimator, type PacketFeedback } from '../src/congestion.ts';
+import { seededRandom } from './link-impairment.ts';
 
 const PACKET_BYTES = 1200;
 const PROPAGATION_MS = 20;
@@ -173,5 +174,84 @@ test('a receiver\'s scheduling jitter on a fast link is not congestion; a real q
     assert.ok(meanTarget > 1800 && meanTarget < 3000, `seed ${seed}: mean target ${meanTarget.toFixed(0)} kbit/s behind 3 Mbit/s`);
     assert.ok(mean(late.map((s) => s.queueMs)) < 100, `seed ${seed}: mean queue ${mean(late.map((s) => s.queueMs)).toFixed(0)} ms`);
     assert.ok(bottleneck.overuseEvents > 0, `seed ${seed}: the queue was found by its delay trend`);
+  }
+});
+
+/**
+ * A path that holds packets up now and then (every 50-300 ms, for 5-`longestMs` ms: a router's or host's
+ * thread off the CPU; the emulated link under load held some for 70 ms) and adds a uniform ± `jitterMs`,
+ * keeping order, as the bench's link emulator does. The jitter spreads a held-up bunch out, so it does not
+ * arrive as one burst.
+ */
+function heldUpPath(seed: number, longestMs: number, jitterMs: number): (arrivalMs: number) => number {
+  const random = seededRandom(seed);
+  let holdUp = { from: 0, to: 0 };
+  let lastMs = -Infinity;
+  return (arrivalMs) => {
+    while (arrivalMs >= holdUp.to) {
+      const from = holdUp.to + 50 + random() * 250;
+      holdUp = { from, to: from + 5 + random() * (longestMs - 5) };
+    }
+    const released = arrivalMs >= holdUp.from ? holdUp.to : arrivalMs;
+    lastMs = Math.max(lastMs, released + (random() * 2 - 1) * jitterMs);
+    return lastMs;
+  };
+}
+
+/**
+ * An open-loop arrival series: a 1200-byte packet every `intervalMs` for `seconds`, its arrival time from
+ * `arrival(sendMs)`, transport-wide feedback every 50 ms. Returns when each delay decrease was decided.
+ */
+function feedSeries(estimator: BandwidthEstimator, seconds: number, intervalMs: number, arrival: (sendMs: number) => number): number[] {
+  const decreasesAt: number[] = [];
+  const pending: PacketFeedback[] = [];
+  let sequenceNumber = 0;
+  for (let now = 0; now < seconds * 1000; now += intervalMs) {
+    estimator.packetSent(sequenceNumber, PACKET_BYTES, now);
+    pending.push({ sequenceNumber: sequenceNumber++, received: true, receivedAtMs: arrival(now) });
+    if (Math.floor(now / 50) === Math.floor((now + intervalMs) / 50)) continue;
+    const before = estimator.overuseEvents;
+    const arrived = pending.filter((p) => p.receivedAtMs <= now);
+    pending.splice(0, pending.length, ...pending.filter((p) => p.receivedAtMs > now));
+    estimator.feedback(arrived, now);
+    if (estimator.overuseEvents > before) decreasesAt.push(now);
+  }
+  return decreasesAt;
+}
+
+test('hold-ups spread out by jitter are not congestion; a queue behind them still is', () => {
+  for (const seed of [1, 2, 3]) {
+    // A constant 6 Mbit/s through a path with no queue at all, only its hold-ups and jitter.
+    const series = feedSeries(new BandwidthEstimator({ startKbps: 6000, minKbps: 150, maxKbps: 6000 }), 30, 1.6, heldUpPath(seed, 80, 5));
+    assert.deepEqual(series, [], `seed ${seed}: decreases at ${series.join(', ')} ms of a steady 6 Mbit/s series`);
+
+    const fast = new BandwidthEstimator({ startKbps: 6000, minKbps: 150, maxKbps: 6000 });
+    const samples = simulate(fast, 30, () => 20_000, 0, heldUpPath(seed, 80, 5));
+    assert.equal(fast.overuseEvents, 0, `seed ${seed}: delay decreases in 30 s on a 20 Mbit/s link`);
+    assert.ok(mean(between(samples, 5, 30).map((s) => s.targetKbps)) > 5900, `seed ${seed}: the rate stays at the maximum`);
+
+    const bottleneck = new BandwidthEstimator({ startKbps: 1000, minKbps: 150, maxKbps: 6000 });
+    const late = between(simulate(bottleneck, 40, () => 3000, 0, heldUpPath(seed, 80, 5)), 15, 40);
+    const meanTarget = mean(late.map((s) => s.targetKbps));
+    assert.ok(meanTarget > 1800 && meanTarget < 3000, `seed ${seed}: mean target ${meanTarget.toFixed(0)} kbit/s behind 3 Mbit/s`);
+    assert.ok(mean(late.map((s) => s.queueMs)) < 100, `seed ${seed}: mean queue ${mean(late.map((s) => s.queueMs)).toFixed(0)} ms`);
+    assert.ok(bottleneck.overuseEvents > 0, `seed ${seed}: the queue was found by its delay trend`);
+  }
+});
+
+test('a queue that starts to grow is found within 20 packet groups (100 ms of sending), jitter or not', () => {
+  for (const jitterMs of [0, 5]) {
+    // 7.5 Mbit/s of packets into a 6 Mbit/s link from 5 s on: the queue grows by 0.25 ms every ms.
+    const jitter = heldUpPath(7, 5, jitterMs); // hold-ups of 5 ms at most: the jitter alone
+    let linkFreeMs = 0;
+    const decreasesAt = feedSeries(new BandwidthEstimator({ startKbps: 6000, minKbps: 150, maxKbps: 8000 }), 8, 1.28, (sendMs) => {
+      linkFreeMs = Math.max(linkFreeMs, sendMs) + (sendMs < 5000 ? 0 : 1.6);
+      return jitter(linkFreeMs + 20);
+    });
+    const found = decreasesAt.find((ms) => ms >= 5000);
+    assert.ok(found !== undefined, `jitter ±${jitterMs}: the growing queue was never found`);
+    // Groups of 5 ms of sending; feedback comes every 50 ms, 20 ms after the arrivals it reports.
+    assert.ok(found - 5000 <= 100 + 50 + 20, `jitter ±${jitterMs}: found ${found - 5000} ms after the queue began to grow`);
+    assert.ok(decreasesAt.every((ms) => ms >= 5000), `jitter ±${jitterMs}: decreases before the queue: ${decreasesAt.join(', ')}`);
   }
 });

@@ -2,6 +2,7 @@
 // estimate every 100 ms as the transport-wide feedback would; then the in-process encoder following it
 // for real (frames come out at the smaller size, or fewer of them).
 import assert from 'node:assert/strict';
+import { randomFillSync } from 'node:crypto';
 import { test } from 'node:test';
 import { DegradationPolicy, kbpsNeeded, type DegradationPreference, type OperatingPoint } from '../src/degradation.ts';
 import type { EncodedFrame } from '../src/encoder.ts';
@@ -71,12 +72,39 @@ test('no step for a moment of low rate, and none back and forth near a step\'s t
   assert.equal(changes.length, 1, `changes: ${changes.map((t) => `${t.atMs} ms ${label(t.point)}`).join(', ')}`);
 });
 
+test('with QP reports the picture decides: a simple one keeps its size at a low rate, a poor one steps down, and up again at twice the rate it was poor at', () => {
+  /** As run(), with the encoder's QP of every frame (30 fps) as `qp(t)`. */
+  const runWithQp = (policy: DegradationPolicy, seconds: number, kbps: (ms: number) => number, qp: (ms: number) => number) => {
+    const timeline: { atMs: number; point: OperatingPoint }[] = [];
+    for (let now = 0; now <= seconds * 1000; now += 100) {
+      for (let frame = now - 100 + 100 / 3; frame <= now; frame += 100 / 3) policy.noteQp(qp(frame), frame);
+      timeline.push({ atMs: now, point: policy.update(kbps(now), now) });
+    }
+    return timeline;
+  };
+  // 300 kbit/s, far below what 640x360@30 needs by bits per pixel, but a still desktop's QP stays at 20.
+  assert.deepEqual(pointsOf(runWithQp(new DegradationPolicy('balanced', FULL), 20, () => 300, () => 20)), ['640x360@30']);
+  // A noisy picture, poor (QP 41) from 10 s at 1 Mbit/s, more than the bits-per-pixel rule asks for; at
+  // 480x270 the QP is 33. The rate climbs to 1.5 Mbit/s (not twice what 640x360 was poor at), then 2.
+  const policy = new DegradationPolicy('maintain-framerate', FULL);
+  const kbps = (ms: number): number => (ms < 20_000 ? 1000 : ms < 30_000 ? 1500 : 2000);
+  const timeline = runWithQp(policy, 40, kbps, (ms) => (ms < 10_000 ? 30 : policy.point.width === 640 ? 41 : 33));
+  assert.equal(at(timeline, 9900), '640x360@30');
+  const downAt = timeline.find((t) => t.point.width < 640)!.atMs;
+  // The mean QP of the last second passes 37 some 0.65 s after the change, then the step waits its second.
+  assert.ok(downAt >= 11_500 && downAt <= 11_800, `down ${downAt - 10_000} ms after the picture turned poor`);
+  assert.equal(at(timeline, 29_900), '480x270@30', 'not back up at 1.5 times the rate it was poor at');
+  const upAt = timeline.find((t) => t.atMs > 30_000 && t.point.width === 640)?.atMs;
+  assert.ok(upAt !== undefined && upAt - 30_000 <= 2100, `back up ${upAt === undefined ? 'never' : upAt - 30_000} ms after the rate doubled`);
+});
+
 const available = await loadNodeAv();
 const skip = 'error' in available ? `node-av did not load (${available.error}); npm ci installs it` : false;
 
-test('the in-process encoder follows the policy from a keyframe on: a smaller size, or fewer frames', { skip }, async () => {
-  for (const [preference, expected] of [['maintain-framerate', { width: 240, height: 136, share: 1 }],
-    ['maintain-resolution', { width: 320, height: 180, share: 0.5 }]] as const) {
+test('the in-process encoder follows the policy from a keyframe on: a smaller size, or fewer frames, for a noisy picture only', { skip }, async () => {
+  // At 100 kbit/s libx264 reports a QP far above 37 (about 64) for fresh noise in every frame, 0 for a flat grey.
+  for (const [preference, picture, expected] of [['maintain-framerate', 'noise', { width: 240, height: 136, share: 1 }],
+    ['maintain-resolution', 'noise', { width: 320, height: 180, share: 0.5 }], ['maintain-framerate', 'flat', { width: 320, height: 180, share: 1 }]] as const) {
     const encoded: EncodedFrame[] = [];
     const full = { width: 320, height: 180, fps: 30 };
     const encoder = await LibavVideoEncoder.open({ encoder: 'libx264', ...full, bitrateKbps: 2000, keyframeIntervalFrames: 600, ffmpegPath: 'ffmpeg' },
@@ -88,6 +116,9 @@ test('the in-process encoder follows the policy from a keyframe on: a smaller si
     const start = performance.now();
     let taken = 0;
     for (let frame = 1; frame <= 90; frame++) {
+      // Noise until the first step, a flat grey after it (poor at any size, it would step on down).
+      if (picture === 'noise' && encoder.operatingPoint.width === full.width && encoder.operatingPoint.fps === full.fps) randomFillSync(buffer);
+      else buffer.fill(128);
       const accepted = await new Promise<boolean>((resolve) => {
         if (!encoder.submit(buffer, frame, start + (frame * 1000) / 30, () => resolve(true))) resolve(false);
       });
@@ -96,9 +127,10 @@ test('the in-process encoder follows the policy from a keyframe on: a smaller si
     const deadline = Date.now() + 20_000;
     while (encoded.length < encoder.stats.framesIn && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
     encoder.stop();
-    assert.deepEqual({ width: encoder.operatingPoint.width, height: encoder.operatingPoint.height }, { width: expected.width, height: expected.height }, preference);
-    assert.equal(encoded.filter((frame) => frame.keyframe).length, 2, `${preference}: keyframes (the first, and the new context's first)`);
-    // After the step (at about 1 s), frames 46-90: all of them, or every other one.
-    assert.ok(Math.abs(taken - 45 * expected.share) <= 2, `${preference}: ${taken} of the last 45 frames encoded`);
+    const stepped = picture === 'noise';
+    assert.deepEqual({ width: encoder.operatingPoint.width, height: encoder.operatingPoint.height }, { width: expected.width, height: expected.height }, `${preference}, ${picture}`);
+    assert.equal(encoded.filter((frame) => frame.keyframe).length, stepped ? 2 : 1, `${preference}, ${picture}: keyframes (the first, and a new context's first)`);
+    // After the step (at about 1.3 s), frames 46-90: all of them, or every other one.
+    assert.ok(Math.abs(taken - 45 * expected.share) <= 2, `${preference}, ${picture}: ${taken} of the last 45 frames encoded`);
   }
 });
