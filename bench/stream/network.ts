@@ -1,6 +1,6 @@
 // Streaming over an emulated network, svc side by side with Chromium's own WebRTC (libwebrtc): the same
 // receiver (headless Chromium inside a network namespace, behind a veth whose host end has a tbf
-// bottleneck: streaming-app/test/shaped-link.ts), the same picture (640x360, 30 fps, testsrc2-like
+// bottleneck: streaming-app/test/shaped-link.ts), the same picture (640x360, 30 fps by default, testsrc2-like
 // pattern with fresh noise in every frame), H.264, a 6 Mbit/s ceiling, one profile after the other.
 //
 //   svc:       the reference streaming app, pipe source fed by ffmpeg (lavfi testsrc2 + noise).
@@ -9,7 +9,7 @@
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
 //
 //   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop,drop05]
-//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--audio] [--app-logs DIR]
+//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--audio] [--app-logs DIR] [--size 1280x720 --fps 60]
 //
 // Profiles: clean (20 Mbit/s), rtt60 (RTT 60 ms, ± 5 ms jitter each way), rtt40loss1 (RTT 40 ms, 1 % loss
 // each way), loss5 (5 % loss each way), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s
@@ -43,7 +43,8 @@ import { FrameTiming } from '../../streaming-app/client/frame-timing.ts';
 const { values: args } = parseArgs({
   options: {
     seconds: { type: 'string', default: '30' }, only: { type: 'string' }, degradation: { type: 'string', default: 'balanced' },
-    audio: { type: 'boolean', default: false }, 'app-logs': { type: 'string' }, help: { type: 'boolean' },
+    audio: { type: 'boolean', default: false }, 'app-logs': { type: 'string' }, size: { type: 'string', default: '640x360' },
+    fps: { type: 'string', default: '30' }, help: { type: 'boolean' },
   },
 });
 if (args.help) {
@@ -53,13 +54,17 @@ if (args.help) {
   --only         a comma-separated subset of the profiles
   --degradation  svc's STREAMING_DEGRADATION, comma-separated for a row each (balanced, maintain-framerate, maintain-resolution, disabled)
   --audio        svc's app also plays a tone (needs pulseaudio): its Opus losses, concealment and mode changes under each table
-  --app-logs DIR svc's app logs at debug level (the estimator's every rate decision), one JSON-lines file per row in DIR`);
+  --app-logs DIR svc's app logs at debug level (the estimator's every rate decision), one JSON-lines file per row in DIR
+  --size WxH     the picture both send (default 640x360); --fps its frame rate (default 30)`);
   process.exit(0);
 }
 const SECONDS = Number(args.seconds);
-const WIDTH = 640;
-const HEIGHT = 360;
-const FPS = 30;
+const [WIDTH, HEIGHT] = args.size.split('x').map(Number);
+const FPS = Number(args.fps);
+if (!(WIDTH > 0 && HEIGHT > 0 && WIDTH % 2 === 0 && HEIGHT % 2 === 0 && FPS > 0)) {
+  console.error(`bench/stream/network.ts: --size wants an even WxH (e.g. 1280x720) and --fps a positive number: ${args.size} @ ${args.fps}`);
+  process.exit(2);
+}
 const MAX_KBPS = 6000;
 const DEGRADATIONS = args.degradation.split(',');
 
@@ -393,7 +398,7 @@ async function main(): Promise<void> {
   const receiver = await chromium.launchPersistentContext(dirs[0], { executablePath: await link.wrapper(CHROMIUM.path), args, headless: true });
   const sender = await chromium.launchPersistentContext(dirs[1], { executablePath: CHROMIUM.path, args, headless: true });
   try {
-    console.log(`640x360@30, H.264, max ${MAX_KBPS} kbit/s, ${SECONDS} s per profile (drop: 10 + 15 + 15 s); load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+    console.log(`${WIDTH}x${HEIGHT}@${FPS}, H.264, max ${MAX_KBPS} kbit/s, ${SECONDS} s per profile (drop: 10 + 15 + 15 s); load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
     for (const profile of PROFILES) {
       const columns = ['peer', 'fps', 'freezes', 'frozen s', 'keyframes', 'PLIs', 'NACKs', 'lost', 'kbit/s', 'smallest', 'jb ms 1st/3', 'jb ms last/3', 'first frame ms', 'i2p p50 ms', 'i2p p90 ms', 'i2p n'];
       if (profile.phases.length === 3) columns.push('fps in drop', 'recovery s');
