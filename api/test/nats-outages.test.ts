@@ -71,7 +71,7 @@ async function replicaPair(database: TestDatabase, natsEnv: Record<string, strin
     });
     await until(`${name} to be ACTIVE`, async () => (await api('GET', `/v2/svc/functions/${fn.id}/versions/${fn.versionId}`)).body.function.status === 'ACTIVE');
     // After a cluster server's death, the watches may take a while to open again (JetStream's elections).
-    await until(`the second replica to serve ${name}`, async () => (await invoke(replica.url, fn.id, 0, 5)).status === 200, 60_000);
+    await until(`the second replica to serve ${name}`, async () => (await invoke(replica.url, fn.id, 0, 5)).status === 200, 120_000);
     /** The request ids the instance ran, one line each. */
     const runs = () => readFileSync(counterFile, 'utf8').trim().split('\n').filter(Boolean).map((line) => line.split(' ')[0]!);
     return { functionId: fn.id as string, versionId: fn.versionId as string, runs };
@@ -88,7 +88,7 @@ async function replicaPair(database: TestDatabase, natsEnv: Record<string, strin
       const both = await Promise.all(urls.map((url) => invoke(url, functionId, 0, 1)));
       serving = Date.now() - calmAt;
       return both.every((answer) => answer.status === 200);
-    }, 60_000);
+    }, 120_000);
     const finals = await Promise.all(answers.map((answer) => answer.status === 202 ? finalAnswer(answer.reqId) : answer));
     for (const [i, final] of finals.entries()) {
       assert.equal(final.status, 200, `request ${i}: ${final.body}`);

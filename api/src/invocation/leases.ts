@@ -39,6 +39,8 @@ export class SlotLeases {
   readonly #shares = new Map<string, Share>();
   /** Wakes acquirers of a version when its entry changes. */
   readonly #changed = new Map<string, Set<() => void>>();
+  /** How often each version's acquirers were woken (an acquirer busy at the time looks again). */
+  readonly #wakes = new Map<string, number>();
   /** The latest entry per version seen (watch or own writes): its records and revision. */
   readonly #entries = new Map<string, { records: Records; revision: number }>();
   /** Takes waiting for the version's write in flight; a version here with none only needs its record written. */
@@ -83,11 +85,14 @@ export class SlotLeases {
    */
   async acquireMany(versionId: string, count: number, instances: () => ReadyInstance[], stopped: () => boolean, full?: () => void): Promise<Lease[] | undefined> {
     while (!stopped()) {
+      // A slot given back while the take was being written wakes nobody yet: it is looked for again at once.
+      const seen = this.#wakes.get(versionId) ?? 0;
       const taken = await this.#take(versionId, { count, instances, first: false });
       if (taken.length < count) full?.();
       if (taken.length) return taken;
       // No room: a replica that died may still be counted for slots it no longer uses.
       if (await this.#foundGone(versionId)) continue;
+      if ((this.#wakes.get(versionId) ?? 0) !== seen) continue;
       // No change seen for a while: the watch may be down (a NATS failover), so the entry is read again.
       if (!await this.#nextChange(versionId, 1000)) this.#entries.delete(versionId);
     }
@@ -154,6 +159,7 @@ export class SlotLeases {
     this.#shares.delete(versionId);
     this.#entries.delete(versionId);
     this.#wake(versionId);
+    this.#wakes.delete(versionId);
   }
 
   /** The version has instances again (deployed anew). */
@@ -176,6 +182,7 @@ export class SlotLeases {
   }
 
   #wake(versionId: string) {
+    this.#wakes.set(versionId, (this.#wakes.get(versionId) ?? 0) + 1);
     const waiters = this.#changed.get(versionId);
     this.#changed.delete(versionId);
     for (const wake of waiters ?? []) wake();
