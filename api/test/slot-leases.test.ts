@@ -53,6 +53,25 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
     return { versionId, replicas, instances: () => [instance], entry, close };
   }
 
+  test('a slot given back while an acquirer\'s look is being written is taken by it at once, not at its next recheck', { timeout: 20_000 }, async () => {
+    const { versionId, instances, close } = await setup(1);
+    const nc = await nats.connect();
+    // Its recheck an hour away: only a wake-up it does not miss gets it the slot within the test's time.
+    const leases = new SlotLeases(await new Kvm(nc).open('svc_slots'), 'replica-c', async () => false, 3_600_000);
+    try {
+      const held = (await leases.acquire(versionId, instances, () => false))!;
+      leases.wait(versionId, true); // a write of this replica's record, in flight
+      const acquiring = leases.acquire(versionId, instances, () => false); // its look waits behind that write
+      void leases.release(held); // given back meanwhile: a spare slot, and a wake-up with no one waiting yet
+      const taken = await acquiring;
+      assert.equal(taken?.instance.instanceId, 'i1');
+    } finally {
+      leases.close();
+      await nc.close();
+      await close();
+    }
+  });
+
   test('count records per replica, the instance limit across both, and a hand-over counted before it is let go', async () => {
     const { versionId, replicas: [first, second], instances, entry, close } = await setup();
     const inflight = async () => (await entry()).counts;

@@ -31,6 +31,8 @@ export interface Lease {
 const SPARE_MAX = 32;
 /** A record whose write failed is written again after this long. */
 const REWRITE_MS = 500;
+/** An acquirer that found no room and saw no change for this long reads the entry again (its watch may be down). */
+const RECHECK_MS = 1_000;
 
 export class SlotLeases {
   readonly #kv: KV;
@@ -51,13 +53,18 @@ export class SlotLeases {
   /** Versions deleted: nothing is written for them until they have instances again. */
   readonly #retired = new Set<string>();
   readonly #isGone: (replica: string) => Promise<boolean>;
+  readonly #recheckMs: number;
   /** Versions whose record is written again after a failed write. */
   readonly #rewrites = new Map<string, NodeJS.Timeout>();
 
-  /** `isGone` asks whether a replica no longer answers (only while its record keeps a take from a slot). */
-  constructor(kv: KV, replica: string, isGone: (replica: string) => Promise<boolean> = async () => false) {
+  /**
+   * `isGone` asks whether a replica no longer answers (only while its record keeps a take from a slot);
+   * an acquirer that finds no room looks again after `recheckMs` without a change.
+   */
+  constructor(kv: KV, replica: string, isGone: (replica: string) => Promise<boolean> = async () => false, recheckMs = RECHECK_MS) {
     this.#kv = kv;
     this.#replica = replica;
+    this.#recheckMs = recheckMs;
     this.#gone = new GoneReplicas(replica);
     this.#isGone = isGone;
     this.#renewer = setInterval(() => {
@@ -94,7 +101,7 @@ export class SlotLeases {
       if (await this.#foundGone(versionId)) continue;
       if ((this.#wakes.get(versionId) ?? 0) !== seen) continue;
       // No change seen for a while: the watch may be down (a NATS failover), so the entry is read again.
-      if (!await this.#nextChange(versionId, 1000)) this.#entries.delete(versionId);
+      if (!await this.#nextChange(versionId, this.#recheckMs)) this.#entries.delete(versionId);
     }
     return undefined;
   }
