@@ -2,6 +2,7 @@
 // the replicas, whose signed exchanges ride the same connection), the service with its dispatcher, stored
 // results and large results, the rate limits, and what the plane follows of placement.
 import type { Kysely } from 'kysely';
+import type { Database } from '../store/schema.ts';
 import type { Config } from '../config.ts';
 import type { HealthComponent } from '../control/health/service.ts';
 import type { InstancesService } from '../control/instances/service.ts';
@@ -23,7 +24,7 @@ import { relayStaging, type StageAsk } from './stage-relay.ts';
 
 export interface InvocationPlaneParts {
   settings: Config['invocation'];
-  db: Kysely<any>;
+  db: Kysely<Database>;
   functionsRepo: FunctionsRepo;
   instances: InstancesService;
   blobs: BlobStore;

@@ -2,6 +2,7 @@
 // (which keeps started sessions in the store for a take-over), and the owners' listing of sessions, read
 // from the broker where placement runs here, else asked of the replica where it does.
 import type { Kysely } from 'kysely';
+import type { Database } from '../store/schema.ts';
 import type { Config } from '../config.ts';
 import type { FunctionsRepo } from '../control/functions/repo.ts';
 import type { FunctionsService } from '../control/functions/service.ts';
@@ -18,7 +19,7 @@ import { relaySessionAsks } from './sessions-relay.ts';
 export interface StreamingPlaneParts {
   settings: Config['streaming'];
   turn: Config['turn'] & { secret: string; runDir: string };
-  db: Kysely<any>;
+  db: Kysely<Database>;
   verifier: CredentialVerifier;
   functionsRepo: FunctionsRepo;
   functions: Pick<FunctionsService, 'get'>;

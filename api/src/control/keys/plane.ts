@@ -2,6 +2,7 @@
 // admin signing key (a file), the verifier every request passes, and the key service with its routes.
 import path from 'node:path';
 import type { Kysely } from 'kysely';
+import type { Database } from '../../store/schema.ts';
 import type { Config } from '../../config.ts';
 import type { SecretBox } from '../../store/encryption.ts';
 import type { AccountsService } from '../accounts/service.ts';
@@ -15,7 +16,7 @@ import { createCredentialVerifier } from './verifier.ts';
 
 export interface KeysPlaneParts {
   config: Pick<Config, 'keys' | 'admin' | 'store'>;
-  db: Kysely<any>;
+  db: Kysely<Database>;
   settings: SettingsRepo;
   box: SecretBox;
   accounts: AccountsService;
