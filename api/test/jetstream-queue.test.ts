@@ -149,6 +149,33 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
     assert.equal(granted[2].id, 'after');
   });
 
+  test('the head\'s holder dies while another replica runs on a slot it lent: the borrower counts the slot before the lender\'s count lapses', async () => {
+    const { pair, join, granted, request, instance, versionId } = await setup(10, 1, 1);
+    pair[0].ready(instance.versionId, [instance]);
+    await pair[0].enqueue(request('first'));
+    await until('the first grant', async () => granted.length === 1);
+    granted[0].grant.release('done');
+    const borrower = await join();
+    await borrower.enqueue(request('borrowed', 1));
+    await until('the grant on the second replica', async () => granted.length === 2);
+    await pair[0].close();
+    const nc = await nats.connect();
+    try {
+      const slots = await new Kvm(nc).open('svc_slots');
+      const counted = async () => (await slots.get(versionId))?.json<Record<string, { inflight: Record<string, number> }>>()[borrower.replicaId]?.inflight[instance.instanceId] === 1;
+      await until('the borrower counts the lent slot as its own', counted);
+    } finally {
+      await nc.close();
+    }
+    // Well past the dead lender's grace: the one slot is still taken, so the next request waits for it.
+    await borrower.enqueue(request('next', 1));
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    assert.deepEqual(granted.map((entry) => entry.id), ['first', 'borrowed'], 'maxRequestConcurrency 1 holds without the lender');
+    granted[1].grant.release('done');
+    await until('the next grant once the slot is free', async () => granted.length === 3);
+    assert.equal(granted[2].id, 'next');
+  });
+
   test('a client with the server\'s credentials but not the installation\'s key: its ready entries and grants are not believed', async () => {
     const { pair, granted, request, instance, versionId } = await setup(10, 1);
     const learned = new Map<string, ReadyInstance[]>();

@@ -37,8 +37,11 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
     /** Each replica's count on the instance, and the entry's revision (a write changes it). */
     const entry = async () => {
       const found = await kv.get(versionId);
-      const records = found?.operation === 'PUT' ? found.json<Record<string, { inflight: Record<string, number> }>>() : {};
-      return { counts: Object.fromEntries(Object.entries(records).map(([replica, record]) => [replica, record.inflight.i1])), revision: found?.revision };
+      const records = found?.operation === 'PUT' ? found.json<Record<string, { inflight: Record<string, number>; waiting?: boolean }>>() : {};
+      return {
+        counts: Object.fromEntries(Object.entries(records).map(([replica, record]) => [replica, record.inflight.i1])), revision: found?.revision,
+        waiting: Object.values(records).some((record) => record.waiting),
+      };
     };
     // The bucket's watch tells both replicas of every change, as the queue's does.
     const watch = await kv.watch({ key: versionId });
@@ -83,11 +86,21 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
       assert.equal(await second.tryAcquire(versionId, instances), undefined, 'no fourth: the instance is full across both');
       assert.deepEqual(await inflight(), { 'replica-a': 2, 'replica-b': 1 }, 'one record per replica, not one per lease');
 
-      // The first hands one of its slots to the second, whose request it serves.
+      // The first lends one of its slots to the second's request: no write, the first still counts it.
+      const before = (await entry()).revision;
+      first.lend(taken![0], 'replica-b');
+      assert.equal(first.returned(taken![0].id, 'replica-c'), false, 'given back only by the borrower');
+      // The second counts it as its own (its lender was found gone), then gives it back.
       await second.hold(taken![0]);
       assert.deepEqual(await inflight(), { 'replica-a': 2, 'replica-b': 2 }, 'counted by both for a moment, never by none');
-      await first.handOver(taken![0]);
+      assert.notEqual((await entry()).revision, before);
+      // With the second's requests waiting, a slot given back to the first is written back, not kept spare.
+      second.wait(versionId, true);
+      await until('the first sees the second wait', async () => (await entry()).waiting);
+      assert.equal(first.returned(taken![0].id, 'replica-b'), true);
+      await until('the first no longer counts it', async () => (await inflight())['replica-a'] === 1);
       assert.deepEqual(await inflight(), { 'replica-a': 1, 'replica-b': 2 });
+      assert.equal(first.returned(taken![0].id, 'replica-b'), false, 'given back once');
     } finally {
       await close();
     }

@@ -103,7 +103,7 @@ export class JetStreamQueue implements SharedQueue {
     this.#leases = new SlotLeases(kvs.slots, this.replicaId, (replica) => this.#isGone(replica));
     this.#grants = new ReplicaGrants({
       nc, names: this.#names, signer: options.signer, replicaId: this.replicaId, leases: this.#leases, tickets: this.#tickets, log: options.log,
-      grant: (lease) => this.#grant(lease), adopt: options.adopt,
+      grant: (lease) => this.#grant(lease), adopt: options.adopt, isGone: (replica) => this.#isGone(replica),
     });
   }
 
@@ -278,6 +278,7 @@ export class JetStreamQueue implements SharedQueue {
     for (const timer of this.#headChecks.values()) clearTimeout(timer);
     const stopped = [...this.#heads.values()].map((head) => head.stop());
     this.#leases.close();
+    this.#grants.close();
     for (const subscription of this.#subscriptions) subscription.unsubscribe();
     for (const watch of this.#watches) watch.stop();
     await Promise.all(stopped);
@@ -287,6 +288,7 @@ export class JetStreamQueue implements SharedQueue {
   async #start() {
     this.#subscriptions.push(
       this.#nc.subscribe(this.#names.replica(this.replicaId, 'grant'), { callback: (_error, msg) => void this.#grants.received(msg) }),
+      this.#nc.subscribe(this.#names.replica(this.replicaId, 'returned'), { callback: (_error, msg) => this.#grants.returned(msg) }),
       this.#nc.subscribe(this.#names.replica(this.replicaId, 'ping'), { callback: (_error, msg) => void msg.respond('ok') }),
       this.#nc.subscribe(this.#names.replica(this.replicaId, 'stalled'), { callback: (_error, msg) => this.#heads.get(msg.string())?.stalled(STALLED_MS) }),
       this.#nc.subscribe(this.#names.headLeaderElected, { callback: (_error, msg) => this.#headMoved(msg.subject) }),
@@ -447,11 +449,15 @@ export class JetStreamQueue implements SharedQueue {
     if (holder && holder !== this.replicaId) this.#nc.publish(this.#names.replica(holder, 'stalled'), versionId);
   }
 
-  /** The grant a request runs with here: its slot lease goes back when it is done; a failed instance is benched. */
+  /**
+   * The grant a request runs with here: its slot goes back when it is done (to the replica that lent it,
+   * or to this one's leases); a failed instance is benched.
+   */
   #grant(lease: Lease): Grant {
     return grantOnce(lease.instance, (outcome) => {
       if (outcome === 'failed') this.#readySet.bench(lease.instance.instanceId);
-      void this.#leases.release(lease).catch((error) => this.#options.log.warn({ err: error }, 'could not release a slot lease; it expires'));
+      if (lease.lender) void this.#grants.giveBack(lease);
+      else void this.#leases.release(lease).catch((error) => this.#options.log.warn({ err: error }, 'could not release a slot lease; it expires'));
     });
   }
 

@@ -114,10 +114,10 @@ export class GoneReplicas {
     return true;
   }
 
-  /** The other replicas counted in `records` not known gone and not asked within SUSPECT_MS: asked now. */
-  suspects(records: Records): string[] {
+  /** The other replicas of `replicas` not known gone and not asked within SUSPECT_MS: asked now. */
+  suspects(replicas: string[]): string[] {
     const now = Date.now();
-    const suspects = Object.keys(records).filter((replica) => replica !== this.#self && !this.#gone.has(replica) && now - (this.#asked.get(replica) ?? 0) >= SUSPECT_MS);
+    const suspects = [...new Set(replicas)].filter((replica) => replica !== this.#self && !this.#gone.has(replica) && now - (this.#asked.get(replica) ?? 0) >= SUSPECT_MS);
     for (const replica of suspects) this.#asked.set(replica, now);
     return suspects;
   }

@@ -13,6 +13,8 @@
 // A replica whose record keeps a take from a slot is asked whether it still answers; one found gone counts
 // less from then on (lease-records.ts, GoneReplicas). The entry's records and this replica's Share of them
 // are in lease-records.ts.
+// The head's holder lends the slots it grants to other replicas' requests: it keeps counting them, with no
+// write, until the borrower gives them back (replica-grants.ts), or is found gone.
 import { randomUUID } from 'node:crypto';
 import type { KV, KvEntry } from '@nats-io/kv';
 import type { ReadyInstance } from '../control/instances/service.ts';
@@ -25,6 +27,8 @@ export interface Lease {
   id: string;
   versionId: string;
   instance: ReadyInstance;
+  /** The replica that counts the slot, when it lent it to this one (replica-grants.ts). */
+  lender?: string;
 }
 
 /** Spare slots a replica keeps at most. */
@@ -56,6 +60,8 @@ export class SlotLeases {
   readonly #recheckMs: number;
   /** Versions whose record is written again after a failed write. */
   readonly #rewrites = new Map<string, NodeJS.Timeout>();
+  /** Slots counted here that run another replica's request: lease id → the lease and its borrower. */
+  readonly #lent = new Map<string, { lease: Lease; borrower: string }>();
 
   /**
    * `isGone` asks whether a replica no longer answers (only while its record keeps a take from a slot);
@@ -133,14 +139,27 @@ export class SlotLeases {
     return this.#publish(lease.versionId);
   }
 
-  /** A slot handed to the replica whose request it serves (which counts it already). */
-  handOver(lease: Lease): Promise<void> {
-    add(this.#share(lease.versionId).running, lease.instance.instanceId, -1);
-    return this.#publish(lease.versionId);
+  /** A slot lent to another replica's request: still counted here, with no write, until it comes back. */
+  lend(lease: Lease, borrower: string) {
+    this.#lent.set(lease.id, { lease, borrower });
+  }
+
+  /** A slot lent to a replica found gone runs a request here after all (a 202 adopted from it). */
+  keep(lease: Lease) {
+    this.#lent.delete(lease.id);
+  }
+
+  /** The borrower gave a lent slot back: released here; false when it was not lent to `borrower`. */
+  returned(leaseId: string, borrower: string): boolean {
+    const lent = this.#lent.get(leaseId);
+    if (lent?.borrower !== borrower) return false;
+    void this.release(lent.lease).catch(() => {});
+    return true;
   }
 
   /** The request is done: its slot is kept spare (no write), unless there are enough or others wait. */
   release(lease: Lease): Promise<void> {
+    this.#lent.delete(lease.id);
     const share = this.#share(lease.versionId);
     add(share.running, lease.instance.instanceId, -1);
     if (total(share.spare) >= SPARE_MAX || this.#othersWait(lease.versionId)) return this.#publish(lease.versionId);
@@ -150,11 +169,15 @@ export class SlotLeases {
     return Promise.resolve();
   }
 
-  /** A replica no longer answers: its spare slots and its wait count no more (its running ones a moment more). */
+  /**
+   * A replica no longer answers: its spare slots and its wait count no more, its running ones and those
+   * lent to it a moment more (an instance finishing what it ran).
+   */
   gone(replica: string) {
     if (!this.#gone.found(replica)) return;
     for (const versionId of this.#entries.keys()) this.changed(versionId);
     const grace = setTimeout(() => {
+      for (const { lease, borrower } of [...this.#lent.values()]) if (borrower === replica) void this.release(lease).catch(() => {});
       for (const versionId of this.#entries.keys()) this.changed(versionId);
     }, GONE_GRACE_MS + 10);
     grace.unref();
@@ -213,9 +236,13 @@ export class SlotLeases {
     return false;
   }
 
-  /** Asks the other replicas counted in the version's entry whether they still answer; true when one is gone. */
+  /**
+   * Asks the other replicas counted in the version's entry, and those borrowing its slots from here,
+   * whether they still answer; true when one is gone.
+   */
   async #foundGone(versionId: string): Promise<boolean> {
-    const suspects = this.#gone.suspects(this.#gone.live(this.#entries.get(versionId)?.records ?? {}));
+    const borrowers = [...this.#lent.values()].filter(({ lease }) => lease.versionId === versionId).map(({ borrower }) => borrower);
+    const suspects = this.#gone.suspects([...Object.keys(this.#gone.live(this.#entries.get(versionId)?.records ?? {})), ...borrowers]);
     const verdicts = await Promise.all(suspects.map((replica) => this.#isGone(replica).catch(() => false)));
     suspects.filter((_, index) => verdicts[index]).forEach((replica) => this.gone(replica));
     return verdicts.some(Boolean);

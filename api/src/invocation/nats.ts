@@ -14,7 +14,7 @@ export function natsNames(prefix: string) {
     queueStream: (versionId: string) => `${prefix.toUpperCase()}_Q_${versionId}`,
     queueSubject: (versionId: string) => `${prefix}.q.${versionId}`,
     bucket: (name: 'ready' | 'slots' | 'heads' | 'rates') => `${prefix}_${name}`,
-    replica: (replicaId: string, exchange: 'grant' | 'ping' | 'stalled') => `${prefix}.replica.${replicaId}.${exchange}`,
+    replica: (replicaId: string, exchange: 'grant' | 'returned' | 'ping' | 'stalled') => `${prefix}.replica.${replicaId}.${exchange}`,
     done: (requestId: string) => `${prefix}.done.${requestId}`,
     stage: `${prefix}.stage`,
     /** Logs asked of the placement replica (control/logs/relay.ts); answers on logs.<uuid>. */

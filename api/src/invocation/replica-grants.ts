@@ -1,8 +1,12 @@
 // Grants between replicas: the head's holder sends each granted ticket's slot lease to the ticket's
 // replica over NATS request/reply (signed, replica-signing.ts), in ticket order; that replica answers
-// 'taken' once it counts the slot itself, or 'gone' when the request no longer waits there. A ticket
-// whose replica is gone is adopted when its request is a stored 202 (at most once, by a conditional claim
-// in the store), else dropped: its client went with the replica.
+// 'taken', or 'gone' when the request no longer waits there. A ticket whose replica is gone is adopted when
+// its request is a stored 202 (at most once, by a conditional claim in the store), else dropped: its client
+// went with the replica.
+// The slot is lent, not handed over: the holder keeps counting it (leases.ts) and the borrower gives it back
+// when its request is done (`<replica>.returned`), so a grant costs no write to the slots bucket. A borrower
+// asks its lenders every LENDER_CHECK_MS whether they still answer; the slots of one found gone are counted
+// by the borrower from then on (written before the lender's count lapses, GONE_GRACE_MS).
 import type { Msg, NatsConnection, RequestError } from '@nats-io/transport-node';
 import { z } from 'zod';
 import type { Logger } from '../logger.ts';
@@ -18,9 +22,16 @@ export const GRANT_TIMEOUT_MS = 2_000;
 /** A replica that answers no grant in this many tries (connected but stuck) counts as gone. */
 const GRANT_ATTEMPTS = 5;
 
-const grantSchema = z.object({ id: z.string(), lease: z.object({ id: z.string(), versionId: z.string(), instance: readyInstanceSchema }) });
-/** What a signature is about: a grant to one replica. */
+/** A borrower looks this often whether the replicas that lent it slots still answer. */
+const LENDER_CHECK_MS = 250;
+
+const grantSchema = z.object({
+  id: z.string(), from: z.string(), lease: z.object({ id: z.string(), versionId: z.string(), instance: readyInstanceSchema }),
+});
+const returnSchema = z.object({ leaseId: z.string(), from: z.string() });
+/** What a signature is about: a grant to one replica, or a lent slot given back to one. */
 const grantContext = (replica: string) => `grant ${replica}`;
+const returnContext = (replica: string) => `return ${replica}`;
 
 export interface ReplicaGrantsOptions {
   nc: NatsConnection;
@@ -34,12 +45,15 @@ export interface ReplicaGrantsOptions {
   grant(lease: Lease): Grant;
   /** A stored 202 whose replica is gone, claimed to run here; undefined when it is not claimable. */
   adopt(requestId: string): Promise<Invocation | undefined>;
+  /** Whether a replica no longer answers (no responder on its subjects). */
+  isGone(replica: string): Promise<boolean>;
 }
 
 export class ReplicaGrants {
   readonly #options: ReplicaGrantsOptions;
-  /** Request id → the write counting its granted slot here, until done. */
-  readonly #counting = new Map<string, Promise<void>>();
+  /** Slots other replicas lent to requests running here: lease id → lease (its `lender` set). */
+  readonly #borrowed = new Map<string, Lease>();
+  #lenderCheck: NodeJS.Timeout | undefined;
 
   constructor(options: ReplicaGrantsOptions) {
     this.#options = options;
@@ -62,27 +76,49 @@ export class ReplicaGrants {
     }));
   }
 
-  /** Another replica holds the head and grants one of ours; a grant it did not sign is refused. */
+  /** Another replica holds the head and grants one of ours (a lent slot); a grant it did not sign is refused. */
   received(msg: Msg) {
-    const { signer, replicaId, tickets, leases, log } = this.#options;
+    const { signer, replicaId, log } = this.#options;
     const opened = signer.open(grantContext(replicaId), msg.string());
     const parsed = opened && grantSchema.safeParse(opened.value);
     if (!parsed?.success) {
       log.warn({ subject: msg.subject }, `a grant ${opened ? 'that does not decode' : 'not signed by a replica'}; refused`);
       return msg.respond('gone');
     }
-    const { id, lease } = parsed.data;
-    const again = tickets.tookWith(id, lease.id);
-    if (!this.#take(id, lease)) return msg.respond('gone');
-    // Counted here before the granting replica stops counting it: the slot never counts nowhere. A grant
-    // asked again is answered once that write is done too.
-    if (!again) {
-      const counted = leases.hold(lease).catch((error: unknown) => {
-        log.warn({ err: error }, 'could not write a granted slot; the next write of this replica counts it');
-      }).finally(() => this.#counting.delete(id));
-      this.#counting.set(id, counted);
+    const { id, from, lease } = parsed.data;
+    msg.respond(this.#take(id, { ...lease, lender: from }) ? 'taken' : 'gone');
+  }
+
+  /** A slot this replica lent comes back from its borrower; one not lent to the sender is ignored. */
+  returned(msg: Msg) {
+    const { signer, replicaId, leases, log } = this.#options;
+    const parsed = returnSchema.safeParse(signer.open(returnContext(replicaId), msg.string())?.value);
+    if (!parsed.success) log.warn({ subject: msg.subject }, 'a slot given back without a replica\'s signature; ignored');
+    else leases.returned(parsed.data.leaseId, parsed.data.from);
+    msg.respond('ok');
+  }
+
+  /**
+   * A request done with a lent slot: the slot goes back to its lender (asked again while it is slow to
+   * answer; a lender that is gone counted it in a record that went with it).
+   */
+  async giveBack(lease: Lease) {
+    const { nc, names, signer, replicaId } = this.#options;
+    this.#borrowed.delete(lease.id);
+    const lender = lease.lender!;
+    const message = signer.sign(returnContext(lender), { leaseId: lease.id, from: replicaId });
+    for (let asked = 1; asked <= GRANT_ATTEMPTS; asked++) {
+      try {
+        await nc.request(names.replica(lender, 'returned'), message, { timeout: GRANT_TIMEOUT_MS });
+        return;
+      } catch (error) {
+        if ((error as RequestError).isNoResponders?.()) return;
+      }
     }
-    void (this.#counting.get(id) ?? Promise.resolve()).then(() => msg.respond('taken'));
+  }
+
+  close() {
+    clearTimeout(this.#lenderCheck);
   }
 
   /**
@@ -91,18 +127,19 @@ export class ReplicaGrants {
    */
   async #deliver(ticket: Ticket, lease: Lease): Promise<boolean> {
     const { nc, names, signer, leases, log } = this.#options;
-    const grant = signer.sign(grantContext(ticket.replica), { id: ticket.id, lease });
+    const grant = signer.sign(grantContext(ticket.replica), { id: ticket.id, from: this.#options.replicaId, lease });
+    // Lent before it is sent: the borrower may give it back before its answer is read here.
+    leases.lend(lease, ticket.replica);
     for (let asked = 1; ; asked++) {
       try {
         const reply = await nc.request(names.replica(ticket.replica, 'grant'), grant, { timeout: GRANT_TIMEOUT_MS });
-        if (reply.string() !== 'taken') return false;
-        void leases.handOver(lease).catch((error) => log.warn({ err: error }, 'could not write a slot handed over; the next write of this replica lets it go'));
-        return true;
+        return reply.string() === 'taken';
       } catch (error) {
         if (!(error as RequestError).isNoResponders?.() && asked < GRANT_ATTEMPTS) continue;
       }
       // Its replica is gone: a stored 202 runs here (claimed at most once); a synchronous request went with it.
       const adopted = await this.#options.adopt(ticket.id).catch(() => undefined);
+      leases.keep(lease);
       adopted?.grant(this.#options.grant(lease));
       return adopted !== undefined;
     }
@@ -113,7 +150,31 @@ export class ReplicaGrants {
     const { tickets } = this.#options;
     if (tickets.tookWith(requestId, lease.id)) return true;
     const invocation = tickets.take(requestId, lease.id);
-    invocation?.grant(this.#options.grant(lease));
-    return invocation !== undefined;
+    if (!invocation) return false;
+    if (lease.lender) this.#borrow(lease);
+    invocation.grant(this.#options.grant(lease));
+    return true;
+  }
+
+  #borrow(lease: Lease) {
+    this.#borrowed.set(lease.id, lease);
+    if (!this.#lenderCheck) this.#lenderCheck = setTimeout(() => void this.#checkLenders(), LENDER_CHECK_MS);
+  }
+
+  /**
+   * While slots are borrowed, their lenders are asked whether they still answer; the slots of one found
+   * gone are counted here (a write) before its record stops counting them, and are this replica's own.
+   */
+  async #checkLenders() {
+    const { leases, isGone, log } = this.#options;
+    const lenders = new Set([...this.#borrowed.values()].map((lease) => lease.lender!));
+    const gone = new Set((await Promise.all([...lenders].map(async (lender) => (await isGone(lender).catch(() => false)) && lender))).filter(Boolean));
+    for (const lease of [...this.#borrowed.values()]) {
+      if (!gone.has(lease.lender!)) continue;
+      this.#borrowed.delete(lease.id);
+      lease.lender = undefined;
+      void leases.hold(lease).catch((error: unknown) => log.warn({ err: error }, 'could not write a slot whose lender is gone; the next write of this replica counts it'));
+    }
+    this.#lenderCheck = this.#borrowed.size ? setTimeout(() => void this.#checkLenders(), LENDER_CHECK_MS) : undefined;
   }
 }
