@@ -1,9 +1,9 @@
 // SlotLeases (invocation/leases.ts) on a real NATS KV bucket: two instances of it stand for two API
 // replicas. The entry of a version holds one count record per replica, whatever the requests in flight;
-// the replicas together never take more than an instance's maxRequestConcurrency; a slot handed from one
-// replica to another is counted by the receiver before the giver lets it go. A replica keeps spare slots,
+// the replicas together never take more than an instance's maxRequestConcurrency. A replica keeps spare slots,
 // taken and given back without a write, and gives them up when another replica waits for one or when it
-// leaves them unused. A replica found gone counts no more (what it ran, a moment more).
+// leaves them unused; while the replicas want more slots than there are, each takes its fair share. A
+// replica found gone counts no more (what it ran, a moment more).
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
@@ -37,11 +37,8 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
     /** Each replica's count on the instance, and the entry's revision (a write changes it). */
     const entry = async () => {
       const found = await kv.get(versionId);
-      const records = found?.operation === 'PUT' ? found.json<Record<string, { inflight: Record<string, number>; waiting?: boolean }>>() : {};
-      return {
-        counts: Object.fromEntries(Object.entries(records).map(([replica, record]) => [replica, record.inflight.i1])), revision: found?.revision,
-        waiting: Object.values(records).some((record) => record.waiting),
-      };
+      const records = found?.operation === 'PUT' ? found.json<Record<string, { inflight: Record<string, number> }>>() : {};
+      return { counts: Object.fromEntries(Object.entries(records).map(([replica, record]) => [replica, record.inflight.i1])), revision: found?.revision };
     };
     // The bucket's watch tells both replicas of every change, as the queue's does.
     const watch = await kv.watch({ key: versionId });
@@ -63,7 +60,7 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
     const leases = new SlotLeases(await new Kvm(nc).open('svc_slots'), 'replica-c', async () => false, 3_600_000);
     try {
       const held = (await leases.acquire(versionId, instances, () => false))!;
-      leases.wait(versionId, true); // a write of this replica's record, in flight
+      leases.wait(versionId, 1); // a write of this replica's record, in flight
       const acquiring = leases.acquire(versionId, instances, () => false); // its look waits behind that write
       void leases.release(held); // given back meanwhile: a spare slot, and a wake-up with no one waiting yet
       const taken = await acquiring;
@@ -75,7 +72,7 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
     }
   });
 
-  test('count records per replica, the instance limit across both, and a hand-over counted before it is let go', async () => {
+  test('count records per replica, the instance limit across both, and a slot let go while the other waits written back at once', async () => {
     const { versionId, replicas: [first, second], instances, entry, close } = await setup();
     const inflight = async () => (await entry()).counts;
     try {
@@ -86,21 +83,13 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
       assert.equal(await second.tryAcquire(versionId, instances), undefined, 'no fourth: the instance is full across both');
       assert.deepEqual(await inflight(), { 'replica-a': 2, 'replica-b': 1 }, 'one record per replica, not one per lease');
 
-      // The first lends one of its slots to the second's request: no write, the first still counts it.
-      const before = (await entry()).revision;
-      first.lend(taken![0], 'replica-b');
-      assert.equal(first.returned(taken![0].id, 'replica-c'), false, 'given back only by the borrower');
-      // The second counts it as its own (its lender was found gone), then gives it back.
-      await second.hold(taken![0]);
-      assert.deepEqual(await inflight(), { 'replica-a': 2, 'replica-b': 2 }, 'counted by both for a moment, never by none');
-      assert.notEqual((await entry()).revision, before);
-      // With the second's requests waiting, a slot given back to the first is written back, not kept spare.
-      second.wait(versionId, true);
-      await until('the first sees the second wait', async () => (await entry()).waiting);
-      assert.equal(first.returned(taken![0].id, 'replica-b'), true);
-      await until('the first no longer counts it', async () => (await inflight())['replica-a'] === 1);
+      // With the second's requests waiting, a slot the first lets go is written back, not kept spare.
+      second.wait(versionId, 1);
+      await until('the first sees the second wait', async () => first.waitingElsewhere(versionId) === 1);
+      await first.release(taken![0]);
+      assert.deepEqual(await inflight(), { 'replica-a': 1, 'replica-b': 1 });
+      assert.ok(await second.tryAcquire(versionId, instances), 'the waiting replica takes it');
       assert.deepEqual(await inflight(), { 'replica-a': 1, 'replica-b': 2 });
-      assert.equal(first.returned(taken![0].id, 'replica-b'), false, 'given back once');
     } finally {
       await close();
     }
@@ -122,25 +111,29 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
       assert.equal((await entry()).revision, counted.revision, 'neither the release nor the take wrote');
 
       // Requests wait on the other replica: its record says so, and the first gives up its spare slot.
-      other.wait(versionId, true);
+      other.wait(versionId, 1);
       assert.ok(await other.acquire(versionId, instances, () => false), 'the waiting replica gets a slot');
       assert.deepEqual((await entry()).counts, { 'replica-a': 1, 'replica-b': 2 }, 'the first counts only the slot it runs on');
-      other.wait(versionId, false);
+      other.wait(versionId, 0);
     } finally {
       await close();
     }
   });
 
-  test('while another replica has requests waiting, none is taken ahead of them, even with room', async () => {
+  test('while the replicas want more slots than there are, each takes only its fair share, even with room', async () => {
     const { versionId, replicas: [first, other], instances, entry, close } = await setup(10);
     try {
       const lease = await first.tryAcquire(versionId, instances);
       assert.deepEqual((await entry()).counts, { 'replica-a': 5 }, 'one slot and four spare: half the room left');
-      other.wait(versionId, true);
+      other.wait(versionId, 20);
       await until('the spare slots given up', async () => (await entry()).counts['replica-a'] === 1);
-      assert.equal(await first.tryAcquire(versionId, instances), undefined, 'nine free, none taken ahead of the waiting replica');
-      assert.ok(await other.tryAcquire(versionId, instances), 'the waiting replica takes one');
-      other.wait(versionId, false);
+      // 2 wanted here (one running, one more), 20 there, 10 slots: 1 and 9.
+      assert.equal(await first.tryAcquire(versionId, instances), undefined, 'nine free, none taken beyond this replica\'s share');
+      assert.equal((await other.acquireMany(versionId, 20, instances, () => false))?.length, 9, 'the waiting replica takes its nine');
+      assert.equal(first.keeps(versionId, instances()), false, 'with nothing waiting here, its share is none');
+      first.wait(versionId, 1);
+      await until('a slot done here may serve the next request waiting here: one is its share', async () => first.keeps(versionId, instances()));
+      other.wait(versionId, 0);
       await first.release(lease!);
     } finally {
       await close();
@@ -163,7 +156,7 @@ describe('slot leases shared by replicas', { skip: !natsServerAvailable() }, () 
     const { versionId, replicas: [survivor, dying], instances, entry, close } = await setup(2, gone);
     try {
       assert.equal((await dying.acquireMany(versionId, 2, instances, () => false))?.length, 2);
-      dying.wait(versionId, true);
+      dying.wait(versionId, 1);
       await until('the wait written', async () => {
         const found = await entry();
         return found.counts['replica-b'] === 2 && (await survivor.tryAcquire(versionId, instances)) === undefined;

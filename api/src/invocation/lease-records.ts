@@ -1,6 +1,7 @@
 // What one version's entry in the slots bucket holds (leases.ts): per replica, a record of how many requests
-// it runs on each instance, until when the record counts, whether requests wait there, and which of its
-// slots are spare. And which replicas were found gone, whose records then count less.
+// it runs on each instance, until when the record counts, how many requests wait there, and which of its
+// slots are spare. From the records, each replica's fair share of the slots when requests wait for them.
+// And which replicas were found gone, whose records then count less.
 import type { KvEntry } from '@nats-io/kv';
 import { z } from 'zod';
 import type { ReadyInstance } from '../control/instances/service.ts';
@@ -16,6 +17,8 @@ const recordsSchema = z.record(z.string(), z.object({
   until: z.number(),
   inflight: z.record(z.string(), z.number().int().nonnegative()),
   waiting: z.boolean().optional(),
+  /** How many requests wait there (`waiting` is kept for replicas of the release before, which know only it). */
+  wants: z.number().int().nonnegative().optional(),
   /** The part of `inflight` that is spare (no request runs on it). */
   spare: z.record(z.string(), z.number().int().nonnegative()).optional(),
 }));
@@ -34,10 +37,41 @@ export function decode(entry: KvEntry | null | undefined): Records {
 /** The requests `records` run, spare slots left out. */
 export function runningIn(records: Records): number {
   let sum = 0;
-  for (const { inflight, spare } of Object.values(records)) {
-    for (const [instanceId, count] of Object.entries(inflight)) sum += count - (spare?.[instanceId] ?? 0);
-  }
+  for (const record of Object.values(records)) sum += runningOf(record);
   return sum;
+}
+
+function runningOf({ inflight, spare }: Records[string]): number {
+  let sum = 0;
+  for (const [instanceId, count] of Object.entries(inflight)) sum += count - (spare?.[instanceId] ?? 0);
+  return sum;
+}
+
+/** How long one replica keeps a slot its share rounds up to before the next one in turn does. */
+export const TURN_MS = 2_000;
+
+/**
+ * The slots `replica` may hold of `capacity`: all it wants while the replicas want no more than there
+ * are, else its part in proportion to what it runs and has waiting (largest remainders get the slots left
+ * over; ties take turns every TURN_MS, so no replica waits for ever behind the others). Every replica
+ * reckons it from the same entry, so the shares add up to the capacity.
+ */
+export function fairShare(records: Records, replica: string, capacity: number, now = Date.now()): number {
+  const wanted = Object.entries(records).map(([name, record]) => ({ name, wants: runningOf(record) + (record.wants ?? (record.waiting ? 1 : 0)) }));
+  const sum = wanted.reduce((total, { wants }) => total + wants, 0);
+  if (sum <= capacity) return Infinity;
+  const parts = wanted.map(({ name, wants }) => ({ name, exact: (capacity * wants) / sum, turn: turnOf(name, Math.floor(now / TURN_MS)) }));
+  const left = capacity - parts.reduce((total, part) => total + Math.floor(part.exact), 0);
+  parts.sort((a, b) => (b.exact % 1) - (a.exact % 1) || a.turn - b.turn);
+  const index = parts.findIndex((part) => part.name === replica);
+  return index === -1 ? 0 : Math.floor(parts[index].exact) + (index < left ? 1 : 0);
+}
+
+/** A replica's place among equals in one turn: the same on every replica, different from turn to turn. */
+function turnOf(replica: string, turn: number): number {
+  let hash = turn;
+  for (let i = 0; i < replica.length; i++) hash = Math.imul(hash ^ replica.charCodeAt(i), 0x9e3779b1);
+  return hash >>> 0;
 }
 
 /** Slots per instance of one version. */
@@ -72,8 +106,10 @@ export class Share {
   readonly spare: Tally = new Map();
   /** A spare slot was taken since the last renewal. */
   spareUsed = false;
-  /** Requests wait here for slots (set by the head's holder): the other replicas give way. */
-  waiting = false;
+  /** Requests waiting here for slots: the other replicas give way to a fair share. */
+  waiting = 0;
+  /** The count of waiting requests its record says (written again when it moves far from it). */
+  written = 0;
 
   get empty(): boolean {
     return this.running.size === 0 && this.spare.size === 0 && !this.waiting;
@@ -85,7 +121,7 @@ export class Share {
     const inflight = Object.fromEntries(running);
     for (const [instanceId, count] of spare) inflight[instanceId] = (inflight[instanceId] ?? 0) + count;
     return {
-      until: Date.now() + LEASE_MS, inflight, ...(this.waiting ? { waiting: true } : {}), ...(spare.size ? { spare: Object.fromEntries(spare) } : {}),
+      until: Date.now() + LEASE_MS, inflight, ...(this.waiting ? { waiting: true, wants: this.waiting } : {}), ...(spare.size ? { spare: Object.fromEntries(spare) } : {}),
     };
   }
 }

@@ -7,18 +7,18 @@
 // Entries are cached from the bucket's watch, and a replica's changes to one version wait for its write
 // in flight and then go together in the next one: one round trip per batch, not per request.
 // A replica also counts a few spare slots: a request takes one and gives it back without a write. A
-// replica with requests waiting for slots says so in its record (`waiting`): then the others give up their
-// spare slots and take none directly, so waiting requests go first. Spare slots unused for a renewal period
-// go back.
+// replica with requests waiting for slots says how many in its record: then the others give up their spare
+// slots, and while the replicas want more slots than there are each takes and keeps only its fair share
+// (lease-records.ts, fairShare), so the slots are shared in proportion to the requests at each. A replica
+// whose requests wait keeps a slot for the next of them without a write (the queue asks `keeps`). Spare
+// slots unused for a renewal period go back.
 // A replica whose record keeps a take from a slot is asked whether it still answers; one found gone counts
 // less from then on (lease-records.ts, GoneReplicas). The entry's records and this replica's Share of them
 // are in lease-records.ts.
-// The head's holder lends the slots it grants to other replicas' requests: it keeps counting them, with no
-// write, until the borrower gives them back (replica-grants.ts), or is found gone.
 import { randomUUID } from 'node:crypto';
 import type { KV, KvEntry } from '@nats-io/kv';
 import type { ReadyInstance } from '../control/instances/service.ts';
-import { add, decode, GONE_GRACE_MS, GoneReplicas, LEASE_MS, runningIn, Share, takeLeastLoaded, total, type Records, type Tally } from './lease-records.ts';
+import { add, decode, fairShare, GONE_GRACE_MS, GoneReplicas, LEASE_MS, runningIn, Share, takeLeastLoaded, total, TURN_MS, type Records, type Tally } from './lease-records.ts';
 
 const RENEW_MS = LEASE_MS / 3;
 
@@ -27,8 +27,6 @@ export interface Lease {
   id: string;
   versionId: string;
   instance: ReadyInstance;
-  /** The replica that counts the slot, when it lent it to this one (replica-grants.ts). */
-  lender?: string;
 }
 
 /** Spare slots a replica keeps at most. */
@@ -37,6 +35,8 @@ const SPARE_MAX = 32;
 const REWRITE_MS = 500;
 /** An acquirer that found no room and saw no change for this long reads the entry again (its watch may be down). */
 const RECHECK_MS = 1_000;
+/** The count of waiting requests a record says is written again once the count is this far from it (×/÷). */
+const WAITING_STEP = 1.5;
 
 export class SlotLeases {
   readonly #kv: KV;
@@ -60,8 +60,8 @@ export class SlotLeases {
   readonly #recheckMs: number;
   /** Versions whose record is written again after a failed write. */
   readonly #rewrites = new Map<string, NodeJS.Timeout>();
-  /** Slots counted here that run another replica's request: lease id → the lease and its borrower. */
-  readonly #lent = new Map<string, { lease: Lease; borrower: string }>();
+  /** Each version's fair share as last reckoned, until its entry, its capacity or the turn changes (`keeps` runs per request). */
+  readonly #fairShares = new Map<string, { revision: number; capacity: number; turn: number; share: number }>();
 
   /**
    * `isGone` asks whether a replica no longer answers (only while its record keeps a take from a slot);
@@ -100,7 +100,7 @@ export class SlotLeases {
     while (!stopped()) {
       // A slot given back while the take was being written wakes nobody yet: it is looked for again at once.
       const seen = this.#wakes.get(versionId) ?? 0;
-      const taken = await this.#take(versionId, { count, instances, first: false });
+      const taken = await this.#take(versionId, { count, instances });
       if (taken.length < count) full?.();
       if (taken.length) return taken;
       // No room: a replica that died may still be counted for slots it no longer uses.
@@ -112,54 +112,57 @@ export class SlotLeases {
     return undefined;
   }
 
+  /** Requests of the version waiting on the other replicas, as their records last said. */
+  waitingElsewhere(versionId: string): number {
+    const records = this.#gone.live(this.#entries.get(versionId)?.records ?? {});
+    let sum = 0;
+    for (const replica in records) if (replica !== this.#replica) sum += records[replica].wants ?? (records[replica].waiting ? 1 : 0);
+    return sum;
+  }
+
   /** Requests running on the version now, by every replica whose record still counts (spare slots not). */
   running(versionId: string): number {
     return runningIn(this.#gone.live(this.#entries.get(versionId)?.records ?? {}));
   }
 
-  /** Whether requests of the version wait here for slots: the record says so, and the others give way. */
-  wait(versionId: string, waiting: boolean) {
+  /**
+   * How many requests of the version wait here for slots: the record says so (written when the count
+   * starts, ends, or moves far from what it says), and the others give way to a fair share.
+   */
+  wait(versionId: string, waiting: number) {
     const share = this.#share(versionId);
-    if (share.waiting === waiting) return;
     share.waiting = waiting;
-    this.#writeSoon(versionId);
+    const { written } = share;
+    if ((waiting === 0) !== (written === 0) || waiting >= written * WAITING_STEP || waiting * WAITING_STEP <= written) this.#writeSoon(versionId);
   }
 
-  /** A slot if an instance has room now and no other replica's requests wait for one; undefined without waiting. */
+  /** A spare slot on one of `instances`, taken with no write; undefined when there is none. */
+  takeSpare(versionId: string, instances: ReadyInstance[]): Lease | undefined {
+    return this.#fromSpare(versionId, 1, instances)[0];
+  }
+
+  /** A slot if an instance has room now, within this replica's share; undefined without waiting. */
   async tryAcquire(versionId: string, instances: () => ReadyInstance[]): Promise<Lease | undefined> {
-    return (await this.#take(versionId, { count: 1, instances, first: true }))[0];
+    return (await this.#take(versionId, { count: 1, instances }))[0];
   }
 
   /**
-   * A slot another replica took for a request that runs here: counted here from now on. Resolves once
-   * written, so the replica that took it may stop counting it without the slot ever counting nowhere.
+   * Whether a slot whose request is done here may serve the next request waiting here, with no write:
+   * while this replica runs no more than its fair share of `instances`.
    */
-  hold(lease: Lease): Promise<void> {
-    add(this.#share(lease.versionId).running, lease.instance.instanceId, 1);
-    return this.#publish(lease.versionId);
-  }
-
-  /** A slot lent to another replica's request: still counted here, with no write, until it comes back. */
-  lend(lease: Lease, borrower: string) {
-    this.#lent.set(lease.id, { lease, borrower });
-  }
-
-  /** A slot lent to a replica found gone runs a request here after all (a 202 adopted from it). */
-  keep(lease: Lease) {
-    this.#lent.delete(lease.id);
-  }
-
-  /** The borrower gave a lent slot back: released here; false when it was not lent to `borrower`. */
-  returned(leaseId: string, borrower: string): boolean {
-    const lent = this.#lent.get(leaseId);
-    if (lent?.borrower !== borrower) return false;
-    void this.release(lent.lease).catch(() => {});
-    return true;
+  keeps(versionId: string, instances: ReadyInstance[]): boolean {
+    const entry = this.#entries.get(versionId);
+    const key = { revision: entry?.revision ?? 0, capacity: capacityOf(instances), turn: Math.floor(Date.now() / TURN_MS) };
+    let known = this.#fairShares.get(versionId);
+    if (known?.revision !== key.revision || known.capacity !== key.capacity || known.turn !== key.turn) {
+      known = { ...key, share: fairShare(this.#gone.live(entry?.records ?? {}), this.#replica, key.capacity) };
+      this.#fairShares.set(versionId, known);
+    }
+    return total(this.#share(versionId).running) <= known.share;
   }
 
   /** The request is done: its slot is kept spare (no write), unless there are enough or others wait. */
   release(lease: Lease): Promise<void> {
-    this.#lent.delete(lease.id);
     const share = this.#share(lease.versionId);
     add(share.running, lease.instance.instanceId, -1);
     if (total(share.spare) >= SPARE_MAX || this.#othersWait(lease.versionId)) return this.#publish(lease.versionId);
@@ -169,15 +172,11 @@ export class SlotLeases {
     return Promise.resolve();
   }
 
-  /**
-   * A replica no longer answers: its spare slots and its wait count no more, its running ones and those
-   * lent to it a moment more (an instance finishing what it ran).
-   */
+  /** A replica no longer answers: its spare slots and its wait count no more (its running ones a moment more). */
   gone(replica: string) {
     if (!this.#gone.found(replica)) return;
     for (const versionId of this.#entries.keys()) this.changed(versionId);
     const grace = setTimeout(() => {
-      for (const { lease, borrower } of [...this.#lent.values()]) if (borrower === replica) void this.release(lease).catch(() => {});
       for (const versionId of this.#entries.keys()) this.changed(versionId);
     }, GONE_GRACE_MS + 10);
     grace.unref();
@@ -186,6 +185,7 @@ export class SlotLeases {
   /** The version was deleted: its share is dropped and nothing more is written for it (its entry is gone). */
   retire(versionId: string) {
     this.#retired.add(versionId);
+    this.#fairShares.delete(versionId);
     this.#shares.delete(versionId);
     this.#entries.delete(versionId);
     this.#wake(versionId);
@@ -199,6 +199,7 @@ export class SlotLeases {
 
   /** The entry of a version changed (the bucket's watch): cached, and whoever waits for a slot looks again. */
   changed(versionId: string, entry?: KvEntry) {
+    this.#fairShares.delete(versionId);
     // Most entries are this replica's own writes, already cached: decoded only when newer.
     const known = this.#entries.get(versionId)?.revision ?? -1;
     if (entry && entry.revision > known) this.#remember(versionId, decode(entry), entry.revision);
@@ -230,19 +231,14 @@ export class SlotLeases {
     return share;
   }
 
-  /** Whether another replica's record says requests wait there (the latest entry seen). */
+  /** Whether another replica's record says requests wait there (the latest entry seen, or `records`). */
   #othersWait(versionId: string, records = this.#gone.live(this.#entries.get(versionId)?.records ?? {})): boolean {
-    for (const replica in records) if (replica !== this.#replica && records[replica].waiting) return true;
-    return false;
+    return othersWaitIn(records, this.#replica);
   }
 
-  /**
-   * Asks the other replicas counted in the version's entry, and those borrowing its slots from here,
-   * whether they still answer; true when one is gone.
-   */
+  /** Asks the other replicas counted in the version's entry whether they still answer; true when one is gone. */
   async #foundGone(versionId: string): Promise<boolean> {
-    const borrowers = [...this.#lent.values()].filter(({ lease }) => lease.versionId === versionId).map(({ borrower }) => borrower);
-    const suspects = this.#gone.suspects([...Object.keys(this.#gone.live(this.#entries.get(versionId)?.records ?? {})), ...borrowers]);
+    const suspects = this.#gone.suspects(Object.keys(this.#gone.live(this.#entries.get(versionId)?.records ?? {})));
     const verdicts = await Promise.all(suspects.map((replica) => this.#isGone(replica).catch(() => false)));
     suspects.filter((_, index) => verdicts[index]).forEach((replica) => this.gone(replica));
     return verdicts.some(Boolean);
@@ -250,10 +246,10 @@ export class SlotLeases {
 
   /**
    * Up to `want.count` slots: spare ones at once, the rest where there is room at the time of the write
-   * (instances are read then), counted here. A `first` take gets none while others wait.
+   * (instances are read then), counted here.
    */
   #take(versionId: string, want: Want): Promise<Lease[]> {
-    const spared = want.count > 0 && !(want.first && this.#othersWait(versionId)) ? this.#fromSpare(versionId, want.count, want.instances()) : [];
+    const spared = want.count > 0 ? this.#fromSpare(versionId, want.count, want.instances()) : [];
     if (want.count > 0 && spared.length === want.count) return Promise.resolve(spared);
     const written = new Promise<Lease[]>((resolve, reject) => {
       this.#queue(versionId, { ...want, count: want.count - spared.length, done: (taken, error) => (error === undefined ? resolve(taken) : reject(error)) });
@@ -310,7 +306,7 @@ export class SlotLeases {
   /** Writes this replica's record of the version with the next batch. */
   #publish(versionId: string): Promise<void> {
     if (this.#retired.has(versionId)) return Promise.resolve();
-    return this.#take(versionId, { count: 0, instances: () => [], first: false }).then(() => undefined);
+    return this.#take(versionId, { count: 0, instances: () => [] }).then(() => undefined);
   }
 
   #queue(versionId: string, take: Take) {
@@ -346,7 +342,8 @@ export class SlotLeases {
       const { records, revision } = await this.#read(versionId);
       const running = new Map(share.running);
       const spare = new Map(share.spare);
-      const outcomes = batch.map((take) => this.#takeMany(versionId, records, running, spare, take));
+      const room = { left: this.#roomInShare(records, share, batch) };
+      const outcomes = batch.map((take) => this.#takeMany(versionId, records, running, spare, take, room));
       const extra = outcomes.some((taken) => taken.length) && !this.#othersWait(versionId, records)
         ? this.#spareMore(records, running, spare, batch) : new Map<string, number>();
       if (batch.every((take) => take.count > 0) && outcomes.every((taken) => taken.length === 0)) return outcomes;
@@ -354,6 +351,7 @@ export class SlotLeases {
       if (record) records[this.#replica] = record;
       else delete records[this.#replica];
       if (await this.#compareAndSet(versionId, records, revision)) {
+        share.written = share.waiting;
         for (const taken of outcomes) for (const lease of taken) add(share.running, lease.instance.instanceId, 1);
         // Another replica began to wait during the write: the spare slots just written go to it.
         if (this.#othersWait(versionId)) {
@@ -376,11 +374,25 @@ export class SlotLeases {
     return slots;
   }
 
-  /** Up to `take.count` leases on the least loaded instances with room, counted in `running`. */
-  #takeMany(versionId: string, records: Records, running: Tally, spare: Tally, take: Take): Lease[] {
-    if (take.count === 0 || (take.first && this.#othersWait(versionId, records))) return [];
+  /** Up to `take.count` leases (and `room.left`) on the least loaded instances with room, counted in `running`. */
+  #takeMany(versionId: string, records: Records, running: Tally, spare: Tally, take: Take, room: { left: number }): Lease[] {
+    if (take.count === 0 || room.left <= 0) return [];
     const slots = this.#load(records, take.instances(), [running, spare]);
-    return takeLeastLoaded(slots, take.count, running).map((instance) => ({ id: randomUUID(), versionId, instance }));
+    const taken = takeLeastLoaded(slots, Math.min(take.count, room.left), running).map((instance) => ({ id: randomUUID(), versionId, instance }));
+    room.left -= taken.length;
+    return taken;
+  }
+
+  /**
+   * How many more slots this replica may take in one write: its fair share less what it runs, reckoned
+   * with its record as the write will leave it (the requests waiting here, or those the batch wants).
+   */
+  #roomInShare(records: Records, share: Share, batch: Take[]): number {
+    const wanted = batch.reduce((sum, take) => sum + take.count, 0);
+    const instances = batch.find((take) => take.count > 0)?.instances() ?? [];
+    if (!wanted || !othersWaitIn(records, this.#replica)) return Infinity;
+    const mine = { until: Infinity, inflight: Object.fromEntries(share.running), wants: Math.max(share.waiting, wanted) };
+    return fairShare({ ...records, [this.#replica]: mine }, this.#replica, capacityOf(instances)) - total(share.running);
   }
 
   /** Spare slots added to `spare`: up to SPARE_MAX, and at most half the room left after the batch's takes. */
@@ -439,8 +451,17 @@ export class SlotLeases {
 interface Want {
   count: number;
   instances(): ReadyInstance[];
-  /** Taken ahead of any queue: none while another replica's requests wait. */
-  first: boolean;
+}
+
+/** Whether a replica other than `self` says requests wait there. */
+function othersWaitIn(records: Records, self: string): boolean {
+  for (const replica in records) if (replica !== self && records[replica].waiting) return true;
+  return false;
+}
+
+/** The slots `instances` have in all. */
+function capacityOf(instances: ReadyInstance[]): number {
+  return instances.reduce((sum, instance) => sum + instance.maxRequestConcurrency, 0);
 }
 
 /** Slots wanted in the next write. */

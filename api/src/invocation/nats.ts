@@ -1,8 +1,11 @@
 // The NATS server the API replicas share: a connection with the installation's credentials and TLS
-// (settings.ts), and the names its prefix gives every stream, bucket and subject the platform makes there.
+// (settings.ts), the names its prefix gives every bucket and subject the platform makes there, and how a
+// bucket is made.
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { connect, credsAuthenticator, nkeyAuthenticator, nkeys, type NatsConnection, type NodeConnectionOptions, type TlsOptions } from '@nats-io/transport-node';
+import type { JetStreamManager } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
 import { natsEnvSettings, type NatsSettings } from './settings.ts';
 
 export type NatsServer = NatsSettings & { natsUrl: string };
@@ -10,11 +13,8 @@ export type NatsServer = NatsSettings & { natsUrl: string };
 /** One installation's names on the server: `svc` keeps those of releases before the prefix. */
 export function natsNames(prefix: string) {
   return {
-    /** A version's work-queue stream of tickets, and its subject. */
-    queueStream: (versionId: string) => `${prefix.toUpperCase()}_Q_${versionId}`,
-    queueSubject: (versionId: string) => `${prefix}.q.${versionId}`,
-    bucket: (name: 'ready' | 'slots' | 'heads' | 'rates') => `${prefix}_${name}`,
-    replica: (replicaId: string, exchange: 'grant' | 'returned' | 'ping' | 'stalled') => `${prefix}.replica.${replicaId}.${exchange}`,
+    bucket: (name: 'ready' | 'slots' | 'rates') => `${prefix}_${name}`,
+    replica: (replicaId: string, exchange: 'ping') => `${prefix}.replica.${replicaId}.${exchange}`,
     done: (requestId: string) => `${prefix}.done.${requestId}`,
     stage: `${prefix}.stage`,
     /** Logs asked of the placement replica (control/logs/relay.ts); answers on logs.<uuid>. */
@@ -23,8 +23,11 @@ export function natsNames(prefix: string) {
     sessions: `${prefix}.sessions`,
     /** Agent links relayed to the placement lease's holder (control/agents/relay.ts). */
     agents: `${prefix}.agents`,
-    /** JetStream's advisory that a version stream's head consumer has a new leader (on a cluster, after its server died). */
-    headLeaderElected: `$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.${prefix.toUpperCase()}_Q_*.head`,
+    /** The streams of the release before's ticket queues (one per version, and its heads bucket), deleted at start. */
+    formerTicketQueues: {
+      ticketStream: new RegExp(`^${prefix.toUpperCase()}_Q_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`),
+      headsBucketStream: `KV_${prefix}_heads`,
+    },
     /** Replies come here: a server's permissions can give each installation its own. */
     inbox: `_INBOX_${prefix}`,
   };
@@ -86,4 +89,23 @@ export async function connectNats(settings: NatsServer, extra: NodeConnectionOpt
   } catch (error) {
     throw new Error(`cannot reach NATS at ${settings.natsUrl}: ${(error as Error).message}`);
   }
+}
+
+/**
+ * A KV bucket of the platform, made with `replicas` copies or bound as it is; one made with another count of
+ * copies (or with entries that expire, as an older release made some) is brought in line. With the
+ * count of copies the server keeps (a single server keeps one, whatever is asked).
+ */
+export async function openBucket(nc: NatsConnection, jsm: JetStreamManager, name: string, replicas: number): Promise<{ kv: KV; kept: number }> {
+  const kvm = new Kvm(nc);
+  // A single server refuses a bucket of more than one copy: it is made with one there.
+  const kv = await kvm.create(name, { history: 1, replicas }).catch((error: Error) => {
+    if (!/non-clustered/i.test(error.message)) throw error;
+    return kvm.create(name, { history: 1, replicas: 1 });
+  });
+  const stream = `KV_${name}`;
+  let info = await jsm.streams.info(stream);
+  const wanted = info.cluster ? replicas : 1;
+  if (info.config.num_replicas !== wanted || info.config.max_age !== 0) info = await jsm.streams.update(stream, { ...info.config, num_replicas: wanted, max_age: 0 });
+  return { kv, kept: info.cluster ? info.config.num_replicas : 1 };
 }

@@ -45,7 +45,7 @@ export async function createInvocationPlane(parts: InvocationPlaneParts) {
   // Every replica on this store has the key: what they tell each other over NATS is signed with it.
   const replicaSigner = natsUrl ? createReplicaSigner(await parts.replicasKey()) : undefined;
   const queue = natsUrl && replicaSigner
-    ? await JetStreamQueue.connect({ nats: { ...settings, natsUrl }, signer: replicaSigner, maxDepth: maxQueueDepth, log, adopt: (requestId) => invocation.adopt(requestId) })
+    ? await JetStreamQueue.connect({ nats: { ...settings, natsUrl }, signer: replicaSigner, maxDepth: maxQueueDepth, log })
     : new LocalQueue({ maxDepth: maxQueueDepth });
   const links = queue instanceof JetStreamQueue && replicaSigner ? replicaLinksOf(queue, replicaSigner) : undefined;
   const stage = parts.stageHere ?? (links && relayStaging(links.stage));

@@ -30,6 +30,8 @@ export class ReadySet {
   readonly #benched = new Set<string>();
   /** What placement (on this replica) last published per version, as the watch decodes it. */
   readonly #published = new Map<string, string>();
+  /** Placement's sets (on this replica), to put back over an entry it did not sign. */
+  readonly #mine = new Map<string, ReadyInstance[]>();
 
   constructor(kv: KV, signer: ReplicaSigner, log: Logger, names: NatsNames) {
     this.#kv = kv;
@@ -43,10 +45,15 @@ export class ReadySet {
    * was published last (compared as the watch decodes it, so an unchanged set is never written again).
    */
   publish(versionId: string, instances: ReadyInstance[]) {
+    this.#mine.set(versionId, instances);
     const parsed = readySchema.safeParse(instances);
     const decoded = JSON.stringify(parsed.success ? parsed.data : instances);
     if ((this.#published.get(versionId) ?? JSON.stringify(this.#instances.get(versionId) ?? [])) === decoded) return;
     this.#published.set(versionId, decoded);
+    this.#put(versionId, instances);
+  }
+
+  #put(versionId: string, instances: ReadyInstance[]) {
     void this.#kv.put(versionId, this.#signer.sign(readyContext(versionId), instances)).catch((error) => {
       this.#published.delete(versionId);
       this.#log.warn({ err: error, versionId }, 'could not publish ready instances');
@@ -55,13 +62,16 @@ export class ReadySet {
 
   /**
    * The instances placement announced for a version (an entry of the watch); undefined (logged) for an
-   * entry placement did not sign: the last good one stays, and placement writes its own again next round.
+   * entry placement did not sign: the last good one stays here, and placement (on this replica) puts its
+   * own back at once, for the replicas that start after it.
    */
   opened(versionId: string, signed: string): ReadyInstance[] | undefined {
     const opened = this.#signer.open(readyContext(versionId), signed);
     const parsed = opened && readySchema.safeParse(opened.value);
     if (parsed?.success) return parsed.data;
     this.#published.delete(versionId);
+    const mine = this.#mine.get(versionId);
+    if (mine) this.#put(versionId, mine);
     this.#log.warn({ versionId, bucket: this.#names.bucket('ready') }, `ready instances ${opened ? 'signed but do not decode' : 'not signed by placement'}; ignored`);
     return undefined;
   }
@@ -70,6 +80,11 @@ export class ReadySet {
   set(versionId: string, instances: ReadyInstance[]) {
     this.#instances.set(versionId, instances);
     for (const instance of instances) this.#benched.delete(instance.instanceId);
+  }
+
+  /** Every version's set as announced. */
+  announced(): IterableIterator<[string, ReadyInstance[]]> {
+    return this.#instances.entries();
   }
 
   /** The instances of the version that take requests from this replica. */
@@ -85,6 +100,7 @@ export class ReadySet {
   /** The version was deleted: nothing of it is kept. */
   forget(versionId: string) {
     this.#published.delete(versionId);
+    this.#mine.delete(versionId);
     this.#instances.delete(versionId);
   }
 }

@@ -41,16 +41,6 @@ export class DurableResults {
     return invocation.claimed;
   }
 
-  /** A stored 202 whose replica is gone, claimed to run here; undefined when it is not queued any more. */
-  async adopt(requestId: string): Promise<Invocation | undefined> {
-    if (!await this.#repo.claim(requestId, this.#at())) return undefined;
-    const record = await this.#repo.find(requestId);
-    if (!record) return undefined;
-    const invocation = this.#revive(record);
-    invocation.claim();
-    return invocation;
-  }
-
   /** A 202'd request moved to another version while it waited: a restart or another replica queues it there. */
   async retarget(invocation: Invocation): Promise<void> {
     await invocation.stored;
@@ -68,7 +58,7 @@ export class DurableResults {
 
   /**
    * Requests of replicas no longer alive: running ones end 502 (they are never run twice); queued ones are
-   * handed to `self`, which queues them again (if the head adopts one first, its claim wins).
+   * handed to `self`, which queues them again (a conditional update: one replica gets each).
    */
   async takeOverFrom(self: string, alive: (replica: string) => Promise<boolean>): Promise<{ ended: string[]; adopted: Invocation[] }> {
     const out = { ended: [] as string[], adopted: [] as Invocation[] };

@@ -147,16 +147,6 @@ export class InvocationService {
     void this.#queue.retain?.(versionIds);
   }
 
-  /** A stored 202 of a replica that is gone, claimed to run here: the queue grants it its slot (JetStreamQueue's adopt). */
-  async adopt(requestId: string): Promise<Invocation | undefined> {
-    const invocation = await this.#results.adopt(requestId);
-    if (invocation) {
-      this.#invocations.set(invocation.id, invocation);
-      void this.#serve(invocation);
-    }
-    return invocation;
-  }
-
   progress(report: ProgressReport) {
     this.#invocations.get(report.requestId)?.reportProgress(report.percent, report.partialResponse);
   }
@@ -391,8 +381,8 @@ export class InvocationService {
   }
 
   /**
-   * Stored requests of a replica that died: running ones end 502, queued ones queue again here (their own
-   * tickets, if still waiting, are adopted at the head; the store's claim lets only one run).
+   * Stored requests of a replica that died: running ones end 502, queued ones queue again here (the store
+   * hands each to one replica).
    */
   async #takeOver(queue: SharedQueue) {
     const { ended, adopted } = await this.#results.takeOverFrom(queue.replicaId, (replica) => queue.alive(replica));

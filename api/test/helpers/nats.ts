@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { nkeys, type NatsConnection } from '@nats-io/transport-node';
 import selfsigned from 'selfsigned';
-import { connectNats, natsNames, type NatsServer } from '../../src/invocation/nats.ts';
+import { connectNats, type NatsServer } from '../../src/invocation/nats.ts';
 import { freePort } from './wait.ts';
 
 export const NATS_SERVER = process.env.SVC_TEST_NATS_SERVER ?? '/usr/sbin/nats-server';
@@ -51,11 +51,6 @@ export interface TestNats {
   caFile?: string;
   /** A client of its own: the installation's settings with `changes` (say, another prefix, or no credentials). */
   connect(changes?: Partial<NatsServer>): Promise<NatsConnection>;
-  /**
-   * How many tickets a version's queue stream has taken so far (its last sequence number); none before the
-   * stream exists (a request that needs no ticket may run before any replica made it).
-   */
-  ticketsTaken(versionId: string, prefix?: string): Promise<number>;
   /** Messages the server has taken in from clients and sent out to them since it started (needs `monitor`). */
   messages(): Promise<{ in: number; out: number }>;
   /** The server's process id (a bench reads its CPU time). */
@@ -130,18 +125,6 @@ export async function startNats(options: NatsServerOptions = {}): Promise<TestNa
     caFile: pki?.caFile,
     connect,
     get pid() { return server.child.pid!; },
-    async ticketsTaken(versionId, prefix = settings.natsPrefix) {
-      const nc = await connect();
-      try {
-        const info = await (await jetstreamManager(nc)).streams.info(natsNames(prefix).queueStream(versionId)).catch((error: unknown) => {
-          if (error instanceof Error && error.name === 'StreamNotFoundError') return undefined;
-          throw error;
-        });
-        return info?.state.last_seq ?? 0;
-      } finally {
-        await nc.close();
-      }
-    },
     async messages() {
       if (!monitorPort) throw new Error('startNats({ monitor: true }) serves the counters');
       const varz = await (await fetch(`http://127.0.0.1:${monitorPort}/varz`)).json() as { in_msgs: number; out_msgs: number };

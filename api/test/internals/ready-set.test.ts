@@ -9,7 +9,7 @@ import type { KV } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { ReadyInstance } from '../../src/control/instances/service.ts';
 import { natsNames } from '../../src/invocation/nats.ts';
-import { openBucket } from '../../src/invocation/queue-streams.ts';
+import { openBucket } from '../../src/invocation/nats.ts';
 import { ReadySet } from '../../src/invocation/ready-set.ts';
 import { createReplicaSigner } from '../../src/invocation/replica-signing.ts';
 import { createLogger } from '../../src/logger.ts';
