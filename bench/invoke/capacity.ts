@@ -2,8 +2,10 @@
 // waits for one and the hand-over of a slot from one request to the next is what is measured. The echo
 // sample with BENCH_SLOTS concurrent requests (maxRequestConcurrency), BENCH_CALLERS closed-loop callers
 // on pexec, in rounds (medians): one process on its embedded store, one replica on PostgreSQL and NATS,
-// and two replicas on them behind a round-robin client. CPU per request counts the API processes and, on
-// the NATS rows, nats-server.
+// and two replicas on them behind a round-robin client. Two tables: an echo that answers at once (what
+// bounds it is the CPU the processes spend per request, on a machine that also runs the callers), and one
+// that answers BENCH_DELAY_MS later (what bounds it is the slots and how soon each passes to the next
+// request). CPU per request counts the API processes and, on the NATS rows, nats-server.
 // Target (issue 27): at capacity, two replicas reach ≥ 0.8× one process's req/s per slot.
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
@@ -19,6 +21,7 @@ const SLOTS = Number(process.env.BENCH_SLOTS ?? 4);
 const CALLERS = Number(process.env.BENCH_CALLERS ?? 32);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const DELAY_MS = Number(process.env.BENCH_DELAY_MS ?? 5);
 
 if (!(await postgresAvailable()) || !natsServerAvailable()) {
   console.log('bench/invoke/capacity needs PostgreSQL on 127.0.0.1:5432 and nats-server; skipped');
@@ -36,20 +39,31 @@ const serve = async (env: NodeJS.ProcessEnv, replica = false) => {
 };
 try {
   const single = await serve({});
-  const { target: alone } = await deployEcho(single.url, await single.credentials(['invoke_function']), SLOTS);
   const shared = { ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64') };
   const first = await serve(shared);
-  const { target: onNats } = await deployEcho(first.url, await first.credentials(['invoke_function']), SLOTS);
   const second = await serve({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, true);
-  const both = { ...onNats, origin: [onNats.origin as string, second.url.replace('localhost', '127.0.0.1')] };
-  // The second replica learns the instance from the first over NATS.
-  while ((await load({ ...onNats, origin: both.origin[1] }, 1, 0.2)).errors > 0) await new Promise((resolve) => setTimeout(resolve, 200));
+  const [singleCredentials, firstCredentials] = [await single.credentials(['invoke_function']), await first.credentials(['invoke_function'])];
+  for (const delayMs of [0, DELAY_MS]) {
+    const { target: alone } = await deployEcho(single.url, singleCredentials, SLOTS, delayMs);
+    const { target: onNats } = await deployEcho(first.url, firstCredentials, SLOTS, delayMs);
+    const both = { ...onNats, origin: [onNats.origin as string, second.url.replace('localhost', '127.0.0.1')] };
+    // The second replica learns the instance from the first over NATS.
+    while ((await load({ ...onNats, origin: both.origin[1] }, 1, 0.2)).errors > 0) await new Promise((resolve) => setTimeout(resolve, 200));
+    await measure(delayMs, {
+      'one process (embedded store)': { target: alone, pids: [single.process.pid!] },
+      'one replica on PostgreSQL and NATS': { target: onNats, pids: [first.process.pid!, nats.pid] },
+      'two replicas on PostgreSQL and NATS': { target: both, pids: [first.process.pid!, second.process.pid!, nats.pid] },
+    });
+  }
+  console.log('target: two replicas ≥ 0.8× one process per slot');
+} finally {
+  for (const platform of started.reverse()) await platform.stop();
+  await database.drop();
+  await nats.stop();
+}
 
-  const rows: Record<string, { target: LoadTarget; pids: number[] }> = {
-    'one process (embedded store)': { target: alone, pids: [single.process.pid!] },
-    'one replica on PostgreSQL and NATS': { target: onNats, pids: [first.process.pid!, nats.pid] },
-    'two replicas on PostgreSQL and NATS': { target: both, pids: [first.process.pid!, second.process.pid!, nats.pid] },
-  };
+/** Rounds of each row in turn; the table of their medians. */
+async function measure(delayMs: number, rows: Record<string, { target: LoadTarget; pids: number[] }>) {
   for (const { target } of Object.values(rows)) await load(target, CALLERS, 1);
   const rounds: Record<string, (LoadResult & { cpu: number })[]> = {};
   for (let round = 0; round < ROUNDS; round++) {
@@ -61,14 +75,10 @@ try {
   }
   const perSlot = (name: string) => median(rounds[name].map((result) => result.requestsPerSecond)) / SLOTS;
   const baseline = perSlot('one process (embedded store)');
-  printTable(`bench/invoke/capacity: ${CALLERS} callers on ${SLOTS} slots, medians of ${ROUNDS} rounds of ${SECONDS} s (load ${os.loadavg()[0].toFixed(1)})`,
+  const answered = delayMs ? `answered ${delayMs} ms after it came` : 'answered at once';
+  printTable(`bench/invoke/capacity: ${CALLERS} callers on ${SLOTS} slots, each request ${answered}, medians of ${ROUNDS} rounds of ${SECONDS} s (load ${os.loadavg()[0].toFixed(1)})`,
     ['path', 'req/s per slot', 'p50 ms', 'p99 ms', '× one process', 'CPU µs/req', 'errors'],
     Object.entries(rounds).map(([name, results]) => [name, perSlot(name), median(results.map((result) => result.p50)),
       median(results.map((result) => result.p99)), perSlot(name) / baseline, Math.round(median(results.map((result) => result.cpu))),
       results.reduce((sum, result) => sum + result.errors, 0)]));
-  console.log('target: two replicas ≥ 0.8× one process per slot');
-} finally {
-  for (const platform of started.reverse()) await platform.stop();
-  await database.drop();
-  await nats.stop();
 }

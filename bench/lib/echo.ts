@@ -11,11 +11,15 @@ export const JSON_TYPE = { 'content-type': 'application/json' };
  */
 const BODY_ONLY = [{ key: 'ECHO_HEADERS', value: 'false' }];
 
-/** Registers and deploys the echo sample through `url` with `slots` concurrent requests; its pexec target and version id. */
-export async function deployEcho(url: string, credentials: { token: string; apiKey: string }, slots = 1024): Promise<{ target: LoadTarget; versionId: string }> {
+/**
+ * Registers and deploys the echo sample through `url` with `slots` concurrent requests, each answered
+ * `delayMs` after it came; its pexec target and version id.
+ */
+export async function deployEcho(url: string, credentials: { token: string; apiKey: string }, slots = 1024, delayMs = 0): Promise<{ target: LoadTarget; versionId: string }> {
   const api = (method: string, route: string, body?: unknown) => request(url, method, route, { host: 'api.localhost', bearer: credentials.token, body });
+  const environment = delayMs ? [...BODY_ONLY, { key: 'ECHO_DELAY_MS', value: String(delayMs) }] : BODY_ONLY;
   const fn = (await api('POST', '/v2/svc/functions', {
-    name: 'bench-echo', containerImage: 'local/echo:1', inferenceUrl: '/echo', inferencePort: 8000, containerEnvironment: BODY_ONLY,
+    name: delayMs ? `bench-echo-${delayMs}ms` : 'bench-echo', containerImage: 'local/echo:1', inferenceUrl: '/echo', inferencePort: 8000, containerEnvironment: environment,
     health: { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT5S', expectedStatusCode: 200 },
   })).body.function;
   await api('POST', `/v2/svc/deployments/functions/${fn.id}/versions/${fn.versionId}`, {
