@@ -347,11 +347,12 @@ export class SlotLeases {
       const extra = outcomes.some((taken) => taken.length) && !this.#othersWait(versionId, records)
         ? this.#spareMore(records, running, spare, batch) : new Map<string, number>();
       if (batch.every((take) => take.count > 0) && outcomes.every((taken) => taken.length === 0)) return outcomes;
+      const { waiting } = share;
       const record = share.record(running, spare);
       if (record) records[this.#replica] = record;
       else delete records[this.#replica];
       if (await this.#compareAndSet(versionId, records, revision)) {
-        share.written = share.waiting;
+        share.written = waiting;
         for (const taken of outcomes) for (const lease of taken) add(share.running, lease.instance.instanceId, 1);
         // Another replica began to wait during the write: the spare slots just written go to it.
         if (this.#othersWait(versionId)) {
