@@ -168,7 +168,7 @@ export class JetStreamQueue implements SharedQueue {
   /** The ready entry first (every replica lets the version go when it sees it deleted), then its slots. */
   async #deleteVersion(versionId: string) {
     this.#options.log.info({ versionId }, 'version no longer deployed: its keys are deleted');
-    await this.#kvs.ready.delete(versionId);
+    await this.#readySet.delete(versionId);
     await this.#kvs.slots.delete(versionId);
   }
 

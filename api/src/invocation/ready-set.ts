@@ -32,6 +32,8 @@ export class ReadySet {
   readonly #published = new Map<string, string>();
   /** Placement's sets (on this replica), to put back over an entry it did not sign. */
   readonly #mine = new Map<string, ReadyInstance[]>();
+  /** Each version's writes, one after the other: a put slowed by a failover never lands after a later write. */
+  readonly #writes = new Map<string, Promise<void>>();
 
   constructor(kv: KV, signer: ReplicaSigner, log: Logger, names: NatsNames) {
     this.#kv = kv;
@@ -54,10 +56,24 @@ export class ReadySet {
   }
 
   #put(versionId: string, instances: ReadyInstance[]) {
-    void this.#kv.put(versionId, this.#signer.sign(readyContext(versionId), instances)).catch((error) => {
+    void this.#write(versionId, async () => {
+      await this.#kv.put(versionId, this.#signer.sign(readyContext(versionId), instances));
+    }).catch((error) => {
       this.#published.delete(versionId);
       this.#log.warn({ err: error, versionId }, 'could not publish ready instances');
     });
+  }
+
+  /** From placement (on the replica that runs it), with the version: after any put still in flight. */
+  delete(versionId: string): Promise<void> {
+    return this.#write(versionId, () => this.#kv.delete(versionId));
+  }
+
+  #write(versionId: string, write: () => Promise<void>): Promise<void> {
+    const written = (this.#writes.get(versionId) ?? Promise.resolve()).catch(() => {}).then(write);
+    this.#writes.set(versionId, written);
+    void written.finally(() => this.#writes.get(versionId) === written && this.#writes.delete(versionId)).catch(() => {});
+    return written;
   }
 
   /**
