@@ -72,6 +72,7 @@ import { isLoopbackHost } from './http/host.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
 import { createLogger, type Logger } from './logger.ts';
+import { Closers } from './process/closers.ts';
 import { watchEventLoop } from './process/loop-health.ts';
 import { portInUse } from './process/ports.ts';
 import { openDatabase } from './database.ts';
@@ -114,10 +115,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
   ensurePrivateDir(config.store.dataDir);
   const store = await openDatabase(config.store);
   // What has started, stopped in reverse order by close() or by a start-up that fails half-way.
-  const closers: (() => unknown)[] = [() => store.close()];
-  const closeAll = async () => {
-    for (const close of closers.splice(0).reverse()) await close();
-  };
+  const closers = new Closers(() => store.close());
   try {
     const settings = createSettingsRepo(store.db);
     const startedAt = now().toISOString();
@@ -150,7 +148,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       repo: createAssetsRepo(store.db.withTables<AssetsDatabase>()), blobs, signer, settings: config.assets, accounts, now,
     });
     assets.start(60_000, (error) => log.warn({ err: error }, 'could not sweep expired asset uploads'));
-    closers.push(() => assets.stop());
+    closers.add(() => assets.stop());
     const metrics = createMetrics();
     const telemetryExport = config.telemetry.enabled ? new TelemetryExport({
       settings: config.telemetry, log, registry: metrics.registry,
@@ -159,13 +157,13 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
         task: (taskId) => taskPlane.service.telemetriesOf(taskId),
       }),
     }) : undefined;
-    if (telemetryExport) closers.push(() => telemetryExport.close());
+    if (telemetryExport) closers.add(() => telemetryExport.close());
     // Off loopback, /metrics (every account's ids) always wants a bearer: the configured one or one made here.
     const generatedMetricsToken = config.metrics.token || isLoopbackHost(config.gateway.host)
       ? undefined : await sealed('metrics.token');
     const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
     const eventLoop = watchEventLoop(config.guard);
-    closers.push(() => eventLoop.stop());
+    closers.add(() => eventLoop.stop());
 
     // Placement's term, when replicas elect who runs it: the instance rows' writes are fenced by it.
     const { placement } = config.compute;
@@ -188,7 +186,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       stageHere: placement === true ? ({ clusterId, ...request }) => agentHub.stage(clusterId, request) : undefined,
       stagingPaths: (assetIds) => assets.stagingPaths(assetIds), replicasKey: () => sealed('replicas.signing_key'),
     });
-    closers.push(() => invocationPlane.close());
+    closers.add(() => invocationPlane.close());
     const { invocation, resolver, largeResults, links } = invocationPlane;
     const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health, ...invocationPlane.health]);
     metrics.watchHealth(() => health.report());
@@ -221,7 +219,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       settings: config.streaming, db: store.db, verifier, functionsRepo, functions, instances, placesHere: placement === true, links, log, now,
       turn: { ...config.turn, secret: config.turn.secret ?? await sealed('turn.secret'), runDir: path.join(config.store.dataDir, 'run') },
     });
-    closers.push(() => turn.close());
+    closers.add(() => turn.close());
     metrics.watchLoad(() => streaming.load());
     const stats = createStatsPlane({
       db: store.db, functionsRepo, settings: config.stats, log, now,
@@ -231,7 +229,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       },
     });
     stats.recorder.start();
-    closers.push(() => stats.recorder.stop());
+    closers.add(() => stats.recorder.stop());
     // STREAMING functions scale on sessions: spare instances follow each start and end at once.
     streaming.onChange(() => autoscaler.nudge());
 
@@ -302,7 +300,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
     });
     // Placement stops first: an elected holder hands its lease over before the gateway drains.
-    closers.push(() => gateway.close(), () => streaming.close(), () => autoscaler.stop(), () => placementRole.close());
+    closers.add(() => gateway.close(), () => streaming.close(), () => autoscaler.stop(), () => placementRole.close());
     autoscaler.start();
     const port = await gateway.listen(config.gateway.port, config.gateway.host).catch((error: NodeJS.ErrnoException) => {
       throw error.code === 'EADDRINUSE' ? portInUse('the gateway', `${config.gateway.host}:${config.gateway.port}`, 'gateway.host, gateway.port: SVC_HOST, SVC_PORT') : error;
@@ -313,7 +311,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const worker = localCluster && config.compute.inProcessAgent && placement === true
       ? await startLocalWorker(config, { scheme, port, apiHost: `${gateway.hosts.api}:${port}`, credential: localCluster.agentCredential }, log)
       : undefined;
-    if (worker) closers.push(() => worker.close());
+    if (worker) closers.add(() => worker.close());
 
     const localGpu = config.compute.localCluster.gpus[0];
     const { samples, streamingDemo } = options.samples && localCluster && localGpu ? await deploySamples({
@@ -334,12 +332,12 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       metricsToken: generatedMetricsToken,
       adminSigningKeyFile,
       async close() {
-        await closeAll();
+        await closers.closeAll();
         log.flush();
       },
     };
   } catch (error) {
-    await closeAll();
+    await closers.closeAll();
     throw error;
   }
 }
