@@ -7,40 +7,22 @@ import type { DestinationStream } from 'pino';
 import type { Config } from './config.ts';
 import { createAutoscalerPlane } from './autoscaler/plane.ts';
 import { accountRoutes } from './control/accounts/routes.ts';
-import { createAccountsRepo } from './control/accounts/repo.ts';
-import { createAccountsService } from './control/accounts/service.ts';
 import { healthRoutes } from './control/health/routes.ts';
 import { createHealthService } from './control/health/service.ts';
-import { createSettingsRepo } from './control/installation/repo.ts';
-import { ensureLocalCluster, ensureSealedSecret, loadSecretBox, type SealedSecretName } from './control/installation/service.ts';
-import { createNodesRepo } from './control/clusters/nodes.ts';
-import { createClustersRepo } from './control/clusters/repo.ts';
 import { clusterRoutes } from './control/clusters/routes.ts';
-import { createClustersService } from './control/clusters/service.ts';
-import { createDeploymentsRepo } from './control/deployments/repo.ts';
 import { deploymentRoutes } from './control/deployments/routes.ts';
-import { createDeploymentsService } from './control/deployments/service.ts';
-import { createFunctionsRepo, documentOf } from './control/functions/repo.ts';
+import { documentOf } from './control/functions/repo.ts';
+import { createControlPlane } from './control/plane.ts';
 import { functionRoutes } from './control/functions/routes.ts';
-import { createFunctionsService } from './control/functions/service.ts';
-import type { AssetsDatabase } from './control/assets/migration.ts';
-import { createAssetsRepo } from './control/assets/repo.ts';
 import { assetRoutes } from './control/assets/routes.ts';
-import { createAssetsService } from './control/assets/service.ts';
-import { createRegistryRepo } from './control/registry/repo.ts';
 import { registryRoutes } from './control/registry/routes.ts';
-import { createRegistryService } from './control/registry/service.ts';
 import { createStatsPlane } from './control/stats/plane.ts';
 import { createTasksPlane } from './control/tasks/plane.ts';
-import type { TelemetriesDatabase } from './control/telemetries/migration.ts';
-import { createTelemetriesRepo } from './control/telemetries/repo.ts';
 import { telemetryRoutes } from './control/telemetries/routes.ts';
-import { createTelemetriesService } from './control/telemetries/service.ts';
 import { TelemetryExport } from './telemetry/export.ts';
 import { PlacementLogFeed } from './telemetry/log-feed.ts';
 import { telemetrySources } from './telemetry/sources.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
-import { createKeysPlane } from './control/keys/plane.ts';
 import { whoamiRoute } from './control/keys/routes.ts';
 import { AGENT_LINK_PATH } from './compute/protocol.ts';
 import { startWorker, type Isolation } from './compute/worker.ts';
@@ -63,8 +45,6 @@ import { createStreamingPlane } from './streaming/plane.ts';
 import type { TurnService } from './turn/server.ts';
 import { createApp } from './http/app.ts';
 import { withConsole } from './console/server.ts';
-import { createPathSigner } from './domain/signed-paths.ts';
-import { createLocalBlobStore } from './store/blobs.ts';
 import { ensurePrivateDir } from './store/store.ts';
 import { leanServer } from './http/lean.ts';
 import { forwarding, forwardUpgrade } from './http/forward.ts';
@@ -117,38 +97,14 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
   // What has started, stopped in reverse order by close() or by a start-up that fails half-way.
   const closers = new Closers(() => store.close());
   try {
-    const settings = createSettingsRepo(store.db);
-    const startedAt = now().toISOString();
-    const box = await loadSecretBox(settings, { ...config.secrets, dataDir: config.store.dataDir, now: startedAt });
-    const sealed = (name: SealedSecretName) => ensureSealedSecret(settings, box, name, startedAt);
-
-    const accounts = createAccountsService(createAccountsRepo(store.db), now);
-    const { account } = await accounts.ensureBootstrapAccount(config.api.accountBootstrap);
-
-    const { bootstrap, adminSigningKeyFile, verifier, keys, routes: keyServiceRoutes } = await createKeysPlane({
-      config, db: store.db, settings, box, accounts, defaultAccountId: account.ncaId, now,
+    const control = await createControlPlane({
+      config, db: store.db, log, now, forgetTelemetry: (telemetryId) => telemetryExport?.forget(telemetryId),
     });
-    const nodesRepo = createNodesRepo(store.db, log);
-    const clusters = createClustersService(createClustersRepo(store.db, log), nodesRepo, now);
-    const localCluster = config.compute.localCluster.enabled
-      ? await ensureLocalCluster(settings, clusters, box, { ...config.compute.localCluster, ncaId: account.ncaId, now: startedAt })
-      : undefined;
-    const functionsRepo = createFunctionsRepo(store.db);
-    const deploymentsRepo = createDeploymentsRepo(store.db, log);
-    const telemetries = createTelemetriesService({
-      repo: createTelemetriesRepo(store.db.withTables<TelemetriesDatabase>()), accounts, box, now,
-      allowInternalEndpoints: config.telemetry.allowInternalEndpoints, onDelete: (telemetryId) => telemetryExport?.forget(telemetryId),
-    });
-    const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now, checkTelemetries: telemetries.checkReferences });
-    const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, accounts, now);
-    const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
-    const blobs = createLocalBlobStore(path.resolve(config.assets.dir ?? path.join(config.store.dataDir, 'blobs')));
-    const signer = createPathSigner(await sealed('urls.signing_key'), () => now().getTime());
-    const assets = createAssetsService({
-      repo: createAssetsRepo(store.db.withTables<AssetsDatabase>()), blobs, signer, settings: config.assets, accounts, now,
-    });
-    assets.start(60_000, (error) => log.warn({ err: error }, 'could not sweep expired asset uploads'));
-    closers.add(() => assets.stop());
+    closers.add(() => control.assets.stop());
+    const {
+      sealed, box, accounts, defaultAccount: account, bootstrap, adminSigningKeyFile, verifier, keys, keyRoutes: keyServiceRoutes,
+      nodesRepo, clusters, localCluster, functionsRepo, deploymentsRepo, telemetries, functions, deployments, registry, blobs, signer, assets,
+    } = control;
     const metrics = createMetrics();
     const telemetryExport = config.telemetry.enabled ? new TelemetryExport({
       settings: config.telemetry, log, registry: metrics.registry,
