@@ -11,7 +11,6 @@ import { healthRoutes } from './control/health/routes.ts';
 import { createHealthService } from './control/health/service.ts';
 import { clusterRoutes } from './control/clusters/routes.ts';
 import { deploymentRoutes } from './control/deployments/routes.ts';
-import { documentOf } from './control/functions/repo.ts';
 import { createControlPlane } from './control/plane.ts';
 import { functionRoutes } from './control/functions/routes.ts';
 import { assetRoutes } from './control/assets/routes.ts';
@@ -19,9 +18,7 @@ import { registryRoutes } from './control/registry/routes.ts';
 import { createStatsPlane } from './control/stats/plane.ts';
 import { createTasksPlane } from './control/tasks/plane.ts';
 import { telemetryRoutes } from './control/telemetries/routes.ts';
-import { TelemetryExport } from './telemetry/export.ts';
-import { PlacementLogFeed } from './telemetry/log-feed.ts';
-import { telemetrySources } from './telemetry/sources.ts';
+import { createTelemetryExport, exportInstanceLogs } from './telemetry/plane.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
 import { whoamiRoute } from './control/keys/routes.ts';
 import { AGENT_LINK_PATH } from './compute/protocol.ts';
@@ -106,13 +103,10 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       nodesRepo, clusters, localCluster, functionsRepo, deploymentsRepo, telemetries, functions, deployments, registry, blobs, signer, assets,
     } = control;
     const metrics = createMetrics();
-    const telemetryExport = config.telemetry.enabled ? new TelemetryExport({
-      settings: config.telemetry, log, registry: metrics.registry,
-      sources: telemetrySources({
-        functionsRepo, functionSecrets: functions.secretsOf, targets: telemetries.targetsOf,
-        task: (taskId) => taskPlane.service.telemetriesOf(taskId),
-      }),
-    }) : undefined;
+    const telemetryExport = createTelemetryExport({
+      settings: config.telemetry, log, registry: metrics.registry, functionsRepo, functions, telemetries,
+      taskTelemetries: (taskId) => taskPlane.service.telemetriesOf(taskId),
+    });
     if (telemetryExport) closers.add(() => telemetryExport.close());
     // Off loopback, /metrics (every account's ids) always wants a bearer: the configured one or one made here.
     const generatedMetricsToken = config.metrics.token || isLoopbackHost(config.gateway.host)
@@ -157,20 +151,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     // Agents link to the replica that runs placement: only it can ask them for logs; the others ask it.
     const logRelay = placement === true ? agentHub.logs : links && relayLogAsks(links.logs);
     const logs = createLogsService({ functions, tasks: taskPlane.service, clusters, now, ...(logRelay ? { relay: logRelay } : {}) });
-    // Where placement runs, a version whose logs go to a telemetry has its lines followed (roles/placement.ts starts it).
-    const logFeed = telemetryExport && new PlacementLogFeed({
-      logsOwner: async (versionId) => {
-        const row = await functionsRepo.findVersionById(versionId);
-        return row && documentOf(row).telemetries?.logsTelemetryId ? row.nca_id : undefined;
-      },
-      clustersOf: logs.clusterIdsOf,
-      follow: (clusterIds, query, follower) => agentHub.logs.follow(clusterIds, query, follower),
-      exportLines: (versionId, lines) => telemetryExport.exportLogLines(versionId, lines), now, log,
-    });
-    instances.onReady((versionId, ready) => logFeed?.ready(versionId, ready));
-    // A failed instance's last lines (its report's logTail) reach the export unless its version's lines stream.
-    instances.onOutput((report) => logFeed?.follows(report.functionVersionId) || telemetryExport?.exportLogLines(
-      report.functionVersionId, (report.logTail ?? []).map((text) => ({ text, instanceId: report.instanceId }))));
+    const logFeed = exportInstanceLogs({ telemetryExport, functionsRepo, logs, hub: agentHub, instances, now, log });
     const { turn, broker: streaming, listing: sessionListing } = await createStreamingPlane({
       settings: config.streaming, db: store.db, verifier, functionsRepo, functions, instances, placesHere: placement === true, links, log, now,
       turn: { ...config.turn, secret: config.turn.secret ?? await sealed('turn.secret'), runDir: path.join(config.store.dataDir, 'run') },
