@@ -21,7 +21,6 @@ import { telemetryRoutes } from './control/telemetries/routes.ts';
 import { createTelemetryExport, exportInstanceLogs } from './telemetry/plane.ts';
 import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
 import { whoamiRoute } from './control/keys/routes.ts';
-import { AGENT_LINK_PATH } from './compute/protocol.ts';
 import { startWorker, type Isolation } from './compute/worker.ts';
 import { createAgentHub } from './control/agents/hub.ts';
 import { logRoutes } from './control/logs/routes.ts';
@@ -31,8 +30,7 @@ import { createInstancesRepo } from './control/instances/repo.ts';
 import { PlacementFence } from './control/placement/fence.ts';
 import { createLeaseRepo, PlacementElection } from './control/placement/lease.ts';
 import { InstancesService } from './control/instances/service.ts';
-import { createGateway, hostsOf } from './gateway/gateway.ts';
-import { invocationHostHandler } from './invocation/host-routing.ts';
+import { createGatewayPlane } from './gateway/plane.ts';
 import { createInvocationPlane } from './invocation/plane.ts';
 import { hostRoutedRoute, invocationRoutes, type InvocationObserver } from './invocation/routes.ts';
 import { sessionRoutes } from './streaming/routes.ts';
@@ -41,10 +39,8 @@ import { signInHandler } from './streaming/sign-in.ts';
 import { createStreamingPlane } from './streaming/plane.ts';
 import type { TurnService } from './turn/server.ts';
 import { createApp } from './http/app.ts';
-import { withConsole } from './console/server.ts';
 import { ensurePrivateDir } from './store/store.ts';
-import { leanServer } from './http/lean.ts';
-import { forwarding, forwardUpgrade } from './http/forward.ts';
+import { forwarding } from './http/forward.ts';
 import { isLoopbackHost } from './http/host.ts';
 import { createMetrics, metricsRoute } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
@@ -204,7 +200,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
 
     const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit, metrics };
     // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host; the replica
-    // running placement brokers sessions, the others hand sign-ins (and session sockets, below) to it.
+    // running placement brokers sessions, the others hand sign-ins (and session sockets: gateway/plane.ts) to it.
     const sessionsElsewhere = () => placementRole.sessionsElsewhere();
     const api = createApp({
       ...appOptions, routes: apiRoutes, host: 'api', handlers: [forwarding(isSignIn, sessionsElsewhere), signInHandler(streaming)], handled: isSignIn,
@@ -215,26 +211,8 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
       config, log, clusters, instances, tasks: taskPlane, hub: agentHub, sessionsOf: streaming.sessionsOf, broker: streaming, election, links, beside: () => logFeed?.start() ?? (() => {}),
       gatewayCa: config.gateway.tlsCert && readFileSync(config.gateway.tlsCert, 'utf8'),
     });
-    const serveLean = leanServer({ ...appOptions, host: 'invocation' });
-    const gateway = createGateway({
-      address: config.gateway.address,
-      api: withConsole(api),
-      keys: createApp({
-        ...appOptions, host: 'keys',
-        routes: withOpenApi(keyServiceRoutes, { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' }),
-      }),
-      invocation: invocationHostHandler({
-        invocationHost: hostsOf(config.gateway.address).invocation,
-        serve: (routing, req, res) => void serveLean(hostRouted, routing, req, res),
-        byPath: api,
-      }),
-      apiUpgrade: (req, socket, head) => {
-        if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return placementRole.agentUpgrade(req, socket, head);
-        const elsewhere = sessionsElsewhere();
-        if (elsewhere) return forwardUpgrade(req, socket, head, elsewhere);
-        void streaming.upgrade(req, socket, head);
-      },
-      tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
+    const gateway = createGatewayPlane({
+      settings: config.gateway, version: VERSION, appOptions, api, keyRoutes: keyServiceRoutes, hostRouted, broker: streaming, placement: placementRole,
     });
     // Placement stops first: an elected holder hands its lease over before the gateway drains.
     closers.add(() => gateway.close(), () => streaming.close(), () => autoscaler.stop(), () => placementRole.close());
