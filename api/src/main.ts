@@ -1,81 +1,59 @@
-// Composition root: config → store → planes → listen. Nothing else lives here.
+// Composition root: config → store → planes → listen. Nothing else lives here. startPlatform reads top-down;
+// each step after it composes one concern, in the order they start (they stop in reverse: process/closers.ts).
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname, networkInterfaces } from 'node:os';
 import path from 'node:path';
 import type { DestinationStream } from 'pino';
 import type { Config } from './config.ts';
-import { createAutoscalerPlane } from './autoscaler/plane.ts';
+import { createAutoscalerPlane, type AutoscalerPlane } from './autoscaler/plane.ts';
 import { accountRoutes } from './control/accounts/routes.ts';
-import { createAccountsRepo } from './control/accounts/repo.ts';
-import { createAccountsService } from './control/accounts/service.ts';
+import { createAgentHub } from './control/agents/hub.ts';
+import { assetRoutes } from './control/assets/routes.ts';
+import { clusterRoutes } from './control/clusters/routes.ts';
+import { deploymentRoutes } from './control/deployments/routes.ts';
+import { functionRoutes } from './control/functions/routes.ts';
 import { healthRoutes } from './control/health/routes.ts';
 import { createHealthService } from './control/health/service.ts';
-import { createSettingsRepo } from './control/installation/repo.ts';
-import { ensureLocalCluster, ensureSealedSecret, loadSecretBox, type SealedSecretName } from './control/installation/service.ts';
-import { createNodesRepo } from './control/clusters/nodes.ts';
-import { createClustersRepo } from './control/clusters/repo.ts';
-import { clusterRoutes } from './control/clusters/routes.ts';
-import { createClustersService } from './control/clusters/service.ts';
-import { createDeploymentsRepo } from './control/deployments/repo.ts';
-import { deploymentRoutes } from './control/deployments/routes.ts';
-import { createDeploymentsService } from './control/deployments/service.ts';
-import { createFunctionsRepo, documentOf } from './control/functions/repo.ts';
-import { functionRoutes } from './control/functions/routes.ts';
-import { createFunctionsService } from './control/functions/service.ts';
-import type { AssetsDatabase } from './control/assets/migration.ts';
-import { createAssetsRepo } from './control/assets/repo.ts';
-import { assetRoutes } from './control/assets/routes.ts';
-import { createAssetsService } from './control/assets/service.ts';
-import { createRegistryRepo } from './control/registry/repo.ts';
-import { registryRoutes } from './control/registry/routes.ts';
-import { createRegistryService } from './control/registry/service.ts';
-import { createStatsPlane } from './control/stats/plane.ts';
-import { createTasksPlane } from './control/tasks/plane.ts';
-import type { TelemetriesDatabase } from './control/telemetries/migration.ts';
-import { createTelemetriesRepo } from './control/telemetries/repo.ts';
-import { telemetryRoutes } from './control/telemetries/routes.ts';
-import { createTelemetriesService } from './control/telemetries/service.ts';
-import { TelemetryExport } from './telemetry/export.ts';
-import { PlacementLogFeed } from './telemetry/log-feed.ts';
-import { telemetrySources } from './telemetry/sources.ts';
-import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
-import { createKeysPlane } from './control/keys/plane.ts';
-import { whoamiRoute } from './control/keys/routes.ts';
-import { AGENT_LINK_PATH } from './compute/protocol.ts';
-import { startWorker, type Isolation } from './compute/worker.ts';
-import { createAgentHub } from './control/agents/hub.ts';
-import { logRoutes } from './control/logs/routes.ts';
-import { relayLogAsks } from './control/logs/relay.ts';
-import { createLogsService } from './control/logs/service.ts';
 import { createInstancesRepo } from './control/instances/repo.ts';
+import { InstancesService } from './control/instances/service.ts';
+import { whoamiRoute } from './control/keys/routes.ts';
+import { relayLogAsks } from './control/logs/relay.ts';
+import { logRoutes } from './control/logs/routes.ts';
+import { createLogsService, type LogsService } from './control/logs/service.ts';
 import { PlacementFence } from './control/placement/fence.ts';
 import { createLeaseRepo, PlacementElection } from './control/placement/lease.ts';
-import { InstancesService } from './control/instances/service.ts';
-import { createGateway, hostsOf } from './gateway/gateway.ts';
-import { invocationHostHandler } from './invocation/host-routing.ts';
-import { createInvocationPlane } from './invocation/plane.ts';
-import { hostRoutedRoute, invocationRoutes, type InvocationObserver } from './invocation/routes.ts';
-import { sessionRoutes } from './streaming/routes.ts';
-import { isSignIn } from './streaming/request.ts';
-import { signInHandler } from './streaming/sign-in.ts';
-import { createStreamingPlane } from './streaming/plane.ts';
-import type { TurnService } from './turn/server.ts';
+import { createControlPlane, type ControlPlane } from './control/plane.ts';
+import { registryRoutes } from './control/registry/routes.ts';
+import { deploySamples, type DeployedSample, type StreamingDemo } from './control/samples.ts';
+import { createStatsPlane } from './control/stats/plane.ts';
+import { createTasksPlane } from './control/tasks/plane.ts';
+import { telemetryRoutes } from './control/telemetries/routes.ts';
+import { startWorker, type Isolation } from './compute/worker.ts';
+import { createGatewayPlane, type GatewayPlane } from './gateway/plane.ts';
 import { createApp } from './http/app.ts';
-import { withConsole } from './console/server.ts';
-import { createPathSigner } from './domain/signed-paths.ts';
-import { createLocalBlobStore } from './store/blobs.ts';
-import { ensurePrivateDir } from './store/store.ts';
-import { leanServer } from './http/lean.ts';
-import { forwarding, forwardUpgrade } from './http/forward.ts';
+import { forwarding } from './http/forward.ts';
 import { isLoopbackHost } from './http/host.ts';
-import { createMetrics, metricsRoute } from './http/metrics.ts';
+import { createMetrics, metricsRoute, type PlatformMetrics } from './http/metrics.ts';
 import { withOpenApi } from './http/openapi.ts';
+import type { Route } from './http/route.ts';
+import { createInvocationPlane, type InvocationPlane } from './invocation/plane.ts';
+import { hostRoutedRoute, invocationRoutes, type InvocationObserver, type InvocationRouteOptions } from './invocation/routes.ts';
 import { createLogger, type Logger } from './logger.ts';
+import { Closers } from './process/closers.ts';
 import { watchEventLoop } from './process/loop-health.ts';
 import { portInUse } from './process/ports.ts';
 import { openDatabase } from './database.ts';
-import { startPlacement } from './roles/placement.ts';
+import { startPlacement, type PlacementRole } from './roles/placement.ts';
+import { createStreamingPlane } from './streaming/plane.ts';
+import { isSignIn } from './streaming/request.ts';
+import { sessionRoutes } from './streaming/routes.ts';
+import { signInHandler } from './streaming/sign-in.ts';
+import { ensurePrivateDir, type Store } from './store/store.ts';
+import { createTelemetryExport, exportInstanceLogs } from './telemetry/plane.ts';
+import type { PlacementLogFeed } from './telemetry/log-feed.ts';
+import type { TelemetrySourcesOptions } from './telemetry/sources.ts';
+import type { TurnService } from './turn/server.ts';
 
 export interface Platform {
   /** http(s)://localhost:<port> */
@@ -107,6 +85,16 @@ export interface PlatformOptions {
 
 const VERSION = '0.1.0';
 
+/** What every step of start-up is given. */
+interface Root {
+  config: Config;
+  store: Store;
+  log: Logger;
+  now: () => Date;
+  /** What has started: each step adds what it starts, as it starts it. */
+  closers: Closers;
+}
+
 export async function startPlatform(config: Config, options: PlatformOptions = {}): Promise<Platform> {
   const now = options.now ?? (() => new Date());
   const log = createLogger(config.log.level, options.logDestination);
@@ -114,234 +102,268 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
   ensurePrivateDir(config.store.dataDir);
   const store = await openDatabase(config.store);
   // What has started, stopped in reverse order by close() or by a start-up that fails half-way.
-  const closers: (() => unknown)[] = [() => store.close()];
-  const closeAll = async () => {
-    for (const close of closers.splice(0).reverse()) await close();
-  };
+  const closers = new Closers(() => store.close());
   try {
-    const settings = createSettingsRepo(store.db);
-    const startedAt = now().toISOString();
-    const box = await loadSecretBox(settings, { ...config.secrets, dataDir: config.store.dataDir, now: startedAt });
-    const sealed = (name: SealedSecretName) => ensureSealedSecret(settings, box, name, startedAt);
-
-    const accounts = createAccountsService(createAccountsRepo(store.db), now);
-    const { account } = await accounts.ensureBootstrapAccount(config.api.accountBootstrap);
-
-    const { bootstrap, adminSigningKeyFile, verifier, keys, routes: keyServiceRoutes } = await createKeysPlane({
-      config, db: store.db, settings, box, accounts, defaultAccountId: account.ncaId, now,
+    const root: Root = { config, store, log, now, closers };
+    // The telemetries need the export, and the export the tasks, both made later: each gets a closure,
+    // called only once start-up is over.
+    const control = await createControlPlane({
+      config, db: store.db, log, now, forgetTelemetry: (telemetryId) => observed.telemetryExport?.forget(telemetryId),
     });
-    const nodesRepo = createNodesRepo(store.db, log);
-    const clusters = createClustersService(createClustersRepo(store.db, log), nodesRepo, now);
-    const localCluster = config.compute.localCluster.enabled
-      ? await ensureLocalCluster(settings, clusters, box, { ...config.compute.localCluster, ncaId: account.ncaId, now: startedAt })
-      : undefined;
-    const functionsRepo = createFunctionsRepo(store.db);
-    const deploymentsRepo = createDeploymentsRepo(store.db, log);
-    const telemetries = createTelemetriesService({
-      repo: createTelemetriesRepo(store.db.withTables<TelemetriesDatabase>()), accounts, box, now,
-      allowInternalEndpoints: config.telemetry.allowInternalEndpoints, onDelete: (telemetryId) => telemetryExport?.forget(telemetryId),
-    });
-    const functions = createFunctionsService({ repo: functionsRepo, accounts, box, now, checkTelemetries: telemetries.checkReferences });
-    const deployments = createDeploymentsService(deploymentsRepo, functions, clusters, accounts, now);
-    const registry = createRegistryService(createRegistryRepo(store.db), accounts, box, now);
-    const blobs = createLocalBlobStore(path.resolve(config.assets.dir ?? path.join(config.store.dataDir, 'blobs')));
-    const signer = createPathSigner(await sealed('urls.signing_key'), () => now().getTime());
-    const assets = createAssetsService({
-      repo: createAssetsRepo(store.db.withTables<AssetsDatabase>()), blobs, signer, settings: config.assets, accounts, now,
-    });
-    assets.start(60_000, (error) => log.warn({ err: error }, 'could not sweep expired asset uploads'));
-    closers.push(() => assets.stop());
-    const metrics = createMetrics();
-    const telemetryExport = config.telemetry.enabled ? new TelemetryExport({
-      settings: config.telemetry, log, registry: metrics.registry,
-      sources: telemetrySources({
-        functionsRepo, functionSecrets: functions.secretsOf, targets: telemetries.targetsOf,
-        task: (taskId) => taskPlane.service.telemetriesOf(taskId),
-      }),
-    }) : undefined;
-    if (telemetryExport) closers.push(() => telemetryExport.close());
-    // Off loopback, /metrics (every account's ids) always wants a bearer: the configured one or one made here.
-    const generatedMetricsToken = config.metrics.token || isLoopbackHost(config.gateway.host)
-      ? undefined : await sealed('metrics.token');
-    const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
-    const eventLoop = watchEventLoop(config.guard);
-    closers.push(() => eventLoop.stop());
-
-    // Placement's term, when replicas elect who runs it: the instance rows' writes are fenced by it.
-    const { placement } = config.compute;
-    const election = placement === 'elected' ? new PlacementElection({
-      repo: createLeaseRepo(store.db), replicaId: `${hostname()}-${randomUUID().slice(0, 8)}`, leaseMs: config.compute.placementLeaseMs, log,
-    }) : undefined;
-    const instances = new InstancesService({
-      repo: createInstancesRepo(store.db, election && new PlacementFence(store.db, () => election.epoch)), nodes: nodesRepo, leaseMs: config.compute.agentLeaseMs,
-      deployments: deploymentsRepo, functions, functionsRepo, clusters, registry, log, now,
-      desired: autoscaler.desiredCounts, places: placement === true, metricsRegistry: metrics.registry, instanceLimits: accounts.instanceLimits,
-    });
-    autoscaler.onApplied(() => void instances.reconcile());
-    metrics.watchInstances(() => instances.instanceCounts());
-    functions.useInstances(instances.activeInstances);
-    deployments.useHealthInfo(instances.activeInstances.healthInfo);
-    deployments.onChange(() => void instances.reconcile());
-    // Agents link to the replica that runs placement: it puts assets on their hosts, the others ask it (roles/placement.ts).
-    const invocationPlane = await createInvocationPlane({
-      settings: config.invocation, db: store.db, functionsRepo, instances, blobs, signer, log, now,
-      stageHere: placement === true ? ({ clusterId, ...request }) => agentHub.stage(clusterId, request) : undefined,
-      stagingPaths: (assetIds) => assets.stagingPaths(assetIds), replicasKey: () => sealed('replicas.signing_key'),
-    });
-    closers.push(() => invocationPlane.close());
-    const { invocation, resolver, largeResults, links } = invocationPlane;
-    const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health, ...invocationPlane.health]);
-    metrics.watchHealth(() => health.report());
-    metrics.watchLoad(() => invocation.load());
-    const taskPlane = createTasksPlane({
-      db: store.db, box, accounts, clusters, log, now, dataDir: config.store.dataDir, registry, settings: config.tasks,
-      capacityInUse: { of: instances.instancesOn }, checkTelemetries: telemetries.checkReferences,
-      onOutput: (taskId, instanceId, lines) => telemetryExport?.exportLogLines(taskId, lines.map((text) => ({ text, instanceId }))),
-    });
-    instances.countTasks(taskPlane.scheduler.tasksOn);
-    const agentHub = createAgentHub({ clusters, instances, log, tasks: taskPlane.scheduler, epoch: () => election?.lastEpoch });
-    // Agents link to the replica that runs placement: only it can ask them for logs; the others ask it.
-    const logRelay = placement === true ? agentHub.logs : links && relayLogAsks(links.logs);
-    const logs = createLogsService({ functions, tasks: taskPlane.service, clusters, now, ...(logRelay ? { relay: logRelay } : {}) });
-    // Where placement runs, a version whose logs go to a telemetry has its lines followed (roles/placement.ts starts it).
-    const logFeed = telemetryExport && new PlacementLogFeed({
-      logsOwner: async (versionId) => {
-        const row = await functionsRepo.findVersionById(versionId);
-        return row && documentOf(row).telemetries?.logsTelemetryId ? row.nca_id : undefined;
-      },
-      clustersOf: logs.clusterIdsOf,
-      follow: (clusterIds, query, follower) => agentHub.logs.follow(clusterIds, query, follower),
-      exportLines: (versionId, lines) => telemetryExport.exportLogLines(versionId, lines), now, log,
-    });
-    instances.onReady((versionId, ready) => logFeed?.ready(versionId, ready));
-    // A failed instance's last lines (its report's logTail) reach the export unless its version's lines stream.
-    instances.onOutput((report) => logFeed?.follows(report.functionVersionId) || telemetryExport?.exportLogLines(
-      report.functionVersionId, (report.logTail ?? []).map((text) => ({ text, instanceId: report.instanceId }))));
-    const { turn, broker: streaming, listing: sessionListing } = await createStreamingPlane({
-      settings: config.streaming, db: store.db, verifier, functionsRepo, functions, instances, placesHere: placement === true, links, log, now,
-      turn: { ...config.turn, secret: config.turn.secret ?? await sealed('turn.secret'), runDir: path.join(config.store.dataDir, 'run') },
-    });
-    closers.push(() => turn.close());
-    metrics.watchLoad(() => streaming.load());
-    const stats = createStatsPlane({
-      db: store.db, functionsRepo, settings: config.stats, log, now,
-      *loads() {
-        yield* invocation.load();
-        yield* streaming.load();
-      },
-    });
-    stats.recorder.start();
-    closers.push(() => stats.recorder.stop());
-    // STREAMING functions scale on sessions: spare instances follow each start and end at once.
-    streaming.onChange(() => autoscaler.nudge());
-
-    const observeInvocation: InvocationObserver = (ref, status, seconds, requestId) => {
-      metrics.observeInvocation(ref, status, seconds);
-      stats.recorder.observe(ref, status, seconds);
-      telemetryExport?.recordInvocation(ref, requestId, status, seconds);
-    };
-    const invocationOptions = {
-      limits: {
-        defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
-        maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
-      },
-      log, observe: observeInvocation, checkAssets: assets.check, largeResults, admit: invocationPlane.admit,
-    };
-    const apiRoutes = withOpenApi([
-      // The hot path first: Express tries routes in order.
-      ...invocationRoutes(invocation, resolver, invocationOptions),
-      ...healthRoutes(health),
-      metricsRoute(metrics, { token: config.metrics.token ?? generatedMetricsToken }),
-      whoamiRoute(),
-      ...accountRoutes(accounts, config.api.accountBootstrap.limits),
-      ...functionRoutes(functions),
-      ...deploymentRoutes(deployments),
-      ...registryRoutes(registry),
-      ...telemetryRoutes(telemetries),
-      ...assetRoutes(assets),
-      ...clusterRoutes(clusters),
-      ...stats.routes,
-      ...taskPlane.routes,
-      ...logRoutes(logs),
-      ...sessionRoutes(sessionListing),
-      ...autoscaler.routes,
-    ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
-
-    const appOptions = { verifier, log, bodyLimit: config.gateway.bodyLimit, metrics };
-    // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host; the replica
-    // running placement brokers sessions, the others hand sign-ins (and session sockets, below) to it.
-    const sessionsElsewhere = () => placementRole.sessionsElsewhere();
-    const api = createApp({
-      ...appOptions, routes: apiRoutes, host: 'api', handlers: [forwarding(isSignIn, sessionsElsewhere), signInHandler(streaming)], handled: isSignIn,
-    });
-    const hostRouted = hostRoutedRoute(invocation, invocationOptions);
-    await invocation.recover();
-    const placementRole = await startPlacement({
-      config, log, clusters, instances, tasks: taskPlane, hub: agentHub, sessionsOf: streaming.sessionsOf, broker: streaming, election, links, beside: () => logFeed?.start() ?? (() => {}),
-      gatewayCa: config.gateway.tlsCert && readFileSync(config.gateway.tlsCert, 'utf8'),
-    });
-    const serveLean = leanServer({ ...appOptions, host: 'invocation' });
-    const gateway = createGateway({
-      address: config.gateway.address,
-      api: withConsole(api),
-      keys: createApp({
-        ...appOptions, host: 'keys',
-        routes: withOpenApi(keyServiceRoutes, { title: 'svc key service', version: VERSION, description: 'API keys and management tokens' }),
-      }),
-      invocation: invocationHostHandler({
-        invocationHost: hostsOf(config.gateway.address).invocation,
-        serve: (routing, req, res) => void serveLean(hostRouted, routing, req, res),
-        byPath: api,
-      }),
-      apiUpgrade: (req, socket, head) => {
-        if ((req.url ?? '').split('?')[0] === AGENT_LINK_PATH) return placementRole.agentUpgrade(req, socket, head);
-        const elsewhere = sessionsElsewhere();
-        if (elsewhere) return forwardUpgrade(req, socket, head, elsewhere);
-        void streaming.upgrade(req, socket, head);
-      },
-      tls: config.gateway.tlsCert && config.gateway.tlsKey ? { cert: config.gateway.tlsCert, key: config.gateway.tlsKey } : undefined,
-    });
-    // Placement stops first: an elected holder hands its lease over before the gateway drains.
-    closers.push(() => gateway.close(), () => streaming.close(), () => autoscaler.stop(), () => placementRole.close());
-    autoscaler.start();
-    const port = await gateway.listen(config.gateway.port, config.gateway.host).catch((error: NodeJS.ErrnoException) => {
-      throw error.code === 'EADDRINUSE' ? portInUse('the gateway', `${config.gateway.host}:${config.gateway.port}`, 'gateway.host, gateway.port: SVC_HOST, SVC_PORT') : error;
-    });
-    const scheme = config.gateway.tlsCert ? 'https' : 'http';
-    log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
-    placementRole.listening(config.gateway.replicaUrl ?? replicaUrlOf(scheme, config.gateway.host, port));
-    const worker = localCluster && config.compute.inProcessAgent && placement === true
-      ? await startLocalWorker(config, { scheme, port, apiHost: `${gateway.hosts.api}:${port}`, credential: localCluster.agentCredential }, log)
-      : undefined;
-    if (worker) closers.push(() => worker.close());
-
-    const localGpu = config.compute.localCluster.gpus[0];
-    const { samples, streamingDemo } = options.samples && localCluster && localGpu ? await deploySamples({
-      ncaId: account.ncaId, functions, functionsRepo, deployments, keys, serviceId: config.keys.serviceId, now,
-      gpu: { name: localGpu.name, instanceType: (localGpu.instanceTypes.find((type) => type.default) ?? localGpu.instanceTypes[0]).name },
-    }) : { samples: [], streamingDemo: undefined };
-
+    closers.add(() => control.assets.stop());
+    const observed = await startObservability(root, control, (taskId) => work.tasks.service.telemetriesOf(taskId));
+    const work = await startWork(root, control, observed);
+    const { logs, logFeed } = startLogs(root, control, observed, work);
+    const streaming = await startStreaming(root, control, observed, work);
+    const stats = startStats(root, control, work, streaming);
+    const invocationOptions = invocationRouteOptions(root, control, observed, work.invocationPlane, stats);
+    const routes = apiRoutes(config, { control, observed, work, logs, streaming, stats, invocationOptions });
+    const { gateway, placementRole } = await startServing(root, { control, observed, work, logFeed, streaming, routes, invocationOptions });
+    const { port, scheme } = await listen(root, gateway, work.autoscaler, placementRole);
+    const worker = await startLocalAgent(root, control, { scheme, port, apiHost: `${gateway.hosts.api}:${port}` });
+    const { samples, streamingDemo } = options.samples ? await deployLocalSamples(root, control) : { samples: [], streamingDemo: undefined };
     return {
       url: `${scheme}://localhost:${port}`,
       samples,
       streamingDemo,
-      turn: turn.kind,
+      turn: streaming.turn.kind,
       isolation: worker?.isolation,
       port,
       hosts: gateway.hosts,
-      bootstrapSecret: bootstrap.unused,
-      bootstrapExpiresAt: bootstrap.expiresAt,
-      metricsToken: generatedMetricsToken,
-      adminSigningKeyFile,
+      bootstrapSecret: control.bootstrap.unused,
+      bootstrapExpiresAt: control.bootstrap.expiresAt,
+      metricsToken: observed.generatedMetricsToken,
+      adminSigningKeyFile: control.adminSigningKeyFile,
       async close() {
-        await closeAll();
+        await closers.closeAll();
         log.flush();
       },
     };
   } catch (error) {
-    await closeAll();
+    await closers.closeAll();
     throw error;
   }
+}
+
+type Observability = Awaited<ReturnType<typeof startObservability>>;
+type Work = Awaited<ReturnType<typeof startWork>>;
+type Streaming = Awaited<ReturnType<typeof startStreaming>>;
+type Stats = ReturnType<typeof startStats>;
+
+/** /metrics' registry, the export to the owners' telemetries, and the bearer /metrics wants off loopback. */
+async function startObservability({ config, log, closers }: Root, control: ControlPlane, taskTelemetries: TelemetrySourcesOptions['task']) {
+  const metrics = createMetrics();
+  const telemetryExport = createTelemetryExport({
+    settings: config.telemetry, log, registry: metrics.registry,
+    functionsRepo: control.functionsRepo, functions: control.functions, telemetries: control.telemetries, taskTelemetries,
+  });
+  if (telemetryExport) closers.add(() => telemetryExport.close());
+  // Off loopback, /metrics (every account's ids) always wants a bearer: the configured one or one made here.
+  const generatedMetricsToken = config.metrics.token || isLoopbackHost(config.gateway.host)
+    ? undefined : await control.sealed('metrics.token');
+  return { metrics, telemetryExport, generatedMetricsToken };
+}
+
+/**
+ * What runs the work: the autoscaler, placement's instances, the invocation plane, the tasks and the hub the
+ * agents link to, with the health that reports on them.
+ */
+async function startWork(root: Root, control: ControlPlane, { metrics, telemetryExport }: Observability) {
+  const { config, store, log, now, closers } = root;
+  const { functionsRepo, assets, sealed, clusters } = control;
+  const autoscaler = createAutoscalerPlane({ db: store.db, metrics, settings: config.autoscaler, log, now });
+  const eventLoop = watchEventLoop(config.guard);
+  closers.add(() => eventLoop.stop());
+  const { election, instances } = createInstances(root, control, autoscaler, metrics);
+  // Agents link to the replica that runs placement: it puts assets on their hosts, the others ask it (roles/placement.ts).
+  const invocationPlane = await createInvocationPlane({
+    settings: config.invocation, db: store.db, functionsRepo, instances, blobs: control.blobs, signer: control.signer, log, now,
+    stageHere: config.compute.placement === true ? ({ clusterId, ...request }) => agentHub.stage(clusterId, request) : undefined,
+    stagingPaths: (assetIds) => assets.stagingPaths(assetIds), replicasKey: () => sealed('replicas.signing_key'),
+  });
+  closers.add(() => invocationPlane.close());
+  const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health, ...invocationPlane.health]);
+  metrics.watchHealth(() => health.report());
+  metrics.watchLoad(() => invocationPlane.invocation.load());
+  const tasks = createTasksPlane({
+    db: store.db, box: control.box, accounts: control.accounts, clusters, log, now, dataDir: config.store.dataDir, registry: control.registry,
+    settings: config.tasks, capacityInUse: { of: instances.instancesOn }, checkTelemetries: control.telemetries.checkReferences,
+    onOutput: (taskId, instanceId, lines) => telemetryExport?.exportLogLines(taskId, lines.map((text) => ({ text, instanceId }))),
+  });
+  instances.countTasks(tasks.scheduler.tasksOn);
+  const agentHub = createAgentHub({ clusters, instances, log, tasks: tasks.scheduler, epoch: () => election?.lastEpoch });
+  return { autoscaler, election, instances, invocationPlane, health, tasks, agentHub };
+}
+
+/** Placement's instances, and what tells them to reconcile or reads what runs. */
+function createInstances({ config, store, log, now }: Root, control: ControlPlane, autoscaler: AutoscalerPlane, metrics: PlatformMetrics) {
+  const { functions, deployments } = control;
+  // Placement's term, when replicas elect who runs it: the instance rows' writes are fenced by it.
+  const { placement } = config.compute;
+  const election = placement === 'elected' ? new PlacementElection({
+    repo: createLeaseRepo(store.db), replicaId: `${hostname()}-${randomUUID().slice(0, 8)}`, leaseMs: config.compute.placementLeaseMs, log,
+  }) : undefined;
+  const instances = new InstancesService({
+    repo: createInstancesRepo(store.db, election && new PlacementFence(store.db, () => election.epoch)), nodes: control.nodesRepo,
+    leaseMs: config.compute.agentLeaseMs, deployments: control.deploymentsRepo, functions, functionsRepo: control.functionsRepo,
+    clusters: control.clusters, registry: control.registry, log, now, desired: autoscaler.desiredCounts, places: placement === true,
+    metricsRegistry: metrics.registry, instanceLimits: control.accounts.instanceLimits,
+  });
+  autoscaler.onApplied(() => void instances.reconcile());
+  metrics.watchInstances(() => instances.instanceCounts());
+  functions.useInstances(instances.activeInstances);
+  deployments.useHealthInfo(instances.activeInstances.healthInfo);
+  deployments.onChange(() => void instances.reconcile());
+  return { election, instances };
+}
+
+/** The owners' logs, and the instances' output sent to the export. */
+function startLogs({ config, log, now }: Root, control: ControlPlane, { telemetryExport }: Observability, work: Work) {
+  const { agentHub, instances } = work;
+  const { links } = work.invocationPlane;
+  // Agents link to the replica that runs placement: only it can ask them for logs; the others ask it.
+  const logRelay = config.compute.placement === true ? agentHub.logs : links && relayLogAsks(links.logs);
+  const logs = createLogsService({ functions: control.functions, tasks: work.tasks.service, clusters: control.clusters, now, ...(logRelay ? { relay: logRelay } : {}) });
+  const logFeed = exportInstanceLogs({ telemetryExport, functionsRepo: control.functionsRepo, logs, hub: agentHub, instances, now, log });
+  return { logs, logFeed };
+}
+
+/** Streaming sessions: the STUN/TURN server they are given, the broker and the owners' listing. */
+async function startStreaming({ config, store, log, now, closers }: Root, control: ControlPlane, { metrics }: Observability, work: Work) {
+  const plane = await createStreamingPlane({
+    settings: config.streaming, db: store.db, verifier: control.verifier, functionsRepo: control.functionsRepo, functions: control.functions,
+    instances: work.instances, placesHere: config.compute.placement === true, links: work.invocationPlane.links, log, now,
+    turn: { ...config.turn, secret: config.turn.secret ?? await control.sealed('turn.secret'), runDir: path.join(config.store.dataDir, 'run') },
+  });
+  closers.add(() => plane.turn.close());
+  metrics.watchLoad(() => plane.broker.load());
+  // STREAMING functions scale on sessions: spare instances follow each start and end at once.
+  plane.broker.onChange(() => work.autoscaler.nudge());
+  return plane;
+}
+
+/** The owners' numbers: every invocation's answer, and both planes' load sampled. */
+function startStats({ config, store, log, now, closers }: Root, control: ControlPlane, work: Work, streaming: Streaming) {
+  const stats = createStatsPlane({
+    db: store.db, functionsRepo: control.functionsRepo, settings: config.stats, log, now,
+    *loads() {
+      yield* work.invocationPlane.invocation.load();
+      yield* streaming.broker.load();
+    },
+  });
+  stats.recorder.start();
+  closers.add(() => stats.recorder.stop());
+  return stats;
+}
+
+/** How the invocation routes (on the api host and on the invocation host) poll, admit and tell of each answer. */
+function invocationRouteOptions(
+  { config, log }: Root, control: ControlPlane, { metrics, telemetryExport }: Observability, invocationPlane: InvocationPlane, stats: Stats,
+): InvocationRouteOptions {
+  const observe: InvocationObserver = (ref, status, seconds, requestId) => {
+    metrics.observeInvocation(ref, status, seconds);
+    stats.recorder.observe(ref, status, seconds);
+    telemetryExport?.recordInvocation(ref, requestId, status, seconds);
+  };
+  return {
+    limits: {
+      defaultSeconds: config.invocation.pollSeconds, sseDefaultSeconds: config.invocation.ssePollSeconds,
+      maxSeconds: config.invocation.maxPollSeconds, maxRequestBytes: config.invocation.maxRequestBytes,
+    },
+    log, observe, checkAssets: control.assets.check, largeResults: invocationPlane.largeResults, admit: invocationPlane.admit,
+  };
+}
+
+/** The api host's routes, with their OpenAPI document. */
+function apiRoutes(config: Config, parts: {
+  control: ControlPlane; observed: Observability; work: Work; logs: LogsService; streaming: Streaming;
+  stats: Stats; invocationOptions: InvocationRouteOptions;
+}): Route[] {
+  const { control, work } = parts;
+  const { invocation, resolver } = work.invocationPlane;
+  return withOpenApi([
+    // The hot path first: Express tries routes in order.
+    ...invocationRoutes(invocation, resolver, parts.invocationOptions),
+    ...healthRoutes(work.health),
+    metricsRoute(parts.observed.metrics, { token: config.metrics.token ?? parts.observed.generatedMetricsToken }),
+    whoamiRoute(),
+    ...accountRoutes(control.accounts, config.api.accountBootstrap.limits),
+    ...functionRoutes(control.functions),
+    ...deploymentRoutes(control.deployments),
+    ...registryRoutes(control.registry),
+    ...telemetryRoutes(control.telemetries),
+    ...assetRoutes(control.assets),
+    ...clusterRoutes(control.clusters),
+    ...parts.stats.routes,
+    ...work.tasks.routes,
+    ...logRoutes(parts.logs),
+    ...sessionRoutes(parts.streaming.listing),
+    ...work.autoscaler.routes,
+  ], { title: 'svc platform API', version: VERSION, description: 'Functions, deployments, invocation, tasks, accounts' });
+}
+
+/**
+ * The api host's app, the requests a restart left (invocation.recover), the placement role and the gateway
+ * in front of them all. Placement starts before the gateway is made: the gateway hands it the agents' links.
+ */
+async function startServing({ config, log, closers }: Root, parts: {
+  control: ControlPlane; observed: Observability; work: Work; logFeed?: PlacementLogFeed; streaming: Streaming;
+  routes: Route[]; invocationOptions: InvocationRouteOptions;
+}) {
+  const { control, work, streaming: { broker: streaming } } = parts;
+  const { invocation, links } = work.invocationPlane;
+  const appOptions = { verifier: control.verifier, log, bodyLimit: config.gateway.bodyLimit, metrics: parts.observed.metrics };
+  // The reference's streaming sign-in (X-SVC-ABSORB: true) lives on any path of the api host; the replica
+  // running placement brokers sessions, the others hand sign-ins (and session sockets: gateway/plane.ts) to it.
+  const sessionsElsewhere = () => placementRole.sessionsElsewhere();
+  const api = createApp({
+    ...appOptions, routes: parts.routes, host: 'api', handlers: [forwarding(isSignIn, sessionsElsewhere), signInHandler(streaming)], handled: isSignIn,
+  });
+  const hostRouted = hostRoutedRoute(invocation, parts.invocationOptions);
+  await invocation.recover();
+  const placementRole = await startPlacement({
+    config, log, clusters: control.clusters, instances: work.instances, tasks: work.tasks, hub: work.agentHub, sessionsOf: streaming.sessionsOf,
+    broker: streaming, election: work.election, links, beside: () => parts.logFeed?.start() ?? (() => {}),
+    gatewayCa: config.gateway.tlsCert && readFileSync(config.gateway.tlsCert, 'utf8'),
+  });
+  const gateway = createGatewayPlane({
+    settings: config.gateway, version: VERSION, appOptions, api, keyRoutes: control.keyRoutes, hostRouted, broker: streaming, placement: placementRole,
+  });
+  // Placement stops first: an elected holder hands its lease over before the gateway drains.
+  closers.add(() => gateway.close(), () => streaming.close(), () => work.autoscaler.stop(), () => placementRole.close());
+  return { gateway, placementRole };
+}
+
+/** Scaling rounds start, the gateway listens, and placement learns where the other replicas reach this one. */
+async function listen({ config, log, store }: Root, gateway: GatewayPlane, autoscaler: AutoscalerPlane, placementRole: PlacementRole) {
+  autoscaler.start();
+  const port = await gateway.listen(config.gateway.port, config.gateway.host).catch((error: NodeJS.ErrnoException) => {
+    throw error.code === 'EADDRINUSE' ? portInUse('the gateway', `${config.gateway.host}:${config.gateway.port}`, 'gateway.host, gateway.port: SVC_HOST, SVC_PORT') : error;
+  });
+  const scheme = config.gateway.tlsCert ? 'https' : 'http';
+  log.info({ port, address: config.gateway.address, store: store.dialect }, 'gateway listening');
+  placementRole.listening(config.gateway.replicaUrl ?? replicaUrlOf(scheme, config.gateway.host, port));
+  return { port, scheme };
+}
+
+/** The local cluster's agent in this process, where this process runs placement (and its agent is wanted). */
+async function startLocalAgent({ config, log, closers }: Root, control: ControlPlane, gateway: { scheme: string; port: number; apiHost: string }) {
+  const worker = control.localCluster && config.compute.inProcessAgent && config.compute.placement === true
+    ? await startLocalWorker(config, { ...gateway, credential: control.localCluster.agentCredential }, log)
+    : undefined;
+  if (worker) closers.add(() => worker.close());
+  return worker;
+}
+
+/** npm start's samples, deployed into the default account on the local cluster's first GPU (none without one). */
+async function deployLocalSamples({ config, now }: Root, control: ControlPlane): Promise<{ samples: DeployedSample[]; streamingDemo?: StreamingDemo }> {
+  const localGpu = config.compute.localCluster.gpus[0];
+  if (!control.localCluster || !localGpu) return { samples: [], streamingDemo: undefined };
+  return deploySamples({
+    ncaId: control.defaultAccount.ncaId, functions: control.functions, functionsRepo: control.functionsRepo, deployments: control.deployments,
+    keys: control.keys, serviceId: config.keys.serviceId, now,
+    gpu: { name: localGpu.name, instanceType: (localGpu.instanceTypes.find((type) => type.default) ?? localGpu.instanceTypes[0]).name },
+  });
 }
 
 /**

@@ -14,8 +14,8 @@ import { badRequest, Problem } from '../domain/problem.ts';
 import { writeProblem } from '../http/problem-response.ts';
 import { rejectUpgrade, writeSocketProblem } from '../http/upgrade.ts';
 
-type Handler = (req: IncomingMessage, res: ServerResponse) => void;
-type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+export type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
 
 export interface GatewayOptions {
   address: string;

@@ -5,7 +5,8 @@
 // here is awaited by a request.
 //
 // Log lines: exportLogLines takes them from wherever they arrive: each followed version's new lines
-// (log-feed.ts), a failed instance's last lines from its report, a failed task's (wired in main.ts).
+// (log-feed.ts), a failed instance's last lines from its report (both wired in plane.ts), a failed
+// task's (wired in main.ts).
 import { Counter, type Registry } from 'prom-client';
 import type { ExportTarget } from '../control/telemetries/service.ts';
 import type { TelemetryReferences } from '../control/telemetries/schema.ts';
