@@ -12,6 +12,7 @@ import { renumberRetransmittedFinished } from './dtls-finished.ts';
 import type { VideoCodec } from './encoder.ts';
 import type { Logger } from './logger.ts';
 import type { PortRange } from './port-budget.ts';
+import type { VideoFecPayloadTypes } from './rtp.ts';
 
 /**
  * Chrome's playout-delay RTP header extension. Sending min = max = 0 switches its receiver to the
@@ -27,13 +28,32 @@ const TRANSPORT_CC_ID = 3;
 /**
  * The video codec with what the sender acts on: NACK (retransmission, over RTX when the browser takes it),
  * PLI, transport-wide feedback (the estimator's input) and REMB (for a receiver that offers only that).
+ * With `fec`, RED and ULPFEC as well (sent only while the link is lossy, see rtp.ts), and RTX for RED,
+ * over which a lost FEC packet is sent again.
  */
-function videoCodecs(codec: VideoCodec): RTCRtpCodecParameters[] {
+function videoCodecs(codec: VideoCodec, fec: boolean): RTCRtpCodecParameters[] {
   const rtcpFeedback = [useNACK(), usePLI(), useTWCC(), useREMB()];
   const primary = codec === 'H264' ? useH264({ rtcpFeedback }) : useVP8({ rtcpFeedback });
-  // werift gives RTX the payload type after its primary's and sets apt= to it.
-  const rtx = new RTCRtpCodecParameters({ mimeType: 'video/rtx', clockRate: 90_000 });
-  return [primary, rtx];
+  // werift gives RTX the payload type after the codec before it, and sets apt= to that one.
+  const rtx = (): RTCRtpCodecParameters => new RTCRtpCodecParameters({ mimeType: 'video/rtx', clockRate: 90_000 });
+  if (!fec) return [primary, rtx()];
+  const red = new RTCRtpCodecParameters({ mimeType: 'video/red', clockRate: 90_000 });
+  const ulpfec = new RTCRtpCodecParameters({ mimeType: 'video/ulpfec', clockRate: 90_000 });
+  return [primary, rtx(), red, rtx(), ulpfec];
+}
+
+/** RED, ULPFEC and RED's RTX payload types in an answer's video section, when it took RED and ULPFEC. */
+export function videoFecPayloadTypes(sdp: string): VideoFecPayloadTypes | undefined {
+  const video = /^m=video [^]*?(?=^m=|(?![^]))/m.exec(sdp)?.[0] ?? '';
+  const payloadType = (name: string): number | undefined => {
+    const match = new RegExp(`^a=rtpmap:(\\d+) ${name}/90000\\s*$`, 'im').exec(video);
+    return match ? Number(match[1]) : undefined;
+  };
+  const red = payloadType('red');
+  const ulpfec = payloadType('ulpfec');
+  if (red === undefined || ulpfec === undefined) return undefined;
+  const rtx = new RegExp(`^a=fmtp:(\\d+) apt=${red}\\s*$`, 'm').exec(video);
+  return { red, ulpfec, redRtx: rtx ? Number(rtx[1]) : undefined };
 }
 
 const MDNS_CANDIDATE = /^(?:candidate:)?\S+ \d+ \S+ \d+ \S+\.local /i;
@@ -49,6 +69,8 @@ export type PeerOptions = {
   audio: boolean;
   /** Let the browser delay video to match the sound (no zero playout delay). */
   lipSync: boolean;
+  /** Offer RED and ULPFEC for video (FEC on a lossy link). */
+  videoFec: boolean;
   log: Logger;
   onCandidate: (candidate: IceCandidateJson | null) => void;
   onState: (state: PeerState) => void;
@@ -70,6 +92,8 @@ export class PeerLink {
   transportCc = false;
   /** Whether the browser asked for Opus in-band FEC (useinbandfec=1 in its answer). */
   opusInbandFec = false;
+  /** Video FEC's payload types if the answer accepted RED and ULPFEC. */
+  videoFec: VideoFecPayloadTypes | undefined;
   #closed = false;
 
   constructor(options: PeerOptions) {
@@ -89,7 +113,7 @@ export class PeerLink {
       // werift applies the answer only once gathering is over, and its TURN client waits 8 s for a server
       // that does not answer (one on a loopback that is not the platform's): the first frame would wait too.
       iceTurnConnectTimeout: 1,
-      codecs: { video: videoCodecs(options.codec), audio: options.audio ? [useOPUS()] : [] },
+      codecs: { video: videoCodecs(options.codec, options.videoFec), audio: options.audio ? [useOPUS()] : [] },
       // Zero playout delay shows frames as they come, which also keeps the browser from holding them back
       // to meet the sound: with lip-sync it is not asked for.
       headerExtensions: {
@@ -172,6 +196,7 @@ export class PeerLink {
     this.playoutDelayExtensionId = extmap ? Number(extmap[1]) : undefined;
     this.transportCc = sdp.includes(TRANSPORT_CC_URI) && /^a=rtcp-fb:\S+ transport-cc/m.test(sdp);
     this.opusInbandFec = /^a=fmtp:\d+ .*useinbandfec=1/m.test(sdp);
+    this.videoFec = videoFecPayloadTypes(sdp);
   }
 
   async addCandidate(candidate: IceCandidateJson | null): Promise<void> {
