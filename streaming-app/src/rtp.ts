@@ -214,10 +214,11 @@ export class RtpVideoSender {
     if (group && this.#fec) {
       // In RED, as the receiver's FEC decoder takes only media it saw in RED; recorded as the receiver
       // will rebuild it (the block's payload type and payload), the bytes its FEC packets protect.
-      const { header, wire } = this.#sendOwn(packet.header, redPayload(packet.header.payloadType, packet.payload), this.#fec.payloadTypes.red);
-      wire[1] = (wire[1] & 0x80) | packet.header.payloadType;
-      group.wires[item.index] = Buffer.concat([wire, packet.payload]);
-      transportSeq = header.transportSeq;
+      const sent = this.#sendOwn(packet.header, redPayload(packet.header.payloadType, packet.payload), this.#fec.payloadTypes.red);
+      const header = sent.protectedHeader;
+      header[1] = (header[1] & 0x80) | packet.header.payloadType;
+      group.wires[item.index] = Buffer.concat([header, packet.payload]);
+      transportSeq = sent.transportSeq;
     } else {
       this.#sender.sendRtp(packet).catch((error: unknown) => {
         this.#log.debug({ err: error }, 'rtp send failed');
@@ -250,29 +251,32 @@ export class RtpVideoSender {
     this.fecBytesSent += payload.length;
     // Kept for NACKs: H.264 carries no frame numbers, so Chrome holds the next frame until every sequence
     // number before it came, FEC packets included (libwebrtc's sender gives up ULPFEC for H.264 for this).
-    this.#sent(new RtpPacket(header, payload), sent.header.transportSeq, now);
+    this.#sent(new RtpPacket(header, payload), sent.transportSeq, now);
   }
 
   /**
    * Sends what werift's sender would not (a payload type other than the codec's): the transport-wide
-   * sequence number stamped as werift does, counted in its sender reports. Returns the header as sent,
-   * serialized (the start of the packet on the wire).
+   * sequence number stamped as werift does, counted in its sender reports. Returns that number, and the
+   * header serialized as FEC protects it: with the transport-wide sequence number zeroed, as Chrome's
+   * FEC decoder zeroes it in what it receives (libwebrtc counts it among the header extensions written
+   * after FEC is computed, with abs-send-time and the transmission offset, which this app does not send).
    */
-  #sendOwn(original: RtpHeader, payload: Buffer, payloadType: number): { header: { transportSeq: number }; wire: Buffer } {
+  #sendOwn(original: RtpHeader, payload: Buffer, payloadType: number): { transportSeq: number; protectedHeader: Buffer } {
     const werift = this.#internals;
     const transport = werift.dtlsTransport;
-    const extensions = [...original.extensions];
     const transportCc = werift.headerExtensions.find((e) => e.uri === RTP_EXTENSION_URI.transportWideCC);
-    if (transportCc) {
+    const stamp = transportCc && { id: transportCc.id, payload: Buffer.alloc(2) };
+    const extensions = [...original.extensions, ...(stamp ? [stamp] : [])].sort((a, b) => a.id - b.id);
+    const header = new RtpHeader({ ...original, payloadType, ssrc: this.#sender.ssrc, extensions });
+    const protectedHeader = header.serialize(header.serializeSize);
+    if (stamp) {
       transport.transportSequenceNumber = (transport.transportSequenceNumber + 1) & 0xffff;
-      extensions.push({ id: transportCc.id, payload: serializeTransportWideCC(transport.transportSequenceNumber) });
+      stamp.payload = serializeTransportWideCC(transport.transportSequenceNumber);
     }
-    const header = new RtpHeader({ ...original, payloadType, ssrc: this.#sender.ssrc, extensions: extensions.sort((a, b) => a.id - b.id) });
-    const wire = header.serialize(header.serializeSize);
     werift.octetCount += payload.length;
     werift.packetCount = (werift.packetCount + 1) >>> 0;
     transport.sendRtp(payload, header).catch((error: unknown) => this.#log.debug({ err: error }, 'rtp send failed'));
-    return { header: { transportSeq: transport.transportSequenceNumber & 0xffff }, wire };
+    return { transportSeq: transport.transportSequenceNumber & 0xffff, protectedHeader };
   }
 
   #remember(packet: RtpPacket, now: number): void {
