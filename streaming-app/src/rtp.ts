@@ -2,7 +2,7 @@
 // H.264: single NAL, STAP-A for SPS+PPS, FU-A; RFC 7741 for VP8); an Opus packet is one RTP packet
 // (RFC 7587). This file adds timing (media-clock.ts), the negotiated payload types, and for video the
 // pacing (pacer.ts), the bandwidth estimate from the receiver's feedback (congestion.ts), a second of
-// retransmission history, and on a lossy link FEC (ULPFEC in RED: ulpfec.ts, fec-policy.ts).
+// retransmission history, and on a lossy link FEC (FlexFEC on its own SSRC: flexfec.ts, fec-policy.ts).
 import { randomInt } from 'node:crypto';
 import {
   H264Packetizer, ReceiverEstimatedMaxBitrate, RTP_EXTENSION_URI, RtcpPayloadSpecificFeedback, RtcpTransportLayerFeedback, RtpHeader, RtpPacket,
@@ -18,7 +18,7 @@ import { nackedSequenceNumbers } from './nack.ts';
 import { PACING_FACTOR, PacketPacer } from './pacer.ts';
 import { RetransmissionGate } from './retransmission.ts';
 import { transportFeedbackResults } from './transport-feedback.ts';
-import { protectionPlan, redPayload, ulpfecPayload } from './ulpfec.ts';
+import { flexfecPayload, protectionPlan } from './flexfec.ts';
 
 /** Leaves room for SRTP, the RTP header and header extensions inside a 1280-byte path MTU. */
 const MAX_PAYLOAD_BYTES = 1160;
@@ -44,21 +44,21 @@ const UNASKED_WAIT_MS = 20;
 const SECOND_COPY_DELAY_MS = 5;
 /** How often the FEC policy is given the last second's loss. */
 const FEC_CHECK_MS = 1000;
-/** A FEC packet's bytes beyond its largest media payload: RTP header and extensions, RED byte, ULPFEC headers. */
-const FEC_PACKET_OVERHEAD = 12 + 12 + 1 + 18;
+/** A FEC packet's bytes beyond the largest media packet it protects: its RTP header and extension, FlexFEC's header. */
+const FEC_PACKET_OVERHEAD = 12 + 8 + 32;
 
-/** Payload types the answer accepted for video FEC: RED, ULPFEC inside it, and RTX for RED (to resend a lost FEC packet). */
-export type VideoFecPayloadTypes = { red: number; ulpfec: number; redRtx: number | undefined };
+/** Video FEC as the answer accepted it: FlexFEC's payload type, and the SSRC the offer gave its stream. */
+export type VideoFec = { payloadType: number; ssrc: number };
 
 /**
- * A frame's packets while FEC protects them: each media packet as the receiver will rebuild it from its
- * RED packet (recorded as it leaves), and which of them each FEC packet protects.
+ * A frame's packets while FEC protects them: each media packet as the receiver takes it into its FEC
+ * decoder (recorded as it leaves), and which of them each FEC packet protects.
  */
 type FecGroup = { plan: number[][]; wires: (Buffer | undefined)[]; timestamp: number; maxPayload: number };
-/** What the pacer sends: a media packet (in RED when its frame has FEC), or one of a frame's FEC packets. */
+/** What the pacer sends: a media packet, or one of a frame's FEC packets (after the frame's media). */
 type Outgoing =
   | { kind: 'media'; packet: RtpPacket; group?: FecGroup; index: number }
-  | { kind: 'fec'; group: FecGroup; index: number; sequenceNumber: number };
+  | { kind: 'fec'; group: FecGroup; index: number };
 
 export type VideoRate = CongestionSettings & {
   /** The answer accepted transport-wide feedback: estimate and follow the link. Otherwise send maxKbps. */
@@ -99,9 +99,7 @@ export class RtpVideoSender {
   resentUnasked = 0;
   #lastEncoderKbps: number;
   #loggedKbps: number;
-  /** The next RTP sequence number: this file numbers the packets, leaving room for each frame's FEC packets. */
-  #nextSequence = randomInt(0, 2 ** 16);
-  readonly #fec: { payloadTypes: VideoFecPayloadTypes; policy: FecPolicy; ratio: number; checkedMs: number } | undefined;
+  readonly #fec: { stream: VideoFec; policy: FecPolicy; ratio: number; checkedMs: number; nextSequence: number } | undefined;
   packetsSent = 0;
   bytesSent = 0;
   framesSent = 0;
@@ -111,7 +109,7 @@ export class RtpVideoSender {
   readonly #playoutDelayExtensionId: number | undefined;
 
   constructor(codec: VideoCodec, sender: RTCRtpSender, log: Logger, clockOriginMs: number, rate: VideoRate, playoutDelayExtensionId?: number,
-    fecPayloadTypes?: VideoFecPayloadTypes) {
+    fec?: VideoFec) {
     this.#clock = new RtpClock(VIDEO_CLOCK_HZ, clockOriginMs, randomInt(0, 2 ** 31));
     this.#playoutDelayExtensionId = playoutDelayExtensionId;
     this.#sender = sender;
@@ -127,7 +125,9 @@ export class RtpVideoSender {
       : new Vp8Packetizer(common);
     this.estimator = rate.transportCc ? new BandwidthEstimator(rate) : undefined;
     // FEC is sized by the loss the transport-wide feedback reports: without it, none.
-    this.#fec = fecPayloadTypes && this.estimator ? { payloadTypes: fecPayloadTypes, policy: new FecPolicy(), ratio: 0, checkedMs: performance.now() } : undefined;
+    this.#fec = fec && this.estimator
+      ? { stream: fec, policy: new FecPolicy(), ratio: 0, checkedMs: performance.now(), nextSequence: randomInt(0, 2 ** 16) }
+      : undefined;
     this.#lastEncoderKbps = this.encoderKbps;
     this.#loggedKbps = this.targetKbps;
     this.#pacer = new PacketPacer<Outgoing>(PACING_FACTOR * this.targetKbps, {
@@ -170,7 +170,6 @@ export class RtpVideoSender {
     // real frame pacing rather than the encoder's output jitter.
     const timestamp = this.#clock.timestamp(frame.captureMs);
     const packets = this.#packetizer.packetize(frame.data, timestamp);
-    for (const packet of packets) packet.header.sequenceNumber = this.#takeSequenceNumber();
     const extensionId = this.#playoutDelayExtensionId;
     // Every packet carries it, so that a receiver joining mid-stream or losing packets still sees it.
     if (extensionId !== undefined) for (const packet of packets) packet.header.extensions.push({ id: extensionId, payload: ZERO_PLAYOUT_DELAY });
@@ -179,16 +178,9 @@ export class RtpVideoSender {
     this.framesSent++;
   }
 
-  #takeSequenceNumber(): number {
-    const seq = this.#nextSequence;
-    this.#nextSequence = (seq + 1) & 0xffff;
-    return seq;
-  }
-
   /**
-   * A frame's packets for the pacer, followed by its FEC packets while the link is lossy. A FEC packet
-   * takes the sequence number after the frame's (ULPFEC shares the media's numbers) and is built when
-   * its turn comes, from the media packets as they left: the pacer keeps the order.
+   * A frame's packets for the pacer, followed by its FEC packets while the link is lossy. A FEC packet is
+   * built when its turn comes, from the media packets as they left: the pacer keeps the order.
    */
   #withFec(packets: RtpPacket[], timestamp: number): Outgoing[] {
     const ratio = this.fecRatio;
@@ -197,28 +189,27 @@ export class RtpVideoSender {
     const group: FecGroup = { plan, wires: [], timestamp, maxPayload: Math.max(...packets.map((p) => p.payload.length)) };
     return [
       ...packets.map((packet, index): Outgoing => ({ kind: 'media', packet, group, index })),
-      ...plan.map((_, index): Outgoing => ({ kind: 'fec', group, index, sequenceNumber: this.#takeSequenceNumber() })),
+      ...plan.map((_, index): Outgoing => ({ kind: 'fec', group, index })),
     ];
   }
 
   #transmit(item: Outgoing): void {
     const now = performance.now();
     if (item.kind === 'fec') {
-      this.#transmitFec(item.group, item.index, item.sequenceNumber, now);
+      this.#transmitFec(item.group, item.index, now);
       return;
     }
     const { packet, group } = item;
     this.packetsSent++;
     this.bytesSent += packet.payload.length;
     let transportSeq: number;
-    if (group && this.#fec) {
-      // In RED, as the receiver's FEC decoder takes only media it saw in RED; recorded as the receiver
-      // will rebuild it (the block's payload type and payload), the bytes its FEC packets protect.
-      const sent = this.#sendOwn(packet.header, redPayload(packet.header.payloadType, packet.payload), this.#fec.payloadTypes.red);
-      const header = sent.protectedHeader;
-      header[1] = (header[1] & 0x80) | packet.header.payloadType;
-      group.wires[item.index] = Buffer.concat([header, packet.payload]);
+    if (group) {
+      // Sent here rather than by werift, so that the bytes its FEC packets protect are known.
+      const sent = this.#sendOwn(packet.header, packet.payload);
+      group.wires[item.index] = Buffer.concat([sent.protectedHeader, packet.payload]);
       transportSeq = sent.transportSeq;
+      this.#internals.octetCount += packet.payload.length;
+      this.#internals.packetCount = (this.#internals.packetCount + 1) >>> 0;
     } else {
       this.#sender.sendRtp(packet).catch((error: unknown) => {
         this.#log.debug({ err: error }, 'rtp send failed');
@@ -238,43 +229,44 @@ export class RtpVideoSender {
     this.#remember(packet, now);
   }
 
-  /** One of a frame's FEC packets, in RED, from the media packets of the frame that it protects. */
-  #transmitFec(group: FecGroup, index: number, sequenceNumber: number, now: number): void {
+  /**
+   * One of a frame's FEC packets, on the FEC stream (its own SSRC and sequence numbers), from the media
+   * packets of the frame that it protects. Counted by the estimator like any packet; never resent (the
+   * receiver asks for media packets only).
+   */
+  #transmitFec(group: FecGroup, index: number, now: number): void {
     const fec = this.#fec;
     const wires = group.plan[index].map((i) => group.wires[i]).filter((w): w is Buffer => w !== undefined);
     if (!fec || wires.length === 0) return;
-    const { red, ulpfec } = fec.payloadTypes;
-    const payload = redPayload(ulpfec, ulpfecPayload(wires));
-    const header = new RtpHeader({ payloadType: red, sequenceNumber, timestamp: group.timestamp, ssrc: this.#sender.ssrc, marker: false });
-    const sent = this.#sendOwn(header, payload, red);
+    const payload = flexfecPayload(this.#sender.ssrc, wires);
+    const header = new RtpHeader({ payloadType: fec.stream.payloadType, sequenceNumber: fec.nextSequence, timestamp: group.timestamp, ssrc: fec.stream.ssrc, marker: false });
+    fec.nextSequence = (fec.nextSequence + 1) & 0xffff;
+    const { transportSeq } = this.#sendOwn(header, payload);
     this.fecPacketsSent++;
     this.fecBytesSent += payload.length;
-    // Kept for NACKs: H.264 carries no frame numbers, so Chrome holds the next frame until every sequence
-    // number before it came, FEC packets included (libwebrtc's sender gives up ULPFEC for H.264 for this).
-    this.#sent(new RtpPacket(header, payload), sent.transportSeq, now);
+    this.#byTransportSeq[transportSeq] = 0; // no media packet behind this number
+    this.estimator?.packetSent(transportSeq, payload.length + 40, now);
   }
 
   /**
-   * Sends what werift's sender would not (a payload type other than the codec's): the transport-wide
-   * sequence number stamped as werift does, counted in its sender reports. Returns that number, and the
-   * header serialized as FEC protects it: with the transport-wide sequence number zeroed, as Chrome's
-   * FEC decoder zeroes it in what it receives (libwebrtc counts it among the header extensions written
-   * after FEC is computed, with abs-send-time and the transmission offset, which this app does not send).
+   * Sends a packet past werift's sender, with the transport-wide sequence number stamped as werift does.
+   * Returns that number, and the header serialized as FEC protects it: with the transport-wide sequence
+   * number zeroed, as Chrome's FEC decoder zeroes it in what it receives (libwebrtc counts it among the
+   * header extensions written after FEC is computed, with abs-send-time and the transmission offset,
+   * which this app does not send).
    */
-  #sendOwn(original: RtpHeader, payload: Buffer, payloadType: number): { transportSeq: number; protectedHeader: Buffer } {
+  #sendOwn(original: RtpHeader, payload: Buffer): { transportSeq: number; protectedHeader: Buffer } {
     const werift = this.#internals;
     const transport = werift.dtlsTransport;
     const transportCc = werift.headerExtensions.find((e) => e.uri === RTP_EXTENSION_URI.transportWideCC);
     const stamp = transportCc && { id: transportCc.id, payload: Buffer.alloc(2) };
     const extensions = [...original.extensions, ...(stamp ? [stamp] : [])].sort((a, b) => a.id - b.id);
-    const header = new RtpHeader({ ...original, payloadType, ssrc: this.#sender.ssrc, extensions });
+    const header = new RtpHeader({ ...original, extensions });
     const protectedHeader = header.serialize(header.serializeSize);
     if (stamp) {
       transport.transportSequenceNumber = (transport.transportSequenceNumber + 1) & 0xffff;
       stamp.payload = serializeTransportWideCC(transport.transportSequenceNumber);
     }
-    werift.octetCount += payload.length;
-    werift.packetCount = (werift.packetCount + 1) >>> 0;
     transport.sendRtp(payload, header).catch((error: unknown) => this.#log.debug({ err: error }, 'rtp send failed'));
     return { transportSeq: transport.transportSequenceNumber & 0xffff, protectedHeader };
   }
@@ -378,14 +370,12 @@ export class RtpVideoSender {
     }, UNASKED_WAIT_MS);
   }
 
-  /** One retransmission, over RTX when negotiated (for a FEC packet, RED's RTX). */
+  /** One retransmission, over RTX when negotiated. */
   #resend(original: RtpPacket): void {
     const werift = this.#internals;
     let packet = original;
-    const isFec = this.#fec !== undefined && original.header.payloadType === this.#fec.payloadTypes.red;
-    const rtxPayloadType = isFec ? this.#fec?.payloadTypes.redRtx : werift.rtxPayloadType;
-    if (rtxPayloadType !== undefined) {
-      packet = wrapRtx(packet, rtxPayloadType, werift.rtxSequenceNumber, werift.rtxSsrc);
+    if (werift.rtxPayloadType !== undefined) {
+      packet = wrapRtx(packet, werift.rtxPayloadType, werift.rtxSequenceNumber, werift.rtxSsrc);
       werift.rtxSequenceNumber = (werift.rtxSequenceNumber + 1) & 0xffff;
     }
     werift.dtlsTransport.sendRtp(packet.payload, packet.header).catch((error: unknown) => this.#log.debug({ err: error }, 'retransmission failed'));

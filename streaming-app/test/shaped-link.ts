@@ -231,10 +231,10 @@ export class ShapedLink {
     });
   }
 
-  /** An executable that runs `program` inside the namespace with the arguments it is given. */
-  async wrapper(program: string): Promise<string> {
+  /** An executable that runs `program` inside the namespace with the arguments it is given (its stderr to a file, if given). */
+  async wrapper(program: string, stderrPath?: string): Promise<string> {
     const path = join(this.#dir, `in-${this.namespace}`);
-    await writeFile(path, `#!/bin/sh\nexec ip netns exec ${this.namespace} ${program} "$@"\n`);
+    await writeFile(path, `#!/bin/sh\nexec ip netns exec ${this.namespace} ${program} "$@"${stderrPath ? ` 2>>'${stderrPath}'` : ''}\n`);
     await chmod(path, 0o700);
     return path;
   }
