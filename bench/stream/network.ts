@@ -8,11 +8,12 @@
 //              the same kind of picture (moving bars + noise), H.264 preferred, maxBitrate 6 Mbit/s,
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
 //
-//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,loss10,3mbit,drop,drop05]
+//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,loss10,rtt100loss5,3mbit,drop,drop05]
 //     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--fec true,false] [--audio] [--app-logs DIR] [--size 1280x720 --fps 60]
 //
 // Profiles: clean (20 Mbit/s), rtt60 (RTT 60 ms, ± 5 ms jitter each way), rtt40loss1 (RTT 40 ms, 1 % loss
-// each way), loss5 (5 % loss each way), loss10 (10 % loss each way), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s
+// each way), loss5 (5 % loss each way), loss10 (10 % loss each way), rtt100loss5 (RTT 100 ms, 5 % loss
+// each way), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s
 // for 15 s, then 20 again), drop05 (the same with 0.5 Mbit/s, too little for the full picture: svc steps
 // its size or frame rate down by STREAMING_DEGRADATION, one svc row per preference given; likewise a row
 // per STREAMING_VIDEO_FEC value given with --fec, svc's video FEC on a lossy link or never). Delay, jitter
@@ -49,7 +50,7 @@ const { values: args } = parseArgs({
   },
 });
 if (args.help) {
-  console.log(`node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,loss10,3mbit,drop,drop05] [--degradation balanced] [--fec true,false]
+  console.log(`node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,loss10,rtt100loss5,3mbit,drop,drop05] [--degradation balanced] [--fec true,false]
   svc and a Chromium→Chromium libwebrtc pair over the emulated link, one table per profile (needs root, iproute2, socat, chromium, ffmpeg).
   --seconds      length of each single-phase profile (the drop profiles are 10 + 15 + 15 s)
   --only         a comma-separated subset of the profiles
@@ -85,6 +86,7 @@ const PROFILES: Profile[] = [
   { name: 'rtt40loss1', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(40, 0, 0.01), about: 'RTT 40 ms, 1 % loss each way' },
   { name: 'loss5', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(0, 0, 0.05), about: '5 % loss each way' },
   { name: 'loss10', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(0, 0, 0.1), about: '10 % loss each way' },
+  { name: 'rtt100loss5', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(100, 0, 0.05), about: 'RTT 100 ms, 5 % loss each way' },
   { name: '3mbit', phases: [{ seconds: SECONDS, rateKbit: 3000 }] },
   { name: 'drop', phases: [{ seconds: 10, rateKbit: 20_000 }, { seconds: 15, rateKbit: 2000 }, { seconds: 15, rateKbit: 20_000 }] },
   { name: 'drop05', phases: [{ seconds: 10, rateKbit: 20_000 }, { seconds: 15, rateKbit: 500 }, { seconds: 15, rateKbit: 20_000 }] },
