@@ -103,7 +103,7 @@ export class PeerLink {
   /** Video FEC's payload type and stream if the answer accepted FlexFEC. */
   videoFec: VideoFec | undefined;
   /** The FEC stream's SSRC, when offered. */
-  readonly #fecSsrc: number | undefined;
+  #fecSsrc: number | undefined;
   #closed = false;
 
   constructor(options: PeerOptions) {
@@ -184,7 +184,15 @@ export class PeerLink {
     });
     this.#localDescriptionApplied.catch(() => { /* surfaced by applyAnswer */ });
     const sdp = offer.sdp.replaceAll(/^a=setup:actpass(?=\r?$)/gm, 'a=setup:active');
-    return this.#fecSsrc === undefined ? sdp : withFecStream(sdp, this.videoSender.ssrc, this.#fecSsrc);
+    if (this.#fecSsrc === undefined) return sdp;
+    try {
+      return withFecStream(sdp, this.videoSender.ssrc, this.#fecSsrc);
+    } catch (error) {
+      // The picture does not need FEC: without the FEC stream the answer's FlexFEC goes unused.
+      this.#log.warn({ err: error }, 'video FEC not offered');
+      this.#fecSsrc = undefined;
+      return sdp;
+    }
   }
 
   /**
