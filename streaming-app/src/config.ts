@@ -78,7 +78,7 @@ const envSchema = z.object({
   STREAMING_AUDIO: autoFlag.prefault('auto'),
   /** The browser delays the picture to match the sound (costs input-to-photon), instead of showing it at once. */
   STREAMING_LIP_SYNC: flag.default(false),
-  /** Video FEC (ULPFEC in RED) while the link loses packets, when the browser accepts it. */
+  /** Video FEC (FlexFEC on a stream of its own) while the link loses packets, when the browser accepts it. */
   STREAMING_VIDEO_FEC: flag.default(true),
   /** The frame barcode (frame number, input sequence) in the top strip: auto = only for the scene. */
   STREAMING_FRAME_BARCODE: autoFlag.prefault('auto'),
