@@ -1,9 +1,8 @@
 // When video goes out with FEC (flexfec.ts), and how much of it. A clean link carries none (no FEC
 // packet, nothing added to a media packet); once the link loses packets persistently, each frame's
 // packets are protected by FEC packets in proportion to the loss, and the encoder is given that much
-// less of the estimate. Pure
-// arithmetic on the loss counts it is given, about once a second (rtp.ts feeds it the transport-wide
-// feedback's last second).
+// less of the estimate. Pure arithmetic on the loss counts it is given, about once a second (rtp.ts
+// feeds it the transport-wide feedback's last second).
 
 /** A second with this loss or more counts as lossy; two in a row switch FEC on (one can be chance)... */
 const LOSSY = 0.03;
