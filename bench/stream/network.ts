@@ -8,13 +8,15 @@
 //              the same kind of picture (moving bars + noise), H.264 preferred, maxBitrate 6 Mbit/s,
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
 //
-//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop,drop05]
-//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--audio] [--app-logs DIR] [--size 1280x720 --fps 60]
+//   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,loss10,rtt100loss5,3mbit,drop,drop05]
+//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--fec true,false] [--audio] [--app-logs DIR] [--size 1280x720 --fps 60]
 //
 // Profiles: clean (20 Mbit/s), rtt60 (RTT 60 ms, ± 5 ms jitter each way), rtt40loss1 (RTT 40 ms, 1 % loss
-// each way), loss5 (5 % loss each way), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s
+// each way), loss5 (5 % loss each way), loss10 (10 % loss each way), rtt100loss5 (RTT 100 ms, 5 % loss
+// each way), 3mbit (a 3 Mbit/s bottleneck), drop (20 Mbit/s, then 2 Mbit/s
 // for 15 s, then 20 again), drop05 (the same with 0.5 Mbit/s, too little for the full picture: svc steps
-// its size or frame rate down by STREAMING_DEGRADATION, one svc row per preference given). Delay, jitter
+// its size or frame rate down by STREAMING_DEGRADATION, one svc row per preference given; likewise a row
+// per STREAMING_VIDEO_FEC value given with --fec, svc's video FEC on a lossy link or never). Delay, jitter
 // and loss come from the userspace link emulator in the link's router namespace (this kernel has no
 // netem), with the same seed for both peers: they lose the same packets by number. Per profile and peer,
 // from the receiver's inbound-rtp counters sampled every 500 ms: presented fps, freezes and frozen seconds
@@ -42,17 +44,18 @@ import { FrameTiming } from '../../streaming-app/client/frame-timing.ts';
 
 const { values: args } = parseArgs({
   options: {
-    seconds: { type: 'string', default: '30' }, only: { type: 'string' }, degradation: { type: 'string', default: 'balanced' },
+    seconds: { type: 'string', default: '30' }, only: { type: 'string' }, degradation: { type: 'string', default: 'balanced' }, fec: { type: 'string', default: 'true' },
     audio: { type: 'boolean', default: false }, 'app-logs': { type: 'string' }, size: { type: 'string', default: '640x360' },
     fps: { type: 'string', default: '30' }, help: { type: 'boolean' },
   },
 });
 if (args.help) {
-  console.log(`node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,3mbit,drop,drop05] [--degradation balanced]
+  console.log(`node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,loss10,rtt100loss5,3mbit,drop,drop05] [--degradation balanced] [--fec true,false]
   svc and a Chromium→Chromium libwebrtc pair over the emulated link, one table per profile (needs root, iproute2, socat, chromium, ffmpeg).
   --seconds      length of each single-phase profile (the drop profiles are 10 + 15 + 15 s)
   --only         a comma-separated subset of the profiles
   --degradation  svc's STREAMING_DEGRADATION, comma-separated for a row each (balanced, maintain-framerate, maintain-resolution, disabled)
+  --fec          svc's STREAMING_VIDEO_FEC, comma-separated for a row each (true: FEC while the link is lossy; false: never)
   --audio        svc's app also plays a tone (needs pulseaudio): its Opus losses, concealment and mode changes under each table
   --app-logs DIR svc's app logs at debug level (the estimator's every rate decision), one JSON-lines file per row in DIR
   --size WxH     the picture both send (default 640x360); --fps its frame rate (default 30)`);
@@ -67,6 +70,11 @@ if (!(WIDTH > 0 && HEIGHT > 0 && WIDTH % 2 === 0 && HEIGHT % 2 === 0 && FPS > 0)
 }
 const MAX_KBPS = 6000;
 const DEGRADATIONS = args.degradation.split(',');
+const FECS = args.fec.split(',');
+if (!FECS.every((f) => f === 'true' || f === 'false')) {
+  console.error(`bench/stream/network.ts: --fec wants true, false or both: ${args.fec}`);
+  process.exit(2);
+}
 
 type Phase = { seconds: number; rateKbit: number };
 type Profile = { name: string; phases: Phase[]; impairment?: { down: Impairment; up: Impairment }; about?: string };
@@ -77,6 +85,8 @@ const PROFILES: Profile[] = [
   { name: 'rtt60', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(60, 5), about: 'RTT 60 ms ± 5 ms jitter each way' },
   { name: 'rtt40loss1', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(40, 0, 0.01), about: 'RTT 40 ms, 1 % loss each way' },
   { name: 'loss5', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(0, 0, 0.05), about: '5 % loss each way' },
+  { name: 'loss10', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(0, 0, 0.1), about: '10 % loss each way' },
+  { name: 'rtt100loss5', phases: [{ seconds: SECONDS, rateKbit: 20_000 }], impairment: symmetric(100, 0, 0.05), about: 'RTT 100 ms, 5 % loss each way' },
   { name: '3mbit', phases: [{ seconds: SECONDS, rateKbit: 3000 }] },
   { name: 'drop', phases: [{ seconds: 10, rateKbit: 20_000 }, { seconds: 15, rateKbit: 2000 }, { seconds: 15, rateKbit: 20_000 }] },
   { name: 'drop05', phases: [{ seconds: 10, rateKbit: 20_000 }, { seconds: 15, rateKbit: 500 }, { seconds: 15, rateKbit: 20_000 }] },
@@ -216,11 +226,11 @@ function describeAudio(stats: AudioStats, app: AppProcess): string {
     + `mode changes: ${changes.length ? changes.join(', ') : 'none'}`;
 }
 
-async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile, degradation: string): Promise<(string | number)[]> {
+async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile, degradation: string, fec: string): Promise<(string | number)[]> {
   await prepare(link, profile);
   const video = `exec ffmpeg -hide_banner -loglevel error -re -f lavfi -i testsrc2=size=${WIDTH}x${HEIGHT}:rate=${FPS},noise=alls=12:allf=t -pix_fmt yuv420p -f rawvideo unix:$STREAMING_FRAME_PIPE`;
   const app: AppProcess = await startApp({
-    STREAMING_DEGRADATION: degradation, STREAMING_AUDIO: String(args.audio),
+    STREAMING_DEGRADATION: degradation, STREAMING_VIDEO_FEC: fec, STREAMING_AUDIO: String(args.audio),
     STREAMING_BIND_ADDRESS: link.hostAddress, STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_VIDEO_FPS: String(FPS),
     STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: args['app-logs'] ? 'debug' : 'info', STREAMING_FRAME_BARCODE: 'true',
     STREAMING_APP_COMMAND: args.audio ? `${TONE} & ${video}` : video,
@@ -247,10 +257,12 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
     const changes = app.logs.filter((l) => l.msg === 'video operating point changed')
       .map((l) => `${l.width}x${l.height}@${l.fps} at ${(((l.time as number) - (startedAt ?? 0)) / 1000).toFixed(1)} s (${l.estimateKbps} kbit/s)`);
     const steps = changes.length ? `; ${degradation}: ${changes.join(', ')}` : '';
+    const fecChanges = app.logs.filter((l) => l.msg === 'video fec').map((l) => `${l.ratio} at ${(((l.time as number) - (startedAt ?? 0)) / 1000).toFixed(1)} s (loss ${l.loss})`);
+    const fecNote = `; FEC ${fec === 'true' ? `${video?.fecPackets} packets (${(100 * Number(video?.fecPackets) / Math.max(1, Number(video?.mediaPackets))).toFixed(1)} % of media), ratio ${fecChanges.join(', ') || 'never on'}` : 'off'}`;
     svcRateControl = video ? `svc rate control: ${video.overuses} delay decreases, ${video.lossBackoffs} loss backoffs, ${video.retransmitted} retransmitted, `
-      + `${video.resentUnasked} resent unasked, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s${steps}` : '';
+      + `${video.resentUnasked} resent unasked, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s${steps}${fecNote}` : '';
     await app.stop();
-    if (args['app-logs']) await writeFile(join(args['app-logs'], `${profile.name}-${degradation}.jsonl`), app.logs.map((l) => JSON.stringify(l)).join('\n'));
+    if (args['app-logs']) await writeFile(join(args['app-logs'], `${profile.name}-${degradation}-fec-${fec}.jsonl`), app.logs.map((l) => JSON.stringify(l)).join('\n'));
   }
 }
 
@@ -405,9 +417,12 @@ async function main(): Promise<void> {
       const svcRows: (string | number)[][] = [];
       const notes: string[] = [];
       for (const degradation of DEGRADATIONS) {
-        svcRows.push([DEGRADATIONS.length > 1 ? `svc ${degradation}` : 'svc', ...await svcRun(link, receiver, profile, degradation)]);
-        if (svcRateControl) notes.push(svcRateControl);
-        if (svcAudio) notes.push(svcAudio);
+        for (const fec of FECS) {
+          const name = ['svc', DEGRADATIONS.length > 1 ? degradation : '', FECS.length > 1 ? (fec === 'true' ? 'FEC' : 'no FEC') : ''].filter(Boolean).join(' ');
+          svcRows.push([name, ...await svcRun(link, receiver, profile, degradation, fec)]);
+          if (svcRateControl) notes.push(`${name}: ${svcRateControl}`);
+          if (svcAudio) notes.push(svcAudio);
+        }
       }
       const libwebrtc = await libwebrtcRun(link, sender, receiver, profile);
       const ratio = (index: number): string => {

@@ -219,9 +219,11 @@ const api = {
     report?.forEach((s: Record<string, any>) => { if (s.type === 'inbound-rtp' && s.kind === 'video') video = s; });
     if (!video) return undefined;
     const { framesDecoded, framesDropped, freezeCount, totalFreezesDuration, pliCount, nackCount, packetsLost, packetsReceived, bytesReceived,
-      keyFramesDecoded, frameWidth, frameHeight, jitterBufferDelay, jitterBufferEmittedCount } = video;
+      keyFramesDecoded, frameWidth, frameHeight, jitterBufferDelay, jitterBufferEmittedCount, fecPacketsReceived, fecPacketsDiscarded, fecBytesReceived,
+      retransmittedPacketsReceived } = video;
     return { framesDecoded, framesDropped, freezeCount, totalFreezesDuration, pliCount, nackCount, packetsLost, packetsReceived, bytesReceived,
-      keyFramesDecoded, frameWidth, frameHeight, jitterBufferDelay, jitterBufferEmittedCount };
+      keyFramesDecoded, frameWidth, frameHeight, jitterBufferDelay, jitterBufferEmittedCount, fecPacketsReceived, fecPacketsDiscarded, fecBytesReceived,
+      retransmittedPacketsReceived };
   },
   async snapshot() {
     const timeline = Object.fromEntries(Object.entries(client?.timeline ?? {}).map(([k, v]) => [k, Math.round(v - (client?.timeline.connect ?? 0))]));

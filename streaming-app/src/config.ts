@@ -78,6 +78,8 @@ const envSchema = z.object({
   STREAMING_AUDIO: autoFlag.prefault('auto'),
   /** The browser delays the picture to match the sound (costs input-to-photon), instead of showing it at once. */
   STREAMING_LIP_SYNC: flag.default(false),
+  /** Video FEC (FlexFEC on a stream of its own) while the link loses packets, when the browser accepts it. */
+  STREAMING_VIDEO_FEC: flag.default(true),
   /** The frame barcode (frame number, input sequence) in the top strip: auto = only for the scene. */
   STREAMING_FRAME_BARCODE: autoFlag.prefault('auto'),
   FFMPEG_PATH: z.string().min(1).default(defaultFfmpeg),
@@ -119,6 +121,7 @@ export type Config = {
   /** `required`: asked for explicitly, so a sound server that fails to start fails the container. */
   audio: { enabled: boolean; required: boolean; reason: string };
   lipSync: boolean;
+  videoFec: boolean;
   barcode: boolean;
   ffmpegPath: string;
   xvfbPath: string;
@@ -186,6 +189,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     framePipe: e.STREAMING_FRAME_PIPE,
     audio,
     lipSync: e.STREAMING_LIP_SYNC,
+    videoFec: e.STREAMING_VIDEO_FEC,
     barcode: e.STREAMING_FRAME_BARCODE ?? source.kind === 'scene',
     ffmpegPath: e.FFMPEG_PATH,
     xvfbPath: e.XVFB_PATH,

@@ -176,9 +176,14 @@ export class BandwidthEstimator {
 
   /** Fraction of packets reported lost over the last second. */
   lossFraction(nowMs: number): number {
+    const { lost, packets } = this.recentLoss(nowMs);
+    return packets === 0 ? 0 : lost / packets;
+  }
+
+  /** Packets reported on over the last second, and how many of them were lost. */
+  recentLoss(nowMs: number): { lost: number; packets: number } {
     this.#lossSamples = this.#lossSamples.filter((s) => s.atMs > nowMs - LOSS_WINDOW_MS);
-    if (this.#lossSamples.length === 0) return 0;
-    return this.#lossSamples.filter((s) => !s.received).length / this.#lossSamples.length;
+    return { lost: this.#lossSamples.filter((s) => !s.received).length, packets: this.#lossSamples.length };
   }
 
   packetSent(sequenceNumber: number, bytes: number, sendMs: number): void {

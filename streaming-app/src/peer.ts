@@ -1,6 +1,7 @@
 // One werift peer connection for the session: a send-only video track, a send-only Opus audio track when
 // the app has sound, and the "input" DataChannel, bundled on a single ICE transport whose sockets all come from STREAMING_PORT_BINDING_RANGE.
 // The app is always the offerer (see docs/streaming-protocol.md).
+import { randomInt } from 'node:crypto';
 import {
   MediaStream, RTCPeerConnection, RTCRtpCodecParameters, RTCRtpHeaderExtensionParameters, useH264, useNACK, useOPUS, usePLI, useREMB, useTWCC, useVP8,
   type RTCDataChannel, type RTCRtpSender, type RTCIceCandidate,
@@ -12,6 +13,7 @@ import { renumberRetransmittedFinished } from './dtls-finished.ts';
 import type { VideoCodec } from './encoder.ts';
 import type { Logger } from './logger.ts';
 import type { PortRange } from './port-budget.ts';
+import type { VideoFec } from './rtp.ts';
 
 /**
  * Chrome's playout-delay RTP header extension. Sending min = max = 0 switches its receiver to the
@@ -27,13 +29,39 @@ const TRANSPORT_CC_ID = 3;
 /**
  * The video codec with what the sender acts on: NACK (retransmission, over RTX when the browser takes it),
  * PLI, transport-wide feedback (the estimator's input) and REMB (for a receiver that offers only that).
+ * With `fec`, FlexFEC as well (sent only while the link is lossy, see rtp.ts), as Chrome offers it.
  */
-function videoCodecs(codec: VideoCodec): RTCRtpCodecParameters[] {
+function videoCodecs(codec: VideoCodec, fec: boolean): RTCRtpCodecParameters[] {
   const rtcpFeedback = [useNACK(), usePLI(), useTWCC(), useREMB()];
   const primary = codec === 'H264' ? useH264({ rtcpFeedback }) : useVP8({ rtcpFeedback });
   // werift gives RTX the payload type after its primary's and sets apt= to it.
   const rtx = new RTCRtpCodecParameters({ mimeType: 'video/rtx', clockRate: 90_000 });
-  return [primary, rtx];
+  if (!fec) return [primary, rtx];
+  const flexfec = new RTCRtpCodecParameters({ mimeType: `video/${FLEXFEC}`, clockRate: 90_000, parameters: 'repair-window=10000000' });
+  return [primary, rtx, flexfec];
+}
+
+const FLEXFEC = 'flexfec-03';
+
+/**
+ * The offer with the FEC stream's SSRC tied to the video's (`ssrc-group:FEC-FR`, RFC 5956), which
+ * werift does not write: without it a browser has no FEC stream to decode. Written after the video's own
+ * SSRC lines: Chrome takes the first SSRC it reads for the media's (the picture stayed black).
+ */
+export function withFecStream(sdp: string, videoSsrc: number, fecSsrc: number): string {
+  const cname = new RegExp(`^a=ssrc:${videoSsrc} cname:(\\S+)`, 'm').exec(sdp)?.[1];
+  const video = /^m=video [^]*?(?=^m=|(?![^]))/m.exec(sdp);
+  const lastSsrcLine = video && [...video[0].matchAll(/^a=ssrc:.*\r?\n/gm)].at(-1);
+  if (!cname || !video || !lastSsrcLine || lastSsrcLine.index === undefined) throw new Error('the offer has no video SSRC to tie the FEC stream to');
+  const at = video.index + lastSsrcLine.index + lastSsrcLine[0].length;
+  return `${sdp.slice(0, at)}a=ssrc-group:FEC-FR ${videoSsrc} ${fecSsrc}\r\na=ssrc:${fecSsrc} cname:${cname}\r\n${sdp.slice(at)}`;
+}
+
+/** FlexFEC's payload type in an answer's video section, when the browser took it. */
+export function flexfecPayloadType(sdp: string): number | undefined {
+  const video = /^m=video [^]*?(?=^m=|(?![^]))/m.exec(sdp)?.[0] ?? '';
+  const match = new RegExp(`^a=rtpmap:(\\d+) ${FLEXFEC}/90000\\s*$`, 'im').exec(video);
+  return match ? Number(match[1]) : undefined;
 }
 
 const MDNS_CANDIDATE = /^(?:candidate:)?\S+ \d+ \S+ \d+ \S+\.local /i;
@@ -49,6 +77,8 @@ export type PeerOptions = {
   audio: boolean;
   /** Let the browser delay video to match the sound (no zero playout delay). */
   lipSync: boolean;
+  /** Offer FlexFEC for video (FEC on a lossy link). */
+  videoFec: boolean;
   log: Logger;
   onCandidate: (candidate: IceCandidateJson | null) => void;
   onState: (state: PeerState) => void;
@@ -70,10 +100,15 @@ export class PeerLink {
   transportCc = false;
   /** Whether the browser asked for Opus in-band FEC (useinbandfec=1 in its answer). */
   opusInbandFec = false;
+  /** Video FEC's payload type and stream if the answer accepted FlexFEC. */
+  videoFec: VideoFec | undefined;
+  /** The FEC stream's SSRC, when offered. */
+  #fecSsrc: number | undefined;
   #closed = false;
 
   constructor(options: PeerOptions) {
     this.#log = options.log;
+    this.#fecSsrc = options.videoFec ? randomInt(1, 2 ** 32) : undefined;
     this.pc = new RTCPeerConnection({
       // Exactly the platform's STUN/TURN server, or nothing: never werift's default public STUN server.
       iceServers: options.iceServers,
@@ -89,7 +124,7 @@ export class PeerLink {
       // werift applies the answer only once gathering is over, and its TURN client waits 8 s for a server
       // that does not answer (one on a loopback that is not the platform's): the first frame would wait too.
       iceTurnConnectTimeout: 1,
-      codecs: { video: videoCodecs(options.codec), audio: options.audio ? [useOPUS()] : [] },
+      codecs: { video: videoCodecs(options.codec, options.videoFec), audio: options.audio ? [useOPUS()] : [] },
       // Zero playout delay shows frames as they come, which also keeps the browser from holding them back
       // to meet the sound: with lip-sync it is not asked for.
       headerExtensions: {
@@ -148,7 +183,16 @@ export class PeerLink {
       if (!this.#closed) this.#log.debug({ candidates: this.localCandidatePorts() }, 'ice gathering complete');
     });
     this.#localDescriptionApplied.catch(() => { /* surfaced by applyAnswer */ });
-    return offer.sdp.replaceAll(/^a=setup:actpass(?=\r?$)/gm, 'a=setup:active');
+    const sdp = offer.sdp.replaceAll(/^a=setup:actpass(?=\r?$)/gm, 'a=setup:active');
+    if (this.#fecSsrc === undefined) return sdp;
+    try {
+      return withFecStream(sdp, this.videoSender.ssrc, this.#fecSsrc);
+    } catch (error) {
+      // The picture does not need FEC: without the FEC stream the answer's FlexFEC goes unused.
+      this.#log.warn({ err: error }, 'video FEC not offered');
+      this.#fecSsrc = undefined;
+      return sdp;
+    }
   }
 
   /**
@@ -172,6 +216,8 @@ export class PeerLink {
     this.playoutDelayExtensionId = extmap ? Number(extmap[1]) : undefined;
     this.transportCc = sdp.includes(TRANSPORT_CC_URI) && /^a=rtcp-fb:\S+ transport-cc/m.test(sdp);
     this.opusInbandFec = /^a=fmtp:\d+ .*useinbandfec=1/m.test(sdp);
+    const fecPayloadType = flexfecPayloadType(sdp);
+    this.videoFec = fecPayloadType !== undefined && this.#fecSsrc !== undefined ? { payloadType: fecPayloadType, ssrc: this.#fecSsrc } : undefined;
   }
 
   async addCandidate(candidate: IceCandidateJson | null): Promise<void> {

@@ -1,22 +1,24 @@
 // Encoded media to RTP on the negotiated senders. Video packetization is werift's (RFC 6184 mode 1 for
 // H.264: single NAL, STAP-A for SPS+PPS, FU-A; RFC 7741 for VP8); an Opus packet is one RTP packet
 // (RFC 7587). This file adds timing (media-clock.ts), the negotiated payload types, and for video the
-// pacing (pacer.ts), the bandwidth estimate from the receiver's feedback (congestion.ts) and a second of
-// retransmission history.
+// pacing (pacer.ts), the bandwidth estimate from the receiver's feedback (congestion.ts), a second of
+// retransmission history, and on a lossy link FEC (FlexFEC on its own SSRC: flexfec.ts, fec-policy.ts).
 import { randomInt } from 'node:crypto';
 import {
-  H264Packetizer, ReceiverEstimatedMaxBitrate, RtcpPayloadSpecificFeedback, RtcpTransportLayerFeedback, RtpHeader, RtpPacket, TransportWideCC, Vp8Packetizer,
-  wrapRtx, type RtcpPacket, type RTCRtpSender,
+  H264Packetizer, ReceiverEstimatedMaxBitrate, RTP_EXTENSION_URI, RtcpPayloadSpecificFeedback, RtcpTransportLayerFeedback, RtpHeader, RtpPacket,
+  serializeTransportWideCC, TransportWideCC, Vp8Packetizer, wrapRtx, type RtcpPacket, type RTCRtpSender,
 } from 'werift';
 import { AUDIO_CLOCK_HZ, type EncodedAudio } from './audio.ts';
 import type { EncodedFrame, VideoCodec } from './encoder.ts';
 import type { Logger } from './logger.ts';
 import { BandwidthEstimator, type CongestionSettings } from './congestion.ts';
+import { FecPolicy } from './fec-policy.ts';
 import { reportCaptureTime, RtpClock } from './media-clock.ts';
 import { nackedSequenceNumbers } from './nack.ts';
 import { PACING_FACTOR, PacketPacer } from './pacer.ts';
 import { RetransmissionGate } from './retransmission.ts';
 import { transportFeedbackResults } from './transport-feedback.ts';
+import { flexfecPayload, protectionPlan } from './flexfec.ts';
 
 /** Leaves room for SRTP, the RTP header and header extensions inside a 1280-byte path MTU. */
 const MAX_PAYLOAD_BYTES = 1160;
@@ -40,6 +42,23 @@ const RECOVERY_QUEUE_MS = 40;
 const UNASKED_WAIT_MS = 20;
 /** A second copy of a retransmission on a lossy link leaves this much after the first (loss comes in bursts). */
 const SECOND_COPY_DELAY_MS = 5;
+/** How often the FEC policy is given the last second's loss. */
+const FEC_CHECK_MS = 1000;
+/** A FEC packet's bytes beyond the largest media packet it protects: its RTP header and extension, FlexFEC's header. */
+const FEC_PACKET_OVERHEAD = 12 + 8 + 32;
+
+/** Video FEC as the answer accepted it: FlexFEC's payload type, and the SSRC the offer gave its stream. */
+export type VideoFec = { payloadType: number; ssrc: number };
+
+/**
+ * A frame's packets while FEC protects them: each media packet as the receiver takes it into its FEC
+ * decoder (recorded as it leaves), and which of them each FEC packet protects.
+ */
+type FecGroup = { plan: number[][]; wires: (Buffer | undefined)[]; timestamp: number; maxPayload: number };
+/** What the pacer sends: a media packet, or one of a frame's FEC packets (after the frame's media). */
+type Outgoing =
+  | { kind: 'media'; packet: RtpPacket; group?: FecGroup; index: number }
+  | { kind: 'fec'; group: FecGroup; index: number };
 
 export type VideoRate = CongestionSettings & {
   /** The answer accepted transport-wide feedback: estimate and follow the link. Otherwise send maxKbps. */
@@ -52,6 +71,9 @@ export type VideoRate = CongestionSettings & {
 /** The werift sender's fields this file reads or writes beyond its public API (kept private in its types). */
 type WeriftSenderInternals = {
   rtpCache: (RtpPacket | undefined)[];
+  headerExtensions: { id: number; uri: string }[];
+  octetCount: number;
+  packetCount: number;
   rtxPayloadType?: number;
   rtxSequenceNumber: number;
   readonly rtxSsrc: number;
@@ -64,7 +86,7 @@ export class RtpVideoSender {
   readonly #packetizer: { packetize(data: Buffer, timestamp: number): RtpPacket[] };
   readonly #log: Logger;
   readonly #clock: RtpClock;
-  readonly #pacer: PacketPacer<RtpPacket>;
+  readonly #pacer: PacketPacer<Outgoing>;
   readonly #rate: VideoRate;
   readonly estimator: BandwidthEstimator | undefined;
   readonly #history = new Map<number, { packet: RtpPacket; sentMs: number; lastSentMs: number }>();
@@ -75,15 +97,19 @@ export class RtpVideoSender {
   readonly #byTransportSeq = new Int32Array(1 << 16);
   /** Lost packets resent without a NACK (#resendUnasked). */
   resentUnasked = 0;
-  #lastTargetKbps: number;
+  #lastEncoderKbps: number;
   #loggedKbps: number;
+  readonly #fec: { stream: VideoFec; policy: FecPolicy; ratio: number; checkedMs: number; nextSequence: number } | undefined;
   packetsSent = 0;
   bytesSent = 0;
   framesSent = 0;
+  fecPacketsSent = 0;
+  fecBytesSent = 0;
 
   readonly #playoutDelayExtensionId: number | undefined;
 
-  constructor(codec: VideoCodec, sender: RTCRtpSender, log: Logger, clockOriginMs: number, rate: VideoRate, playoutDelayExtensionId?: number) {
+  constructor(codec: VideoCodec, sender: RTCRtpSender, log: Logger, clockOriginMs: number, rate: VideoRate, playoutDelayExtensionId?: number,
+    fec?: VideoFec) {
     this.#clock = new RtpClock(VIDEO_CLOCK_HZ, clockOriginMs, randomInt(0, 2 ** 31));
     this.#playoutDelayExtensionId = playoutDelayExtensionId;
     this.#sender = sender;
@@ -98,11 +124,15 @@ export class RtpVideoSender {
       ? new H264Packetizer({ ...common, inputFormat: 'length-prefixed', naluLengthSize: 4 })
       : new Vp8Packetizer(common);
     this.estimator = rate.transportCc ? new BandwidthEstimator(rate) : undefined;
-    this.#lastTargetKbps = this.targetKbps;
+    // FEC is sized by the loss the transport-wide feedback reports: without it, none.
+    this.#fec = fec && this.estimator
+      ? { stream: fec, policy: new FecPolicy(), ratio: 0, checkedMs: performance.now(), nextSequence: randomInt(0, 2 ** 16) }
+      : undefined;
+    this.#lastEncoderKbps = this.encoderKbps;
     this.#loggedKbps = this.targetKbps;
-    this.#pacer = new PacketPacer<RtpPacket>(PACING_FACTOR * this.targetKbps, {
-      send: (packet) => this.#transmit(packet),
-      sizeOf: (packet) => packet.payload.length + 12,
+    this.#pacer = new PacketPacer<Outgoing>(PACING_FACTOR * this.targetKbps, {
+      send: (item) => this.#transmit(item),
+      sizeOf: (item) => (item.kind === 'media' ? item.packet.payload.length + 12 : item.group.maxPayload + FEC_PACKET_OVERHEAD),
     });
     // Transport-wide feedback names whatever media SSRC the browser picks (Chrome: not always ours), which
     // werift's router then drops; it is taken from the transport itself. REMB is routed to the sender.
@@ -116,12 +146,22 @@ export class RtpVideoSender {
     };
   }
 
-  /** The rate the encoder should produce now, kbit/s. */
+  /** The rate the link should carry now (media, FEC and retransmissions), kbit/s. */
   get targetKbps(): number {
     return this.estimator?.targetKbps ?? this.#rate.maxKbps;
   }
 
-  get pacer(): PacketPacer<RtpPacket> {
+  /** The rate the encoder should produce now: the target less what FEC adds to it. */
+  get encoderKbps(): number {
+    return Math.round(this.targetKbps / (1 + this.fecRatio));
+  }
+
+  /** FEC packets per media packet now (0: none, a clean link). */
+  get fecRatio(): number {
+    return this.#fec?.ratio ?? 0;
+  }
+
+  get pacer(): PacketPacer<Outgoing> {
     return this.#pacer;
   }
 
@@ -133,25 +173,102 @@ export class RtpVideoSender {
     const extensionId = this.#playoutDelayExtensionId;
     // Every packet carries it, so that a receiver joining mid-stream or losing packets still sees it.
     if (extensionId !== undefined) for (const packet of packets) packet.header.extensions.push({ id: extensionId, payload: ZERO_PLAYOUT_DELAY });
-    this.#pacer.enqueue(packets);
+    this.#pacer.enqueue(this.#withFec(packets, timestamp));
     reportCaptureTime(this.#sender, frame.captureMs, timestamp);
     this.framesSent++;
   }
 
-  #transmit(packet: RtpPacket): void {
+  /**
+   * A frame's packets for the pacer, followed by its FEC packets while the link is lossy. A FEC packet is
+   * built when its turn comes, from the media packets as they left: the pacer keeps the order.
+   */
+  #withFec(packets: RtpPacket[], timestamp: number): Outgoing[] {
+    const ratio = this.fecRatio;
+    if (ratio === 0) return packets.map((packet, index) => ({ kind: 'media', packet, index }));
+    const plan = protectionPlan(packets.length, ratio);
+    const group: FecGroup = { plan, wires: [], timestamp, maxPayload: Math.max(...packets.map((p) => p.payload.length)) };
+    return [
+      ...packets.map((packet, index): Outgoing => ({ kind: 'media', packet, group, index })),
+      ...plan.map((_, index): Outgoing => ({ kind: 'fec', group, index })),
+    ];
+  }
+
+  #transmit(item: Outgoing): void {
     const now = performance.now();
+    if (item.kind === 'fec') {
+      this.#transmitFec(item.group, item.index, now);
+      return;
+    }
+    const { packet, group } = item;
     this.packetsSent++;
     this.bytesSent += packet.payload.length;
-    this.#sender.sendRtp(packet).catch((error: unknown) => {
-      this.#log.debug({ err: error }, 'rtp send failed');
-    });
-    // werift would answer NACKs from its own cache, every one at once; this file answers them all (#onNack).
-    this.#internals.rtpCache.length = 0;
-    // werift stamps the transport-wide sequence number synchronously, before its first await.
-    const transportSeq = this.#internals.dtlsTransport.transportSequenceNumber & 0xffff;
+    let transportSeq: number;
+    if (group) {
+      // Sent here rather than by werift, so that the bytes its FEC packets protect are known.
+      const sent = this.#sendOwn(packet.header, packet.payload);
+      group.wires[item.index] = Buffer.concat([sent.protectedHeader, packet.payload]);
+      transportSeq = sent.transportSeq;
+      this.#internals.octetCount += packet.payload.length;
+      this.#internals.packetCount = (this.#internals.packetCount + 1) >>> 0;
+    } else {
+      this.#sender.sendRtp(packet).catch((error: unknown) => {
+        this.#log.debug({ err: error }, 'rtp send failed');
+      });
+      // werift would answer NACKs from its own cache, every one at once; this file answers them all (#onNack).
+      this.#internals.rtpCache.length = 0;
+      // werift stamps the transport-wide sequence number synchronously, before its first await.
+      transportSeq = this.#internals.dtlsTransport.transportSequenceNumber & 0xffff;
+    }
+    this.#sent(packet, transportSeq, now);
+  }
+
+  /** Bookkeeping of a packet that left: the estimator's, the transport-wide number's, the history's. */
+  #sent(packet: RtpPacket, transportSeq: number, now: number): void {
     this.#byTransportSeq[transportSeq] = packet.header.sequenceNumber + 1;
     if (this.estimator) this.estimator.packetSent(transportSeq, packet.payload.length + 40, now);
     this.#remember(packet, now);
+  }
+
+  /**
+   * One of a frame's FEC packets, on the FEC stream (its own SSRC and sequence numbers), from the media
+   * packets of the frame that it protects. Counted by the estimator like any packet; never resent (the
+   * receiver asks for media packets only).
+   */
+  #transmitFec(group: FecGroup, index: number, now: number): void {
+    const fec = this.#fec;
+    const wires = group.plan[index].map((i) => group.wires[i]).filter((w): w is Buffer => w !== undefined);
+    if (!fec || wires.length === 0) return;
+    const payload = flexfecPayload(this.#sender.ssrc, wires);
+    const header = new RtpHeader({ payloadType: fec.stream.payloadType, sequenceNumber: fec.nextSequence, timestamp: group.timestamp, ssrc: fec.stream.ssrc, marker: false });
+    fec.nextSequence = (fec.nextSequence + 1) & 0xffff;
+    const { transportSeq } = this.#sendOwn(header, payload);
+    this.fecPacketsSent++;
+    this.fecBytesSent += payload.length;
+    this.#byTransportSeq[transportSeq] = 0; // no media packet behind this number
+    this.estimator?.packetSent(transportSeq, payload.length + 40, now);
+  }
+
+  /**
+   * Sends a packet past werift's sender, with the transport-wide sequence number stamped as werift does.
+   * Returns that number, and the header serialized as FEC protects it: with the transport-wide sequence
+   * number zeroed, as Chrome's FEC decoder zeroes it in what it receives (libwebrtc counts it among the
+   * header extensions written after FEC is computed, with abs-send-time and the transmission offset,
+   * which this app does not send).
+   */
+  #sendOwn(original: RtpHeader, payload: Buffer): { transportSeq: number; protectedHeader: Buffer } {
+    const werift = this.#internals;
+    const transport = werift.dtlsTransport;
+    const transportCc = werift.headerExtensions.find((e) => e.uri === RTP_EXTENSION_URI.transportWideCC);
+    const stamp = transportCc && { id: transportCc.id, payload: Buffer.alloc(2) };
+    const extensions = [...original.extensions, ...(stamp ? [stamp] : [])].sort((a, b) => a.id - b.id);
+    const header = new RtpHeader({ ...original, extensions });
+    const protectedHeader = header.serialize(header.serializeSize);
+    if (stamp) {
+      transport.transportSequenceNumber = (transport.transportSequenceNumber + 1) & 0xffff;
+      stamp.payload = serializeTransportWideCC(transport.transportSequenceNumber);
+    }
+    transport.sendRtp(payload, header).catch((error: unknown) => this.#log.debug({ err: error }, 'rtp send failed'));
+    return { transportSeq: transport.transportSequenceNumber & 0xffff, protectedHeader };
   }
 
   #remember(packet: RtpPacket, now: number): void {
@@ -175,13 +292,28 @@ export class RtpVideoSender {
       return;
     }
     this.#recoverWhenDrained(estimator);
+    this.#adaptFec(estimator);
     const target = estimator.targetKbps;
     this.#pacer.rateKbps = PACING_FACTOR * target;
-    if (target !== this.#lastTargetKbps) {
-      this.#lastTargetKbps = target;
-      this.#rate.onTargetKbps(target);
+    const encoderKbps = this.encoderKbps;
+    if (encoderKbps !== this.#lastEncoderKbps) {
+      this.#lastEncoderKbps = encoderKbps;
+      this.#rate.onTargetKbps(encoderKbps);
     }
     this.#logRate(target, estimator);
+  }
+
+  /** Once a second, the FEC policy's ratio for the loss of the last second (logged when it changes). */
+  #adaptFec(estimator: BandwidthEstimator): void {
+    const fec = this.#fec;
+    const now = performance.now();
+    if (!fec || now - fec.checkedMs < FEC_CHECK_MS) return;
+    fec.checkedMs = now;
+    const { lost, packets } = estimator.recentLoss(now);
+    const ratio = fec.policy.update(lost, packets);
+    if (ratio === fec.ratio) return;
+    this.#log.info({ ratio, was: fec.ratio, loss: packets ? Math.round((lost / packets) * 1000) / 1000 : 0, packets }, 'video fec');
+    fec.ratio = ratio;
   }
 
   /** A line per change of a tenth or more, so a log shows how the rate followed the link. */
@@ -189,7 +321,7 @@ export class RtpVideoSender {
     if (Math.abs(target - this.#loggedKbps) < this.#loggedKbps * 0.1) return;
     this.#loggedKbps = target;
     const now = performance.now();
-    this.#log.debug({ targetKbps: target, ackedKbps: Math.round(estimator.ackedKbps), loss: Math.round(estimator.lossFraction(now) * 1000) / 1000,
+    this.#log.debug({ targetKbps: target, encoderKbps: this.encoderKbps, fecRatio: this.fecRatio, ackedKbps: Math.round(estimator.ackedKbps), loss: Math.round(estimator.lossFraction(now) * 1000) / 1000,
       usage: estimator.usage, ...estimator.detector, overuses: estimator.overuseEvents, lossBackoffs: estimator.lossBackoffs, pacerQueueMs: Math.round(this.#pacer.queuedMs) }, 'video rate');
   }
 

@@ -309,6 +309,7 @@ export class StreamingSession {
         codec: encoder.codec,
         audio: this.#options.audio !== undefined,
         lipSync: config.lipSync,
+        videoFec: config.videoFec,
         log: this.#log,
         onCandidate: (candidate) => { if (peer === this.#peer) this.#channel?.send({ type: 'candidate', candidate }); },
         onState: (state) => { if (peer === this.#peer) this.#peerState(peer, state); },
@@ -367,9 +368,9 @@ export class StreamingSession {
       maxKbps: config.bitrateKbps,
       onTargetKbps: (kbps) => { if (rtp === this.#rtp) encoder.setBitrate(kbps); },
       onUnrepairable: (reason) => { if (rtp === this.#rtp) encoder.requestKeyframe(reason); },
-    }, peer.playoutDelayExtensionId);
-    encoder.setBitrate(rtp.targetKbps);
-    this.#log.info({ transportCc: peer.transportCc, startKbps: rtp.targetKbps }, 'video rate control');
+    }, peer.playoutDelayExtensionId, peer.videoFec);
+    encoder.setBitrate(rtp.encoderKbps);
+    this.#log.info({ transportCc: peer.transportCc, startKbps: rtp.targetKbps, fec: peer.videoFec ?? false }, 'video rate control');
     return rtp;
   }
 
@@ -455,6 +456,7 @@ export class StreamingSession {
       audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 },
       video: rtp && { targetKbps: rtp.targetKbps, overuses: rtp.estimator?.overuseEvents, lossBackoffs: rtp.estimator?.lossBackoffs,
         pacerMaxQueueMs: Math.round(rtp.pacer.maxQueueMs), retransmitted: rtp.retransmissions.resent, resentUnasked: rtp.resentUnasked,
+        fecPackets: rtp.fecPacketsSent, fecBytes: rtp.fecBytesSent, mediaPackets: rtp.packetsSent,
         retransmissionsRefused: { inFlight: rtp.retransmissions.refusedInFlight, overBudget: rtp.retransmissions.refusedOverBudget } } }, 'session ended');
     const finish = (): void => this.#options.onEnded(reason, error);
     if (peer) peer.close().then(finish, finish);

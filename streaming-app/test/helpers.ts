@@ -104,6 +104,24 @@ export async function runToExit(env: Record<string, string>, timeoutMs = 30_000)
   return { code, stdout, stderr };
 }
 
+/**
+ * Where a process stands (Linux /proc), for a timeout's message: its state, the CPU it has used (a
+ * process starved of the CPU has used little and is runnable; a blocked one sleeps somewhere), its
+ * threads, and the machine's load.
+ */
+export function processSnapshot(pid: number | undefined): string {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // After the command's closing parenthesis: state (field 3), …, utime (14), stime (15), …, threads (20).
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const cpuMs = (Number(fields[11]) + Number(fields[12])) * 10; // clock ticks of 10 ms (USER_HZ 100)
+    const wchan = readFileSync(`/proc/${pid}/wchan`, 'utf8') || '-';
+    return `state ${fields[0]}, ${cpuMs} ms of CPU, ${fields[17]} threads, waiting in ${wchan}; load ${loadavg().map((l) => l.toFixed(1)).join(' ')}`;
+  } catch {
+    return 'no longer running';
+  }
+}
+
 /** Every live descendant of a process (Linux /proc), e.g. the helpers a streaming container started. */
 export function descendants(pid: number): number[] {
   const children = new Map<number, number[]>();
@@ -246,14 +264,23 @@ async function startAppOnce(env: Record<string, string>): Promise<AppProcess> {
       if (hasExited) { done(); reject(new Error(`app exited before the expected log line; stderr: ${stderr.slice(-500)}`)); return true; }
       return false;
     };
-    const timer = setTimeout(() => { done(); reject(new Error(`timed out waiting for a log line; last: ${JSON.stringify(logs.slice(-3))}`)); }, timeoutMs);
+    const timer = setTimeout(() => {
+      done();
+      reject(new Error(`timed out after ${timeoutMs} ms waiting for a log line; last: ${JSON.stringify(logs.slice(-3))}; stderr: ${JSON.stringify(stderr.slice(-300))}; `
+        + `the app: ${processSnapshot(child.pid)}`));
+    }, timeoutMs);
     const wake = (): void => { check(); };
     const done = (): void => { clearTimeout(timer); waiters.delete(wake); };
     waiters.add(wake);
     check();
   });
 
-  await waitForLog((l) => l.msg === 'streaming app listening' || portTaken(l), 30_000);
+  // An app that never listens is not left behind.
+  await waitForLog((l) => l.msg === 'streaming app listening' || portTaken(l), 30_000).catch(async (error: unknown) => {
+    if (!hasExited) child.kill('SIGKILL');
+    await exited;
+    throw error;
+  });
   const app: AppProcess = {
     child,
     pid: child.pid ?? 0,

@@ -12,7 +12,10 @@ import { createSocket, type RemoteInfo } from 'node:dgram';
 import { z } from 'zod';
 import { ImpairedDirection, NO_IMPAIRMENT } from './link-impairment.ts';
 
-const impairmentSchema = z.object({ delayMs: z.number().min(0), jitterMs: z.number().min(0), loss: z.number().min(0).max(1) });
+const impairmentSchema = z.object({
+  delayMs: z.number().min(0), jitterMs: z.number().min(0), loss: z.number().min(0).max(1),
+  dropPayloadTypes: z.array(z.number().int().min(0).max(127)).optional(),
+});
 const argsSchema = z.object({ browserAddress: z.string(), seed: z.number().int() });
 const messageSchema = z.union([
   z.object({ impair: z.object({ down: impairmentSchema, up: impairmentSchema }), seed: z.number().int().optional() }),
@@ -29,6 +32,8 @@ class Line {
   readonly #send: (packet: Buffer) => void;
   /** How late packets left against their departure time, ms (this process's own scheduling delay). */
   lateMsTotal = 0;
+  /** RTP packets dropped for their payload type. */
+  filtered = 0;
 
   constructor(seed: number, send: (packet: Buffer) => void) {
     this.direction = new ImpairedDirection(NO_IMPAIRMENT, seed);
@@ -36,6 +41,11 @@ class Line {
   }
 
   add(packet: Buffer): void {
+    const payloadType = rtpPayloadType(packet);
+    if (payloadType !== undefined && this.direction.impairment.dropPayloadTypes?.includes(payloadType)) {
+      this.filtered++;
+      return;
+    }
     const departureMs = this.direction.schedule(performance.now());
     if (departureMs === undefined) return;
     this.#queue.push({ departureMs, packet });
@@ -58,6 +68,16 @@ class Line {
     }
     this.#arm();
   }
+}
+
+/** The payload type of an RTP packet in a UDP/IPv4 datagram; undefined for anything else (RTCP, STUN, DTLS). */
+function rtpPayloadType(packet: Buffer): number | undefined {
+  if (packet[9] !== 17) return undefined;
+  const udpPayload = (packet[0] & 0x0f) * 4 + 8;
+  if (packet.length < udpPayload + 12 || packet[udpPayload] >> 6 !== 2) return undefined;
+  const second = packet[udpPayload + 1];
+  // RTCP's packet types 192-223 sit where RTP has the marker bit and payload type (RFC 5761).
+  return second >= 192 && second <= 223 ? undefined : second & 0x7f;
 }
 
 function main(): void {
@@ -88,7 +108,7 @@ function main(): void {
       process.send?.({ impaired: true });
       return;
     }
-    const figures = (line: Line) => ({ passed: line.direction.passed, dropped: line.direction.dropped, lateMsTotal: Math.round(line.lateMsTotal) });
+    const figures = (line: Line) => ({ passed: line.direction.passed, dropped: line.direction.dropped, filtered: line.filtered, lateMsTotal: Math.round(line.lateMsTotal) });
     process.send?.({ stats: { down: figures(down), up: figures(up) } });
   });
   // The parent going away ends this process too.

@@ -11,6 +11,11 @@ export type Impairment = {
   jitterMs: number;
   /** Fraction of packets dropped, 0..1. */
   loss: number;
+  /**
+   * RTP packets of these payload types are all dropped (RTP's header is in the clear under SRTP): one
+   * stream's retransmissions, say, to see what repairs a loss without them.
+   */
+  dropPayloadTypes?: number[];
 };
 
 export const NO_IMPAIRMENT: Impairment = { delayMs: 0, jitterMs: 0, loss: 0 };
@@ -37,6 +42,10 @@ export class ImpairedDirection {
   constructor(impairment: Impairment, seed: number) {
     this.#impairment = impairment;
     this.#random = seededRandom(seed);
+  }
+
+  get impairment(): Impairment {
+    return this.#impairment;
   }
 
   set impairment(impairment: Impairment) {

@@ -50,10 +50,11 @@ function tbfArgs(rateKbit: number): string[] {
   return ['tbf', 'rate', `${rateKbit}kbit`, 'burst', String(burstBytes), 'latency', '200ms'];
 }
 
+const directionStats = z.object({ passed: z.number(), dropped: z.number(), filtered: z.number(), lateMsTotal: z.number() });
 const emulatorMessage = z.union([
   z.object({ ready: z.number().int() }),
   z.object({ impaired: z.literal(true) }),
-  z.object({ stats: z.object({ down: z.object({ passed: z.number(), dropped: z.number(), lateMsTotal: z.number() }), up: z.object({ passed: z.number(), dropped: z.number(), lateMsTotal: z.number() }) }) }),
+  z.object({ stats: z.object({ down: directionStats, up: directionStats }) }),
 ]);
 export type EmulatorStats = Extract<z.infer<typeof emulatorMessage>, { stats: unknown }>['stats'];
 
@@ -165,7 +166,7 @@ export class ShapedLink {
    * jitter draws over, so that two runs of one profile lose the same packets by number.
    */
   async impair(impairment: { down: Impairment; up: Impairment }, seed?: number): Promise<void> {
-    const none = (i: Impairment) => i.delayMs === 0 && i.jitterMs === 0 && i.loss === 0;
+    const none = (i: Impairment) => i.delayMs === 0 && i.jitterMs === 0 && i.loss === 0 && !i.dropPayloadTypes?.length;
     if (none(impairment.down) && none(impairment.up)) {
       await this.#route(false);
       return;
@@ -230,10 +231,10 @@ export class ShapedLink {
     });
   }
 
-  /** An executable that runs `program` inside the namespace with the arguments it is given. */
-  async wrapper(program: string): Promise<string> {
+  /** An executable that runs `program` inside the namespace with the arguments it is given (its stderr to a file, if given). */
+  async wrapper(program: string, stderrPath?: string): Promise<string> {
     const path = join(this.#dir, `in-${this.namespace}`);
-    await writeFile(path, `#!/bin/sh\nexec ip netns exec ${this.namespace} ${program} "$@"\n`);
+    await writeFile(path, `#!/bin/sh\nexec ip netns exec ${this.namespace} ${program} "$@"${stderrPath ? ` 2>>'${stderrPath}'` : ''}\n`);
     await chmod(path, 0o700);
     return path;
   }

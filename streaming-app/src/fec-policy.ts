@@ -1,0 +1,55 @@
+// When video goes out with FEC (flexfec.ts), and how much of it. A clean link carries none (no FEC
+// packet, nothing added to a media packet); once the link loses packets persistently, each frame's
+// packets are protected by FEC packets in proportion to the loss, and the encoder is given that much
+// less of the estimate. Pure arithmetic on the loss counts it is given, about once a second (rtp.ts
+// feeds it the transport-wide feedback's last second).
+
+/** A second with this loss or more counts as lossy; two in a row switch FEC on (one can be chance)... */
+const LOSSY = 0.03;
+const LOSSY_SECONDS = 2;
+/** ...and it goes off after this many seconds in a row below CLEAN (hysteresis: the switch costs nothing, but flapping would). */
+const CLEAN = 0.01;
+const CLEAN_SECONDS = 10;
+/** Fewer packets than this in a second say too little about the loss (3 % of 50 is one or two packets). */
+const MIN_PACKETS = 50;
+/**
+ * FEC packets per media packet: three times the loss, between 10 % and 50 %. One FEC packet repairs one
+ * loss among the media packets it covers: at 5 % loss and 15 %, one FEC packet for about 7 media packets,
+ * a frame of 15 packets still needs a retransmission about one time in seven instead of one in two.
+ */
+const RATIO_PER_LOSS = 3;
+const MIN_RATIO = 0.1;
+const MAX_RATIO = 0.5;
+/** The ratio follows the worst second of the last this many (loss comes and goes in spells). */
+const PEAK_SECONDS = 5;
+
+export class FecPolicy {
+  #on = false;
+  #lossySeconds = 0;
+  #cleanSeconds = 0;
+  #recentLoss: number[] = [];
+
+  get on(): boolean {
+    return this.#on;
+  }
+
+  /** One second's counts from the transport-wide feedback; returns the protection ratio (0: no FEC). */
+  update(lost: number, packets: number): number {
+    if (packets < MIN_PACKETS) return this.ratio;
+    const loss = lost / packets;
+    this.#recentLoss.push(loss);
+    if (this.#recentLoss.length > PEAK_SECONDS) this.#recentLoss.shift();
+    this.#lossySeconds = loss >= LOSSY ? this.#lossySeconds + 1 : 0;
+    this.#cleanSeconds = loss < CLEAN ? this.#cleanSeconds + 1 : 0;
+    if (!this.#on && this.#lossySeconds >= LOSSY_SECONDS) this.#on = true;
+    else if (this.#on && this.#cleanSeconds >= CLEAN_SECONDS) this.#on = false;
+    return this.ratio;
+  }
+
+  get ratio(): number {
+    if (!this.#on) return 0;
+    const peak = Math.max(...this.#recentLoss);
+    // In steps of 5 %: the encoder's target follows the ratio, and need not move for every second's noise.
+    return Math.round(Math.min(MAX_RATIO, Math.max(MIN_RATIO, RATIO_PER_LOSS * peak)) * 20) / 20;
+  }
+}
