@@ -208,7 +208,20 @@ export class ShapedLink {
       { stdio: ['ignore', 'inherit', 'inherit'] });
     this.#emulator = { node, socat };
     await Promise.race([once(socat, 'spawn'), once(socat, 'error').then(([error]) => Promise.reject(error))]);
+    await this.#tunAttached();
     return this.#emulator;
+  }
+
+  /**
+   * Until socat has opened the TUN (its carrier comes up then): packets routed into it before are dropped,
+   * which a loaded machine showed as the first datagrams of a run lost.
+   */
+  async #tunAttached(): Promise<void> {
+    for (const started = Date.now(); Date.now() - started < 10_000; await new Promise((resolve) => setTimeout(resolve, 20))) {
+      const { stdout } = await run('ip', ['-n', this.router, 'link', 'show', 'dev', this.#tun]);
+      if (!stdout.includes('NO-CARRIER')) return;
+    }
+    throw new Error(`socat did not open ${this.#tun} within 10 s`);
   }
 
   /** The emulator's next message of a kind (it answers one request at a time). */
