@@ -183,6 +183,16 @@ describe('placement elected among replicas', { skip: !ready }, () => {
     const [instanceId] = await runningIds(second.url, firstFn);
     const pid = runningOnAgent().get(instanceId);
     assert.ok(pid);
+    // Callers of the other replica go on through the kill: when each answer came, and what it was.
+    const answers: { at: number; status: number }[] = [];
+    let calling = true;
+    const caller = (async () => {
+      while (calling) {
+        const answer = await api(second.url, 'POST', `/v2/svc/pexec/functions/${firstFn.id}`, { during: 'kill' }, apiKey);
+        answers.push({ at: Date.now(), status: answer.status });
+      }
+    })();
+    await until('the caller answered', async () => answers.length > 0);
     const killedAt = Date.now();
     await first.kill9();
     const taken = await until('another replica to hold the lease', async () => {
@@ -195,7 +205,13 @@ describe('placement elected among replicas', { skip: !ready }, () => {
       return node?.linked === 1 && Date.parse(node.updated_at) >= killedAt;
     }, boundMs(30_000));
     const relinkedMs = Date.now() - killedAt;
-    t.diagnostic(`kill -9 of the holder: lease taken after ${leaseMs} ms, the agent served again after ${relinkedMs} ms (lease 5000 ms; load ${os.loadavg()[0].toFixed(1)})`);
+    calling = false;
+    await caller;
+    const after = answers.filter((answer) => answer.at >= killedAt).map((answer) => answer.at);
+    const longestGap = Math.max(after[0] - killedAt, ...after.slice(1).map((at, i) => at - after[i]));
+    t.diagnostic(`kill -9 of the holder: lease taken after ${leaseMs} ms, the agent served again after ${relinkedMs} ms; `
+      + `the other replica's caller: ${after.length} answers after the kill, at most ${longestGap} ms apart (lease 5000 ms; load ${os.loadavg()[0].toFixed(1)})`);
+    assert.deepEqual([...new Set(answers.map((answer) => answer.status))], [200], 'every synchronous answer of the other replica through the kill');
 
     // The streaming session opened through the holder goes on: its browser comes back with its session id
     // and the container's resume token, and the new holder's broker hands it to the same container.
