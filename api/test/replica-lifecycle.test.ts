@@ -116,10 +116,10 @@ describe('JetStreamQueue over a version\'s life', { skip: !natsServerAvailable()
     const client = await nats.connect();
     try {
       const kvm = new Kvm(client);
+      // Read key by key: the bucket's key listing was seen to name a key whose entry was already deleted.
       for (const bucket of ['svc_ready', 'svc_slots']) {
-        const keys: string[] = [];
-        for await (const key of await (await kvm.open(bucket)).keys()) keys.push(key);
-        assert.ok(!keys.includes(versionId), `no key of the version in ${bucket}: ${keys.join(', ')}`);
+        const entry = await (await kvm.open(bucket)).get(versionId);
+        assert.notEqual(entry?.operation, 'PUT', `no entry of the version in ${bucket}`);
       }
     } finally {
       await client.close();
