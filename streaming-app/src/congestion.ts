@@ -94,6 +94,8 @@ export class BandwidthEstimator {
   #usage: Usage = 'normal';
   #lastUpdateMs: number | undefined;
   #lastDecreaseMs = -Infinity;
+  /** When the delay detector last found the bottleneck's queue building (and the rate went down for it). */
+  #lastOveruseMs = -Infinity;
   /** Acknowledged rate at recent decreases: near it, growth is additive. */
   #capacityKbps: { mean: number; variance: number } | undefined;
   /** Received packets by receive time (the receiver's clock), newest last. */
@@ -131,6 +133,11 @@ export class BandwidthEstimator {
 
   get usage(): Usage {
     return this.#usage;
+  }
+
+  /** Whether the bottleneck's queue built within `windowMs` (over-use now, or a decrease for it since). */
+  queueBuiltWithin(nowMs: number, windowMs: number): boolean {
+    return this.#usage === 'overuse' || nowMs - this.#lastOveruseMs < windowMs;
   }
 
   /** The detector's latest modified trend against its threshold, and the standing queue, ms (for logs). */
@@ -323,6 +330,7 @@ export class BandwidthEstimator {
       const queuedKbit = (this.#queueDelayMs * linkKbps) / 1000;
       this.#drain = { kbps: Math.min(MAX_DRAIN_SHARE * this.#delayKbps, (queuedKbit * 1000) / DRAIN_MS), untilMs: nowMs + DRAIN_MS };
       this.#lastDecreaseMs = nowMs;
+      this.#lastOveruseMs = nowMs;
       this.overuseEvents++;
       this.#noteCapacity(ackedKbps);
       this.#usage = 'normal';

@@ -33,9 +33,13 @@ export class FecPolicy {
     return this.#on;
   }
 
-  /** One second's counts from the transport-wide feedback; returns the protection ratio (0: no FEC). */
-  update(lost: number, packets: number): number {
-    if (packets < MIN_PACKETS) return this.ratio;
+  /**
+   * One second's counts from the transport-wide feedback; returns the protection ratio (0: no FEC). A
+   * second in which the bottleneck's queue built (`congested`) says nothing of random loss: its losses
+   * are the queue overflowing, which FEC would only add to, and the rate controller answers them.
+   */
+  update(lost: number, packets: number, congested = false): number {
+    if (packets < MIN_PACKETS || congested) return this.ratio;
     const loss = lost / packets;
     this.#recentLoss.push(loss);
     if (this.#recentLoss.length > PEAK_SECONDS) this.#recentLoss.shift();

@@ -310,7 +310,7 @@ export class RtpVideoSender {
     if (!fec || now - fec.checkedMs < FEC_CHECK_MS) return;
     fec.checkedMs = now;
     const { lost, packets } = estimator.recentLoss(now);
-    const ratio = fec.policy.update(lost, packets);
+    const ratio = fec.policy.update(lost, packets, estimator.queueBuiltWithin(now, FEC_CHECK_MS));
     if (ratio === fec.ratio) return;
     this.#log.info({ ratio, was: fec.ratio, loss: packets ? Math.round((lost / packets) * 1000) / 1000 : 0, packets }, 'video fec');
     fec.ratio = ratio;

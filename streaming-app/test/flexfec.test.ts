@@ -158,6 +158,13 @@ describe('the FEC switch', () => {
     assert.equal(policy.on, false);
   });
 
+  test('seconds in which the bottleneck\'s queue built say nothing: their losses are congestion, not chance', () => {
+    const policy = new FecPolicy();
+    for (let i = 0; i < 5; i++) assert.equal(policy.update(40, 400, true), 0, '10 % lost while the queue built');
+    assert.equal(second(policy, 0.05), 0);
+    assert.equal(second(policy, 0.05), 0.15, 'two seconds of loss without a queue switch it on, sized by them alone');
+  });
+
   test('seconds with few packets say nothing', () => {
     const policy = new FecPolicy();
     for (let i = 0; i < 5; i++) assert.equal(policy.update(3, 40), 0, '3 of 40 lost');

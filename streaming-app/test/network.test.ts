@@ -121,8 +121,9 @@ describe('the stream over a shaped link (tbf bottleneck, userspace loss, Chromiu
     const during = await decodeMore(page, before.framesDecoded ?? 0, 300, 'frames during the drop');
     const freezes = (during.freezeCount ?? 0) - (before.freezeCount ?? 0);
     const lowest = Math.min(...rateLogs(app).slice(logsAtDrop).map(targetOf));
+    const fecRatio = Math.max(0, ...rateLogs(app).slice(logsAtDrop).map((l) => Number((l as { fecRatio?: number }).fecRatio ?? 0)));
     t.diagnostic(`during the drop: freezes ${freezes}, frozen ${((during.totalFreezesDuration ?? 0) - (before.totalFreezesDuration ?? 0)).toFixed(2)} s, `
-      + `longest stall ${Math.round(during.longestStallMs)} ms, PLIs ${during.pliCount}, lowest target ${lowest} kbit/s`);
+      + `longest stall ${Math.round(during.longestStallMs)} ms, PLIs ${during.pliCount}, lowest target ${lowest} kbit/s, highest FEC ratio ${fecRatio}`);
     assert.ok(freezes <= 10, `${freezes} freezes during the drop (before: one freeze as long as the drop, and no frames)`);
     assert.ok(lowest < 2000, 'the estimate went below the 2 Mbit/s link');
     // Losses answered twice (by delay and again by loss, on packets sent before the first decrease) took
