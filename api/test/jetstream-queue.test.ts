@@ -147,6 +147,18 @@ describe('JetStreamQueue across two replicas', { skip: !natsServerAvailable() },
     }
   });
 
+  test('a replica that started after a version was announced tells the sets it knows to whoever asks later (the dispatcher\'s connection pools)', async () => {
+    const { pair, join, granted, request, instance, versionId } = await setup(10, 1, 1);
+    pair[0].ready(versionId, [instance]);
+    const late = await join();
+    late.enqueue(request('on the late replica', 1));
+    await until('the late replica knows the instance (its request ran)', async () => granted.length === 1);
+    const told: [string, ReadyInstance[]][] = [];
+    late.onInstances((version, instances) => told.push([version, instances]));
+    // Earlier tests' versions are announced on the same server too.
+    assert.deepEqual(told.filter(([version]) => version === versionId), [[versionId, [instance]]], 'told at once, not only at the next change');
+  });
+
   test('a replica that dies while running a request: its slot comes back once it is found gone', async () => {
     const { pair, join, granted, request, instance } = await setup(10, 1, 1);
     pair[0].ready(instance.versionId, [instance]);
