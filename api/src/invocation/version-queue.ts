@@ -76,13 +76,13 @@ export class VersionQueue {
     this.#pumping = true;
     const { leases, log } = this.#context;
     const stopped = () => this.#closed || this.#waiting.size === 0;
+    const full = () => {
+      this.#short = true;
+      this.#counted();
+    };
     try {
       while (!stopped()) {
         try {
-          const full = () => {
-            this.#short = true;
-            this.#counted();
-          };
           const taken = await leases.acquireMany(this.versionId, this.#waiting.size, () => this.#context.usable(this.versionId), stopped, full);
           for (const lease of taken ?? []) this.#runNext(lease);
         } catch (error) {
