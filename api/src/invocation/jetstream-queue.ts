@@ -24,7 +24,7 @@ import { connectNats, named, natsNames, openBucket, type NatsNames, type NatsSer
 import type { SharedQueue } from './queue.ts';
 import { ReadySet } from './ready-set.ts';
 import type { ReplicaSigner } from './replica-signing.ts';
-import { VersionQueue } from './version-queue.ts';
+import { VersionQueue, type VersionQueueContext } from './version-queue.ts';
 
 /** How long a replica that is asked whether it still answers has to answer. */
 const PING_TIMEOUT_MS = 2_000;
@@ -50,6 +50,8 @@ export class JetStreamQueue implements SharedQueue {
   readonly #names: NatsNames;
   /** The requests waiting here, per version. */
   readonly #waiting = new Map<string, VersionQueue>();
+  /** What every version's queue takes slots from. */
+  readonly #versionContext: VersionQueueContext;
   /** The buckets' watches open now (#follow). */
   readonly #watches = new Set<Watch>();
   /** Versions the placement replica knows to have keys here (deleted once placement forgets them). */
@@ -67,6 +69,11 @@ export class JetStreamQueue implements SharedQueue {
     this.#names = natsNames(options.nats.natsPrefix);
     this.#readySet = new ReadySet(kvs.ready, options.signer, options.log, this.#names);
     this.#leases = new SlotLeases(kvs.slots, this.replicaId, (replica) => this.#isGone(replica));
+    this.#versionContext = {
+      leases: this.#leases, log: options.log,
+      usable: (versionId) => this.#readySet.usable(versionId),
+      bench: (instanceId) => this.#readySet.bench(instanceId),
+    };
   }
 
   /** Connects, or fails with one line naming the URL or the setting at fault. */
@@ -294,19 +301,12 @@ export class JetStreamQueue implements SharedQueue {
 
   #versionQueue(versionId: string): VersionQueue {
     let queue = this.#waiting.get(versionId);
-    if (!queue) {
-      queue = new VersionQueue(versionId, {
-        leases: this.#leases, log: this.#options.log,
-        usable: (id) => this.#readySet.usable(id),
-        bench: (instanceId) => this.#readySet.bench(instanceId),
-      });
-      this.#waiting.set(versionId, queue);
-    }
+    if (!queue) this.#waiting.set(versionId, queue = new VersionQueue(versionId, this.#versionContext));
     return queue;
   }
 }
 
-/** The versions with an entry in `buckets`. */
+/** The versions with an entry in `buckets` (the listing may still name one just deleted: deleting it again is harmless). */
 async function keysOf(buckets: KV[]): Promise<Set<string>> {
   const versions = new Set<string>();
   for (const kv of buckets) for await (const key of await kv.keys()) versions.add(key);

@@ -41,6 +41,11 @@ export function runningIn(records: Records): number {
   return sum;
 }
 
+/** How many requests a record says wait there (a replica of the release before says only whether any do). */
+export function wantsOf(record: Records[string]): number {
+  return record.wants ?? (record.waiting ? 1 : 0);
+}
+
 function runningOf({ inflight, spare }: Records[string]): number {
   let sum = 0;
   for (const [instanceId, count] of Object.entries(inflight)) sum += count - (spare?.[instanceId] ?? 0);
@@ -57,7 +62,7 @@ export const TURN_MS = 2_000;
  * reckons it from the same entry, so the shares add up to the capacity.
  */
 export function fairShare(records: Records, replica: string, capacity: number, now = Date.now()): number {
-  const wanted = Object.entries(records).map(([name, record]) => ({ name, wants: runningOf(record) + (record.wants ?? (record.waiting ? 1 : 0)) }));
+  const wanted = Object.entries(records).map(([name, record]) => ({ name, wants: runningOf(record) + wantsOf(record) }));
   const sum = wanted.reduce((total, { wants }) => total + wants, 0);
   if (sum <= capacity) return Infinity;
   const parts = wanted.map(({ name, wants }) => ({ name, exact: (capacity * wants) / sum, turn: turnOf(name, Math.floor(now / TURN_MS)) }));
@@ -150,10 +155,10 @@ export class GoneReplicas {
     return true;
   }
 
-  /** The other replicas of `replicas` not known gone and not asked within SUSPECT_MS: asked now. */
-  suspects(replicas: string[]): string[] {
+  /** The other replicas counted in `records` not known gone and not asked within SUSPECT_MS: asked now. */
+  suspects(records: Records): string[] {
     const now = Date.now();
-    const suspects = [...new Set(replicas)].filter((replica) => replica !== this.#self && !this.#gone.has(replica) && now - (this.#asked.get(replica) ?? 0) >= SUSPECT_MS);
+    const suspects = Object.keys(records).filter((replica) => replica !== this.#self && !this.#gone.has(replica) && now - (this.#asked.get(replica) ?? 0) >= SUSPECT_MS);
     for (const replica of suspects) this.#asked.set(replica, now);
     return suspects;
   }

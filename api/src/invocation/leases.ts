@@ -18,7 +18,7 @@
 import { randomUUID } from 'node:crypto';
 import type { KV, KvEntry } from '@nats-io/kv';
 import type { ReadyInstance } from '../control/instances/service.ts';
-import { add, decode, fairShare, GONE_GRACE_MS, GoneReplicas, LEASE_MS, runningIn, Share, takeLeastLoaded, total, TURN_MS, type Records, type Tally } from './lease-records.ts';
+import { add, decode, fairShare, wantsOf, GONE_GRACE_MS, GoneReplicas, LEASE_MS, runningIn, Share, takeLeastLoaded, total, TURN_MS, type Records, type Tally } from './lease-records.ts';
 
 const RENEW_MS = LEASE_MS / 3;
 
@@ -116,7 +116,7 @@ export class SlotLeases {
   waitingElsewhere(versionId: string): number {
     const records = this.#gone.live(this.#entries.get(versionId)?.records ?? {});
     let sum = 0;
-    for (const replica in records) if (replica !== this.#replica) sum += records[replica].wants ?? (records[replica].waiting ? 1 : 0);
+    for (const replica in records) if (replica !== this.#replica) sum += wantsOf(records[replica]);
     return sum;
   }
 
@@ -238,7 +238,7 @@ export class SlotLeases {
 
   /** Asks the other replicas counted in the version's entry whether they still answer; true when one is gone. */
   async #foundGone(versionId: string): Promise<boolean> {
-    const suspects = this.#gone.suspects(Object.keys(this.#gone.live(this.#entries.get(versionId)?.records ?? {})));
+    const suspects = this.#gone.suspects(this.#gone.live(this.#entries.get(versionId)?.records ?? {}));
     const verdicts = await Promise.all(suspects.map((replica) => this.#isGone(replica).catch(() => false)));
     suspects.filter((_, index) => verdicts[index]).forEach((replica) => this.gone(replica));
     return verdicts.some(Boolean);
