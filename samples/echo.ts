@@ -8,6 +8,10 @@ import { reply, serveFunction } from './serve-function.ts';
 
 const withHeaders = process.env.ECHO_HEADERS !== 'false';
 const delayMs = Number(process.env.ECHO_DELAY_MS ?? 0);
+if (!Number.isFinite(delayMs) || delayMs < 0) {
+  console.error(`ECHO_DELAY_MS must be a number of milliseconds, 0 or more (got '${process.env.ECHO_DELAY_MS}')`);
+  process.exit(1);
+}
 
 serveFunction<unknown>('/echo', async (body, req, res) => {
   if (delayMs > 0) await sleep(delayMs);

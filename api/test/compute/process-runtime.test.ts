@@ -209,6 +209,14 @@ describe('process runtime', () => {
     assert.deepEqual(entry, { command: [process.execPath, 'streaming-app/src/main.ts'], cwd: REPO_ROOT.replace(/\/$/, ''), env: {} });
   });
 
+  test('the echo with ECHO_DELAY_MS answers as the echo does; a delay that is no number stops it with one line', async () => {
+    const delayed = await start(samples, instanceSpec('local/echo:1', { containerEnvironment: [{ key: 'ECHO_HEADERS', value: 'false' }, { key: 'ECHO_DELAY_MS', value: '5' }] }));
+    assert.deepEqual((await postJson(`${delayed.url}/echo`, { late: true })).body, { echo: { late: true } });
+    const wrong = await start(samples, instanceSpec('local/echo:1', { containerEnvironment: [{ key: 'ECHO_DELAY_MS', value: 'soon' }] }), { healthy: false });
+    assert.deepEqual(await wrong.instance.exited, { code: 1, signal: null });
+    await eventually(() => wrong.instance.logTail().find((line) => /ECHO_DELAY_MS must be a number of milliseconds, 0 or more \(got 'soon'\)/.test(line)), 'the line saying why');
+  });
+
   test('the catalog resolves {node} to the running Node and paths against its directory', async () => {
     const catalog = path.join(state.dir, 'catalog.yaml');
     await writeFile(catalog, `images:\n  custom/echo:\n    command: [node, samples/echo.ts]\n    cwd: ${REPO_ROOT}\n`);
