@@ -180,6 +180,7 @@ async function startWork(root: Root, control: ControlPlane, { metrics, telemetry
     settings: config.invocation, db: store.db, functionsRepo, instances, blobs: control.blobs, signer: control.signer, log, now,
     stageHere: config.compute.placement === true ? ({ clusterId, ...request }) => agentHub.stage(clusterId, request) : undefined,
     stagingPaths: (assetIds) => assets.stagingPaths(assetIds), replicasKey: () => sealed('replicas.signing_key'),
+    nodeLive: (nodeId) => clusters.nodeLive(nodeId),
   });
   closers.add(() => invocationPlane.close());
   const health = createHealthService([{ name: 'db_client', probe: () => store.ping() }, eventLoop, ...autoscaler.health, ...invocationPlane.health]);
@@ -191,7 +192,7 @@ async function startWork(root: Root, control: ControlPlane, { metrics, telemetry
     onOutput: (taskId, instanceId, lines) => telemetryExport?.exportLogLines(taskId, lines.map((text) => ({ text, instanceId }))),
   });
   instances.countTasks(tasks.scheduler.tasksOn);
-  const agentHub = createAgentHub({ clusters, instances, log, tasks: tasks.scheduler, epoch: () => election?.lastEpoch });
+  const agentHub = createAgentHub({ clusters, instances, log, tasks: tasks.scheduler, epoch: () => election?.lastEpoch, kept: invocationPlane.kept });
   return { autoscaler, election, instances, invocationPlane, health, tasks, agentHub };
 }
 

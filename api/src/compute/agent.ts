@@ -16,7 +16,7 @@ import type { BackoffSettings } from './backoff.ts';
 import { DEFAULT_PROBE_SETTINGS, type ProbeSettings } from './health.ts';
 import { fileNameFor } from './instance-env.ts';
 import { watchProgress, type ProgressWatch } from './progress.ts';
-import type { InstanceReport, InstanceSpec, ProgressReport } from './protocol.ts';
+import type { Endpoint, InstanceReport, InstanceSpec, ProgressReport } from './protocol.ts';
 import type { Runtime } from './runtime.ts';
 import { InstanceSupervisor, type SupervisorSettings } from './supervisor.ts';
 
@@ -42,8 +42,8 @@ export interface Agent {
   applyDesired(specs: InstanceSpec[]): void;
   /** The current report of every instance this agent holds (for `hello` after a reconnect). */
   reports(): InstanceReport[];
-  /** Where a running instance's requests get their directories (SVC-LARGE-OUTPUT-DIR's parent). */
-  outputDirOf(instanceId: string): string | undefined;
+  /** Where a running instance is reached, and where its requests get their directories (SVC-LARGE-OUTPUT-DIR's parent). */
+  endpointOf(instanceId: string): Endpoint | undefined;
   /** Called on every state change of every instance. Returns an unsubscribe function. */
   onReport(listener: Listener<InstanceReport>): () => void;
   onProgress(listener: Listener<ProgressReport>): () => void;
@@ -97,9 +97,9 @@ class WorkerAgent implements Agent {
     return [...this.#supervisors.values(), ...leaving].map((supervisor) => supervisor.report);
   }
 
-  outputDirOf(instanceId: string): string | undefined {
+  endpointOf(instanceId: string): Endpoint | undefined {
     const report = this.#supervisors.get(instanceId)?.report;
-    return report?.state === 'RUNNING' ? report.endpoint?.outputDir : undefined;
+    return report?.state === 'RUNNING' ? report.endpoint : undefined;
   }
 
   onReport(listener: Listener<InstanceReport>): () => void {

@@ -18,11 +18,12 @@
 import { WebSocket, type ClientOptions, type RawData } from 'ws';
 import type { Logger } from '../logger.ts';
 import type { Agent } from './agent.ts';
+import type { KeptResult, ResultKeeper } from './keeper.ts';
 import { serveLogs, type OutputLogs } from './output-logs.ts';
 import type { TaskRunner } from './task-runner.ts';
 import { backoffDelay, type BackoffSettings } from './backoff.ts';
 import {
-  AGENT_LINK_PATH, controlMessageSchema, decodeMessage, type AgentMessage, type ControlMessage, type GpuOffer, type LeaseHeld, type StageRequest,
+  AGENT_LINK_PATH, controlMessageSchema, decodeMessage, type AgentMessage, type ControlMessage, type GpuOffer, type InstanceReport, type LeaseHeld, type StageRequest,
 } from './protocol.ts';
 
 export interface AgentLinkOptions {
@@ -52,6 +53,8 @@ export interface AgentLinkOptions {
   node?: string;
   /** The instances' kept output, for `logs` requests; without it they are answered with no lines. */
   outputs?: OutputLogs;
+  /** This node's result keeper and the origin it listens at (said in every instance's endpoint). */
+  keeper?: { keeper: ResultKeeper; origin: string };
 }
 
 export interface AgentLink {
@@ -78,10 +81,16 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
   /** The newest placement term a message carried. */
   let epoch: number | undefined;
 
-  const send = (message: AgentMessage) => {
-    if (open && socket?.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
+  /** False when there is no open link to carry it. */
+  const send = (message: AgentMessage): boolean => {
+    if (!open || socket?.readyState !== WebSocket.OPEN) return false;
+    socket.send(JSON.stringify(message));
+    return true;
   };
-  const unsubscribeReports = options.agent.onReport((report) => send({ type: 'instance', report }));
+  const keeper = options.keeper;
+  /** Replicas reach a running instance through this node's keeper. */
+  const withKeeper = (report: InstanceReport): InstanceReport => (keeper && report.endpoint ? { ...report, endpoint: { ...report.endpoint, keeper: keeper.origin } } : report);
+  const unsubscribeReports = options.agent.onReport((report) => send({ type: 'instance', report: withKeeper(report) }));
   const unsubscribeProgress = options.agent.onProgress((progress) => send({ type: 'progress', progress }));
   const unsubscribeTasks = options.tasks?.onReport((report) => send({ type: 'task', report }));
   const followed = logStreams(options.outputs, send);
@@ -105,7 +114,8 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
       log.info({ server: url.origin }, 'agent link connected');
       send({
         type: 'hello', agentVersion: options.agentVersion, runtime: options.agent.runtimeName, gpus: options.gpus,
-        instances: options.agent.reports(), ...(options.tasks ? { tasks: options.tasks.reports() } : {}),
+        instances: options.agent.reports().map(withKeeper), ...(options.tasks ? { tasks: options.tasks.reports() } : {}),
+        ...(keeper ? { keeping: keeper.keeper.keeping() } : {}),
         ...(options.unisolated ? { unisolated: options.unisolated } : {}),
         ...(options.node ? { node: options.node } : {}), ...(lease ? { lease } : {}),
       });
@@ -146,6 +156,12 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
     });
   }
 
+  const keeperLink = {
+    orphaned: (requestId: string) => send({ type: 'orphaned', requestId }),
+    kept: ({ requestId, answer, error }: KeptResult) =>
+      send({ type: 'kept', requestId, error, answer: answer && { ...answer, body: answer.body.toString('base64') } }),
+  };
+
   /** A lease other than the one held: what runs here belongs to a generation the control plane has replaced. */
   function fence(granted: LeaseHeld): void {
     const stale = lease !== undefined && (lease.nodeId !== granted.nodeId || lease.generation !== granted.generation);
@@ -167,6 +183,7 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
       attempt = 0; // accepted: after a later drop, back-off starts over
       log.info({ clusterId: message.clusterId, clusterName: message.clusterName, node: message.lease?.name, generation: message.lease?.generation }, 'agent link welcomed');
       if (message.lease) fence(message.lease);
+      keeper?.keeper.linked(message.keeperKey, keeperLink);
       options.onWelcome?.(message);
     } else if (message.type === 'desired') {
       options.agent.applyDesired(message.instances);
@@ -175,6 +192,8 @@ export function connectAgentLink(options: AgentLinkOptions): AgentLink {
       else log.warn('agent link: tasks sent to an agent that runs none; ignored');
     } else if (message.type === 'logs' || message.type === 'logs-stop') {
       followed.answer(message);
+    } else if (message.type === 'keep') {
+      keeper?.keeper.verdict(message.requestId, message.keep);
     } else if (message.type === 'stage') {
       const staged = options.stage?.(message) ?? Promise.reject(new Error('this agent does not stage assets'));
       staged.then(() => send({ type: 'staged', requestId: message.requestId }), (error: Error) => {

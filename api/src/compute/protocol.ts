@@ -40,6 +40,8 @@ export const endpointSchema = z.object({
    * whose ports are published there): its 127.0.0.1 is not the platform's.
    */
   ownLoopback: z.boolean().optional(),
+  /** The agent's result keeper (compute/keeper.ts), as an origin: several API replicas send requests through it. */
+  keeper: z.string().optional(),
 });
 
 const healthCheckSchema = z.object({
@@ -251,6 +253,24 @@ const helloNode = {
   lease: leaseHeldSchema.optional(),
 };
 
+/*
+ * The result keeper (compute/keeper.ts; docs/scale-out.md, "Results outlive their replica"): the API
+ * replica sending a request went away before its answer ended. The agent says `orphaned`; the control
+ * plane answers `keep` (true: the request was answered 202 and is now this node's to finish); the agent
+ * then sends the answer, or why there is none, as `kept`.
+ */
+const keeperMessages = {
+  agent: [
+    z.object({ type: z.literal('orphaned'), requestId: z.string() }),
+    z.object({
+      type: z.literal('kept'), requestId: z.string(),
+      answer: z.object({ status: z.number().int(), headers: z.record(z.string(), z.union([z.string(), z.array(z.string())])), body: z.base64() }).optional(),
+      error: z.string().optional(),
+    }),
+  ],
+  control: [z.object({ type: z.literal('keep'), requestId: z.string(), keep: z.boolean(), ...term })],
+} as const;
+
 export const agentMessageSchema = z.discriminatedUnion('type', [
   z.object({
     type: z.literal('hello'), agentVersion: z.string(), runtime: z.string(), gpus: z.array(gpuOfferSchema),
@@ -261,6 +281,8 @@ export const agentMessageSchema = z.discriminatedUnion('type', [
      */
     unisolated: z.string().optional(),
     ...helloNode,
+    /** Requests whose answers this agent's keeper holds (kept, or waiting for the `keep` verdict). */
+    keeping: z.array(z.string()).optional(),
   }),
   z.object({ type: z.literal('instance'), report: instanceReportSchema }),
   z.object({ type: z.literal('progress'), progress: progressReportSchema }),
@@ -268,11 +290,17 @@ export const agentMessageSchema = z.discriminatedUnion('type', [
   /** The answer to `stage`: the files are in place, or why not. */
   z.object({ type: z.literal('staged'), requestId: z.string(), error: z.string().optional() }),
   logLinesSchema,
+  ...keeperMessages.agent,
 ]);
 
 export const controlMessageSchema = z.discriminatedUnion('type', [
   /** ncaId: the account that owns the cluster (the only one an agent without isolation runs). */
-  z.object({ type: z.literal('welcome'), clusterId: z.string(), clusterName: z.string(), ncaId: z.string(), lease: leaseGrantSchema.optional(), ...term }),
+  z.object({
+    type: z.literal('welcome'), clusterId: z.string(), clusterName: z.string(), ncaId: z.string(), lease: leaseGrantSchema.optional(),
+    /** The node's key for its result keeper's tokens; absent with one API replica (nothing goes through the keeper). */
+    keeperKey: z.string().optional(),
+    ...term,
+  }),
   z.object({ type: z.literal('desired'), instances: z.array(instanceSpecSchema), ...term }),
   /**
    * The whole desired set of tasks by id, like `desired`; `specs` carries only the specs this link has not
@@ -284,6 +312,7 @@ export const controlMessageSchema = z.discriminatedUnion('type', [
   stageSchema,
   logsRequestSchema,
   logsStopSchema,
+  ...keeperMessages.control,
 ]);
 
 export type GpuOffer = z.infer<typeof gpuOfferSchema>;

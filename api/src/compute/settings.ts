@@ -34,6 +34,8 @@ export const agentSettingsSchema = z.object({
   nodeName: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/, 'expected letters, digits, ., - or _ (up to 253)').optional(),
   /** Address the invocation plane reaches this agent's instances at. */
   advertiseHost: z.string().min(1).default('127.0.0.1'),
+  /** TCP port of the result keeper on advertiseHost (several API replicas send requests through it); 0: any free one. */
+  keeperPort: z.coerce.number().int().min(0).max(65535).default(0),
   /** UDP pool for STREAMING media (spec 4.6), split into blocks per instance. */
   udpPortRange: portRangeSchema.default([47998, 48020]),
   udpPortsPerInstance: z.coerce.number().int().min(2).max(1000).default(4),
@@ -101,6 +103,7 @@ export const agentEnvSettings: Record<string, keyof AgentSettings> = {
   SVC_AGENT_IMAGE_CATALOG: 'imageCatalog',
   SVC_AGENT_NODE_NAME: 'nodeName',
   SVC_AGENT_ADVERTISE_HOST: 'advertiseHost',
+  SVC_AGENT_KEEPER_PORT: 'keeperPort',
   SVC_AGENT_UDP_PORT_RANGE: 'udpPortRange',
   SVC_AGENT_UDP_PORTS_PER_INSTANCE: 'udpPortsPerInstance',
   SVC_AGENT_DOCKER_SOCKET: 'dockerSocket',

@@ -10,6 +10,7 @@ import { isLoopbackHost } from '../http/host.ts';
 import { startAgent, type Agent } from './agent.ts';
 import { httpAssetFetcher, stageAssets } from './assets.ts';
 import { discoverGpus } from './gpus.ts';
+import { ResultKeeper } from './keeper.ts';
 import { connectAgentLink, type AgentLink } from './link.ts';
 import { keepingOutput, OutputLogs } from './output-logs.ts';
 import type { GpuOffer } from './protocol.ts';
@@ -94,9 +95,10 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     runtime, stateDir, log, outputs, progressIntervalMs: options.settings.taskProgressIntervalMs,
     uploader: server && httpResultUploader(server),
   });
+  const keeper = options.link && await startKeeper(agent, options.settings, log);
   const link: AgentLink | undefined = options.link && connectAgentLink({
-    ...options.link, agent, tasks, outputs, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log, unisolated, node: options.settings.nodeName ?? hostname(),
-    stage: (request) => stageAssets(agent.outputDirOf(request.instanceId), request, httpAssetFetcher(server!)),
+    ...options.link, agent, tasks, outputs, keeper, gpus: discovery.gpus, agentVersion: AGENT_VERSION, log, unisolated, node: options.settings.nodeName ?? hostname(),
+    stage: (request) => stageAssets(agent.endpointOf(request.instanceId)?.outputDir, request, httpAssetFetcher(server!)),
     onWelcome: (welcome) => { owner = welcome.ncaId; },
   });
   return {
@@ -108,11 +110,18 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     isolation,
     async close() {
       await link?.close();
+      await keeper?.keeper.close();
       // A stopping agent does not wait out a task's own (long) grace period.
       await Promise.all([agent.stop(), tasks.stop(options.settings.stopGraceMs)]);
       await runtime.close?.();
     },
   };
+}
+
+/** A linked agent's result keeper, on the address the replicas reach its instances at (compute/keeper.ts). */
+async function startKeeper(agent: Agent, settings: AgentSettings, log: Logger) {
+  const keeper = new ResultKeeper({ endpointOf: (instanceId) => agent.endpointOf(instanceId), log });
+  return { keeper, origin: await keeper.listen(settings.advertiseHost, settings.keeperPort) };
 }
 
 /** The runtime the settings name; for the process runtime, its sandbox, or why it runs without one. */

@@ -1,8 +1,10 @@
 // Carries a request that holds a slot to its instance: keep-alive connection pools per instance
 // (upstream.ts), and one Exchange per request that streams the instance's response straight into its
-// BodyWriter.
+// BodyWriter. With several replicas (`keeper` given), a request goes through the result keeper of the
+// instance's node instead (compute/keeper.ts), which finishes a 202'd request whose replica went away.
 import type { ReadyInstance } from '../control/instances/service.ts';
 import { containerHeaders } from './headers.ts';
+import { KEEPER_HEADERS } from '../compute/keeper.ts';
 import type { BodyWriter, Invocation, ResponseHeaders } from './invocation.ts';
 import { originOf } from './slots.ts';
 import { UpstreamPool, type ExchangeControl, type ResponseHandler } from './upstream.ts';
@@ -27,17 +29,20 @@ const HARD_TIMEOUT_MS = 3_605_000;
 /** One request to one instance: the response's events go to its writer, then the outcome to `events`. */
 class Exchange implements ResponseHandler {
   readonly #events: ExchangeEvents;
+  readonly #viaKeeper: boolean;
   #writer: BodyWriter | undefined;
   /** Ended or failed: nothing more reaches the writer (an abort can come mid-read). */
   #over = false;
   /** Set once dispatched: resumes a paused connection. */
   control: ExchangeControl | undefined;
 
-  constructor(events: ExchangeEvents) {
+  constructor(events: ExchangeEvents, viaKeeper: boolean) {
     this.#events = events;
+    this.#viaKeeper = viaKeeper;
   }
 
   head(status: number, headers: ResponseHeaders) {
+    if (this.#viaKeeper && headers[KEEPER_HEADERS.unreachable]) return this.error(Object.assign(new Error('the keeper could not reach the instance'), { code: 'ECONNREFUSED' }));
     this.#writer = this.#events.started(status, headers);
   }
 
@@ -66,6 +71,11 @@ class Exchange implements ResponseHandler {
   }
 }
 
+/** What a replica sends a node's result keeper with each request (kept-answers.ts). */
+export interface KeeperTokens {
+  token(nodeId: string, instanceId: string, requestId: string): string;
+}
+
 export class Dispatcher {
   readonly #pools = new Map<string, UpstreamPool>();
   /** Origins placement announces, per version; a pool lives while its origin is announced or busy. */
@@ -74,13 +84,16 @@ export class Dispatcher {
   readonly #wanted = new Map<string, number>();
   readonly #busy = new Map<string, number>();
   readonly #maxResultBytes: number;
+  readonly #keeper: KeeperTokens | undefined;
 
-  constructor(options: { maxResultBytes: number }) {
+  constructor(options: { maxResultBytes: number; keeper?: KeeperTokens }) {
     this.#maxResultBytes = options.maxResultBytes;
+    this.#keeper = options.keeper;
   }
 
   send(invocation: Invocation, instance: ReadyInstance, events: ExchangeEvents) {
-    const origin = originOf(instance);
+    const keeper = this.#keeperOf(instance);
+    const origin = keeper ?? originOf(instance);
     this.#busy.set(origin, (this.#busy.get(origin) ?? 0) + 1);
     const exchange = new Exchange({
       started: events.started,
@@ -89,11 +102,15 @@ export class Dispatcher {
         this.#idle(origin);
         events.finished(outcome, error);
       },
-    });
+    }, keeper !== undefined);
     const { body, passThrough } = invocation.request;
+    let headerLines = containerHeaders(invocation, instance, this.#maxResultBytes);
+    if (keeper) {
+      const token = this.#keeper!.token(instance.nodeId!, instance.instanceId, invocation.id);
+      headerLines += `${KEEPER_HEADERS.instance}: ${instance.instanceId}\r\n${KEEPER_HEADERS.token}: ${token}\r\n`;
+    }
     const control = this.#pool(origin).dispatch({
-      method: passThrough?.method ?? 'POST', path: passThrough?.path ?? invocation.target.inferenceUrl, body,
-      headerLines: containerHeaders(invocation, instance, this.#maxResultBytes),
+      method: passThrough?.method ?? 'POST', path: passThrough?.path ?? invocation.target.inferenceUrl, body, headerLines,
     }, exchange);
     exchange.control = control;
     invocation.whileSending(() => control.abort(new Error('the client left')));
@@ -102,7 +119,7 @@ export class Dispatcher {
   /** Instances come and go (a streaming container lives one session); their pools go with them. */
   ready(versionId: string, instances: ReadyInstance[]) {
     const before = this.#announced.get(versionId) ?? new Set<string>();
-    const now = new Set(instances.map(originOf));
+    const now = new Set(instances.map((instance) => this.#keeperOf(instance) ?? originOf(instance)));
     if (now.size) this.#announced.set(versionId, now);
     else this.#announced.delete(versionId);
     for (const origin of now) if (!before.has(origin)) this.#wanted.set(origin, (this.#wanted.get(origin) ?? 0) + 1);
@@ -118,6 +135,11 @@ export class Dispatcher {
   close() {
     for (const pool of this.#pools.values()) pool.close();
     this.#pools.clear();
+  }
+
+  /** The keeper a request to `instance` goes through, when this replica uses keepers and its node has one. */
+  #keeperOf(instance: ReadyInstance): string | undefined {
+    return this.#keeper && instance.nodeId ? instance.endpoint.keeper : undefined;
   }
 
   #pool(origin: string): UpstreamPool {

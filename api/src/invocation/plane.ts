@@ -13,6 +13,7 @@ import { createRateLimits } from '../rate-limits/plane.ts';
 import type { BlobStore } from '../store/blobs.ts';
 import { Dispatcher } from './dispatcher.ts';
 import { JetStreamQueue } from './jetstream-queue.ts';
+import { KeptAnswers } from './kept-answers.ts';
 import { LargeResults } from './large-results.ts';
 import { LocalQueue } from './local-queue.ts';
 import { createReplicaSigner, type ReplicaLinks, type ReplicaSigner } from './replica-signing.ts';
@@ -35,6 +36,8 @@ export interface InvocationPlaneParts {
   stagingPaths(assetIds: string[]): StageAsk['assets'];
   /** The key the replicas sign their exchanges with (kept sealed in the store); asked for only with NATS. */
   replicasKey(): Promise<string>;
+  /** Whether a node's agent holds a live lease (the store's view, right on any replica). */
+  nodeLive(nodeId: string): Promise<boolean>;
   log: Logger;
   now: () => Date;
 }
@@ -43,7 +46,8 @@ export async function createInvocationPlane(parts: InvocationPlaneParts) {
   const { settings, instances, log, now } = parts;
   const { natsUrl, maxQueueDepth } = settings;
   // Every replica on this store has the key: what they tell each other over NATS is signed with it.
-  const replicaSigner = natsUrl ? createReplicaSigner(await parts.replicasKey()) : undefined;
+  const replicasKey = natsUrl ? await parts.replicasKey() : undefined;
+  const replicaSigner = replicasKey !== undefined ? createReplicaSigner(replicasKey) : undefined;
   const queue = natsUrl && replicaSigner
     ? await JetStreamQueue.connect({ nats: { ...settings, natsUrl }, signer: replicaSigner, maxDepth: maxQueueDepth, log })
     : new LocalQueue({ maxDepth: maxQueueDepth });
@@ -51,10 +55,16 @@ export async function createInvocationPlane(parts: InvocationPlaneParts) {
   const stage = parts.stageHere ?? (links && relayStaging(links.stage));
   const largeResults = new LargeResults({ blobs: parts.blobs, signer: parts.signer, maxBytes: settings.maxLargeResultBytes, retentionSeconds: settings.resultRetentionSeconds });
   const resolver = createVersionResolver(parts.functionsRepo);
+  const results = new DurableResults({ repo: createInvocationsRepo(parts.db), log, now });
+  // With replicas, requests go through the nodes' result keepers, which finish a 202'd one whose replica went away.
+  const kept = queue instanceof JetStreamQueue && replicasKey !== undefined ? new KeptAnswers({
+    results, replicasKey, log, completed: (requestId) => queue.completed(requestId),
+    holdsVersionOn: (nodeId, versionId) => instances.holdsVersionOn(nodeId, versionId),
+  }) : undefined;
   const invocation: InvocationService = new InvocationService({
     queue,
-    dispatcher: new Dispatcher({ maxResultBytes: settings.maxResultBytes }),
-    results: new DurableResults({ repo: createInvocationsRepo(parts.db), log, now }),
+    dispatcher: new Dispatcher({ maxResultBytes: settings.maxResultBytes, keeper: kept }),
+    results, nodeLive: parts.nodeLive,
     resolver, demand: instances, log, now, largeResults,
     stageAssets: stage && ((request, instance) => stage({
       clusterId: instance.clusterId, requestId: request.id, instanceId: instance.instanceId, assets: parts.stagingPaths(request.request.assets ?? []),
@@ -74,7 +84,7 @@ export async function createInvocationPlane(parts: InvocationPlaneParts) {
   // A replica cut off from NATS cannot share slots or queues: readiness says so, and traffic goes to the others.
   const health: HealthComponent[] = queue instanceof JetStreamQueue ? [{ name: 'nats_client', probe: () => queue.connection.flush() }] : [];
   return {
-    invocation, resolver, largeResults, links, health,
+    invocation, resolver, largeResults, links, health, kept,
     admit: rateLimits.admit,
     async close() {
       await rateLimits.close();

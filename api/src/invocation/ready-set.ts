@@ -11,7 +11,7 @@ import type { NatsNames } from './nats.ts';
 import type { ReplicaSigner } from './replica-signing.ts';
 
 export const readyInstanceSchema = z.object({
-  instanceId: z.string(), versionId: z.string(), clusterId: z.string(), maxRequestConcurrency: z.number().int(), gpu: z.string(), instanceType: z.string(),
+  instanceId: z.string(), versionId: z.string(), clusterId: z.string(), nodeId: z.string().optional(), maxRequestConcurrency: z.number().int(), gpu: z.string(), instanceType: z.string(),
   backend: z.string(), region: z.string(),
   endpoint: endpointSchema,
 });

@@ -18,6 +18,8 @@ const storedRequest = z.object({
   target: targetSchema,
   /** The API replica holding it (several replicas on NATS): its death is noticed by the others. */
   replica: z.string().optional(),
+  /** The node whose result keeper finishes it: its replica went away while sending it (compute/keeper.ts). */
+  keeper: z.string().optional(),
 });
 
 /** A result's status and headers (column `result`; the body is `result_body`). */
@@ -55,6 +57,9 @@ function decode(row: InvocationRow): DurableRecord {
 }
 
 export function createInvocationsRepo(db: Kysely<Database>) {
+  const finishing = (requestId: string, result: StoredResult, at: string) => db.updateTable('invocations').set({
+    state: 'done', result: JSON.stringify({ status: result.status, headers: result.headers }), result_body: result.body, updated_at: at,
+  }).where('request_id', '=', requestId);
   return {
     async insert(record: DurableRecord, at: string): Promise<void> {
       const { target } = record.request;
@@ -102,6 +107,16 @@ export function createInvocationsRepo(db: Kysely<Database>) {
       await db.updateTable('invocations').set({ request, version_id: target.versionId, updated_at: at })
         .where('request_id', '=', requestId).where('state', '=', 'queued').execute();
     },
+    /** A running record becomes node `nodeId`'s to finish; false when it is not running, or already another's. */
+    async keep(requestId: string, nodeId: string): Promise<boolean> {
+      const row = await db.selectFrom('invocations').select(['request_id', 'request']).where('request_id', '=', requestId).where('state', '=', 'running').executeTakeFirst();
+      const stored = row && requestOf(row);
+      if (!row || !stored) return false;
+      if (stored.keeper !== undefined) return stored.keeper === nodeId;
+      const result = await db.updateTable('invocations').set({ request: JSON.stringify({ ...stored, keeper: nodeId }) })
+        .where('request_id', '=', requestId).where('state', '=', 'running').where('request', '=', row.request).executeTakeFirst();
+      return result.numUpdatedRows === 1n;
+    },
     /** Queued → running, only if still queued: true for the one caller that may run it (at most once). */
     async claim(requestId: string, at: string): Promise<boolean> {
       const result = await db.updateTable('invocations').set({ state: 'running', updated_at: at })
@@ -114,9 +129,13 @@ export function createInvocationsRepo(db: Kysely<Database>) {
       return result.numDeletedRows === 1n;
     },
     async storeResult(requestId: string, result: StoredResult, at: string): Promise<void> {
-      await db.updateTable('invocations').set({
-        state: 'done', result: JSON.stringify({ status: result.status, headers: result.headers }), result_body: result.body, updated_at: at,
-      }).where('request_id', '=', requestId).execute();
+      await finishing(requestId, result, at).execute();
+    },
+    /** The result of a record node `nodeId` keeps, only while it runs and is still that node's: true if stored. */
+    async storeKept(requestId: string, nodeId: string, result: StoredResult, at: string): Promise<boolean> {
+      const stored = await finishing(requestId, result, at).where('state', '=', 'running')
+        .where('request', 'like', `%"keeper":${JSON.stringify(nodeId)}%`).executeTakeFirst();
+      return stored.numUpdatedRows === 1n;
     },
     async delete(requestId: string): Promise<void> {
       await db.deleteFrom('invocations').where('request_id', '=', requestId).execute();

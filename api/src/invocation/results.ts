@@ -7,6 +7,7 @@ import type { DurableRecord, InvocationsRepo } from './repo.ts';
 
 export const RESTARTED = 'The platform restarted while the request was running; it was not retried (at-most-once execution)';
 export const REPLICA_GONE = 'The API replica running the request stopped; it was not retried (at-most-once execution)';
+export const KEEPER_GONE = 'The node keeping the answer of the request (its API replica had stopped) stopped too; it was not retried (at-most-once execution)';
 
 export class DurableResults {
   readonly #repo: InvocationsRepo;
@@ -57,17 +58,24 @@ export class DurableResults {
   }
 
   /**
-   * Requests of replicas no longer alive: running ones end 502 (they are never run twice); queued ones are
-   * handed to `self`, which queues them again (a conditional update: one replica gets each).
+   * Requests of replicas no longer alive: running ones end 502 (they are never run twice), unless a node's
+   * result keeper finishes them and its node is `live`; queued ones are handed to `self`, which queues
+   * them again (a conditional update: one replica gets each).
    */
-  async takeOverFrom(self: string, alive: (replica: string) => Promise<boolean>): Promise<{ ended: string[]; adopted: Invocation[] }> {
+  async takeOverFrom(self: string, alive: (replica: string) => Promise<boolean>, live: (nodeId: string) => Promise<boolean>): Promise<{ ended: string[]; adopted: Invocation[] }> {
     const out = { ended: [] as string[], adopted: [] as Invocation[] };
     const verdicts = new Map<string, Promise<boolean>>();
+    const judged = (id: string, judge: (id: string) => Promise<boolean>) => {
+      if (!verdicts.has(id)) verdicts.set(id, judge(id));
+      return verdicts.get(id)!;
+    };
     for (const record of await this.#repo.listHeld()) {
-      const replica = record.request.replica;
-      if (!replica || replica === self) continue;
-      if (!verdicts.has(replica)) verdicts.set(replica, alive(replica));
-      if (await verdicts.get(replica)) continue;
+      const { replica, keeper } = record.request;
+      if (keeper !== undefined) {
+        if (!await judged(keeper, live)) out.ended.push(await this.#endKept(record, KEEPER_GONE));
+        continue;
+      }
+      if (!replica || replica === self || await judged(replica, alive)) continue;
       if (record.state === 'running') {
         await this.#finish(this.#revive(record), problemResult(502, 'bad-gateway', REPLICA_GONE));
         out.ended.push(record.requestId);
@@ -76,6 +84,30 @@ export class DurableResults {
       }
     }
     return out;
+  }
+
+  /** A running request becomes the keeping node's to finish (compute/keeper.ts); false when it is not running. */
+  keep(requestId: string, nodeId: string): Promise<boolean> {
+    return this.#repo.keep(requestId, nodeId);
+  }
+
+  /** The answer a node kept; false when the request is no longer that node's to finish. */
+  storeKept(requestId: string, nodeId: string, result: StoredResult): Promise<boolean> {
+    return this.#repo.storeKept(requestId, nodeId, result, this.#at());
+  }
+
+  /** A node linked again: the requests it was to finish and no longer holds end 502; their ids. */
+  async lostBy(nodeId: string, keeping: ReadonlySet<string>): Promise<string[]> {
+    const ended: string[] = [];
+    for (const record of await this.#repo.listHeld()) {
+      if (record.request.keeper === nodeId && !keeping.has(record.requestId)) ended.push(await this.#endKept(record, KEEPER_GONE));
+    }
+    return ended;
+  }
+
+  async #endKept(record: DurableRecord, detail: string): Promise<string> {
+    await this.storeKept(record.requestId, record.request.keeper!, problemResult(502, 'bad-gateway', detail));
+    return record.requestId;
   }
 
   async store(invocation: Invocation, result: StoredResult) {
@@ -121,7 +153,7 @@ export class DurableResults {
 
   /** A stored request as an invocation; one with its result counts as finished now (kept the retention from here). */
   #revive(record: DurableRecord): Invocation {
-    const { target, subject, replica: _replica, ...request } = record.request;
+    const { target, subject, replica: _replica, keeper: _keeper, ...request } = record.request;
     const finished = record.result && { result: record.result, at: this.#now().getTime() };
     return Invocation.fromStore(record.requestId, target, subject, { ...request, body: record.body }, finished);
   }

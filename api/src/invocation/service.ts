@@ -29,6 +29,8 @@ export interface InvocationOptions {
   demand: { setDemand(versionId: string, count: number): void };
   /** Where results over maxResultBytes go (a 302 to a zip); without it they end 502. */
   largeResults?: LargeResults;
+  /** Whether a node's agent still holds its lease: the 202'd requests a node keeps end 502 once it is gone. */
+  nodeLive(nodeId: string): Promise<boolean>;
   /** Puts a request's input assets in the instance's SVC-ASSET-DIR (its agent fetches them) before it is sent. */
   stageAssets?(invocation: Invocation, instance: ReadyInstance): Promise<void>;
   log: Logger;
@@ -381,11 +383,11 @@ export class InvocationService {
   }
 
   /**
-   * Stored requests of a replica that died: running ones end 502, queued ones queue again here (the store
-   * hands each to one replica).
+   * Stored requests of a replica that died: running ones end 502 (but those a node's result keeper
+   * finishes, while that node lives), queued ones queue again here (the store hands each to one replica).
    */
   async #takeOver(queue: SharedQueue) {
-    const { ended, adopted } = await this.#results.takeOverFrom(queue.replicaId, (replica) => queue.alive(replica));
+    const { ended, adopted } = await this.#results.takeOverFrom(queue.replicaId, (replica) => queue.alive(replica), this.#options.nodeLive);
     for (const requestId of ended) queue.completed(requestId);
     for (const invocation of adopted) await this.#recovered(invocation);
   }

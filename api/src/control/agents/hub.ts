@@ -26,6 +26,20 @@ import { LogRelay } from './logs.ts';
 import { AssetStaging } from './staging.ts';
 import { TaskNodes, type TaskLink } from './task-nodes.ts';
 
+/**
+ * What the hub needs of the invocation plane for answers the agents' keepers hold after the API replica
+ * sending them went away (compute/keeper.ts): only with several replicas.
+ */
+export interface KeptAnswers {
+  /** The node's key for its keeper's tokens (said in the welcome). */
+  keyFor(nodeId: string): string;
+  /** Whether the request was answered 202 and is running (it becomes the node's to finish). */
+  adopt(nodeId: string, requestId: string): Promise<boolean>;
+  kept(nodeId: string, message: Extract<AgentMessage, { type: 'kept' }>): Promise<void>;
+  /** The node's hello: the requests its keeper still holds; others it was to finish are lost. */
+  linked(nodeId: string, keeping: string[]): Promise<void>;
+}
+
 /** What the hub needs of the task plane. */
 export type TaskAgents = Pick<TaskScheduler, 'agentConnected' | 'agentDisconnected' | 'report'>;
 
@@ -68,9 +82,10 @@ export interface AgentHubOptions {
   tasks?: TaskAgents;
   /** Placement's term while this replica holds the elected lease: stamped on every message to an agent. */
   epoch?: () => number | undefined;
+  kept?: KeptAnswers;
 }
 
-export function createAgentHub({ clusters, instances, log, tasks, epoch }: AgentHubOptions) {
+export function createAgentHub({ clusters, instances, log, tasks, epoch, kept }: AgentHubOptions) {
   const server = new WebSocketServer({ noServer: true, maxPayload: 16 * 1024 * 1024 });
   const staging = new AssetStaging();
   const taskNodes = tasks && new TaskNodes(tasks);
@@ -115,7 +130,7 @@ export function createAgentHub({ clusters, instances, log, tasks, epoch }: Agent
 
     async function hello(message: Extract<AgentMessage, { type: 'hello' }>, cluster: ClusterRow) {
       node = await instances.agentConnected(cluster, channel, message, (lease) => {
-        send({ type: 'welcome', clusterId, clusterName: cluster.name, ncaId: cluster.nca_id, lease });
+        send({ type: 'welcome', clusterId, clusterName: cluster.name, ncaId: cluster.nca_id, lease, keeperKey: kept?.keyFor(lease.nodeId) });
       });
       if (!ws.open) return closed();
       log.info({ clusterId, nodeId: node.id, node: message.node, runtime: message.runtime, agentVersion: message.agentVersion, instances: message.instances.length }, 'agent connected');
@@ -123,6 +138,7 @@ export function createAgentHub({ clusters, instances, log, tasks, epoch }: Agent
       logs.linked(clusterId, node.id, send);
       taskLink = { nodeId: node.id, cluster, channel: { sendTasks: (desired: string[], specs: TaskSpec[]) => send({ type: 'tasks', desired, specs }) } };
       await taskNodes?.linked(taskLink, message.tasks ?? []);
+      await kept?.linked(node.id, message.keeping ?? []);
     }
 
     /** The hello being handled: what the agent says meanwhile (a report of a change) waits for it, in order. */
@@ -159,6 +175,10 @@ export function createAgentHub({ clusters, instances, log, tasks, epoch }: Agent
         staging.staged(message.requestId, message.error);
       } else if (message.type === 'log-lines') {
         logs.received(node.id, message);
+      } else if (message.type === 'orphaned') {
+        send({ type: 'keep', requestId: message.requestId, keep: await kept?.adopt(node.id, message.requestId) ?? false });
+      } else if (message.type === 'kept') {
+        await kept?.kept(node.id, message);
       }
     }
 

@@ -49,6 +49,10 @@ export function createNodesRepo(db: Kysely<Database>, log: Logger) {
     async listAll(): Promise<NodeRow[]> {
       return decodeEach(await select().orderBy('created_at').execute(), decode, log);
     },
+    async find(id: string): Promise<NodeRow | undefined> {
+      const row = await select().where('id', '=', id).executeTakeFirst();
+      return row && decode(row);
+    },
     async listByCluster(clusterId: string): Promise<NodeRow[]> {
       return decodeEach(await select().where('cluster_id', '=', clusterId).orderBy('name').execute(), decode, log);
     },

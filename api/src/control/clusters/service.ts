@@ -134,6 +134,11 @@ export function createClustersService(repo: ClustersRepo, nodesRepo: NodesRepo, 
   }
 
   return {
+    /** Whether the node's lease still runs (its link may be down a moment): what it keeps is not lost yet. */
+    async nodeLive(nodeId: string): Promise<boolean> {
+      const expires = (await nodesRepo.find(nodeId))?.lease_expires_at;
+      return expires != null && Date.parse(expires) > now().getTime();
+    },
     async register(principal: Principal, ncaId: string, input: CreateCluster) {
       assertOwnAccount(principal, ncaId);
       if (input.ncaId && input.ncaId !== ncaId) throw forbidden(`Body ncaId '${input.ncaId}' does not match the path`);

@@ -12,6 +12,8 @@ export interface ReadyInstance {
   versionId: string;
   /** The cluster whose agent runs it (input assets are put in place over its link). */
   clusterId: string;
+  /** The node whose agent runs it (its result keeper's key is the node's). */
+  nodeId?: string;
   endpoint: Endpoint;
   maxRequestConcurrency: number;
   gpu: string;
@@ -26,7 +28,7 @@ export function readyOf(versionId: string, held: InstanceRow[], specs: GpuSpecif
     if (row.state !== 'RUNNING' || !row.endpoint) continue;
     const cluster = clusters.get(row.cluster_id);
     ready.push({
-      instanceId: row.instance_id, versionId, clusterId: row.cluster_id, endpoint: row.endpoint,
+      instanceId: row.instance_id, versionId, clusterId: row.cluster_id, endpoint: row.endpoint, ...(row.node_id ? { nodeId: row.node_id } : {}),
       maxRequestConcurrency: specs.find((spec) => spec.gpuSpecificationId === row.gpu_spec_id)?.maxRequestConcurrency ?? 1,
       gpu: row.gpu, instanceType: row.instance_type, backend: cluster?.group_name ?? '', region: cluster?.region ?? '',
     });

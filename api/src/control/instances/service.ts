@@ -340,6 +340,12 @@ export class InstancesService {
     return this.#placed.get(instanceId)?.node_id ?? undefined;
   }
 
+  /** Whether the node holds an instance of the version (one draining included). */
+  holdsVersionOn(nodeId: string, versionId: string): boolean {
+    for (const row of this.#placed.all()) if (row.node_id === nodeId && row.version_id === versionId) return true;
+    return false;
+  }
+
   progress(clusterId: string, progress: ProgressReport): void {
     if (this.#placed.get(progress.instanceId)?.cluster_id !== clusterId) return;
     for (const listener of this.#progressListeners) listener(progress);
