@@ -47,7 +47,7 @@ describe('the result keeper', () => {
       res.end('second half');
     }).listen(0, '127.0.0.1');
     await new Promise((resolve) => instance.once('listening', resolve));
-    endpoint = { host: '127.0.0.1', ports: { inference: (instance.address() as AddressInfo).port } };
+    endpoint = { host: '127.0.0.1', ports: { inference: (instance.address() as AddressInfo).port, health: 0 } };
     keeper = new ResultKeeper({ endpointOf: (id) => (id === 'instance-1' ? endpoint : undefined), log: createLogger('silent') });
     origin = await keeper.listen('127.0.0.1', 0);
     keeper.linked(KEY, { orphaned: (id) => void orphaned.push(id), kept: (result) => kept.push(result) > 0 });
@@ -116,7 +116,7 @@ describe('the result keeper', () => {
     const port = (closed.address() as AddressInfo).port;
     closed.close();
     const saved = endpoint;
-    endpoint = { host: '127.0.0.1', ports: { inference: port } };
+    endpoint = { host: '127.0.0.1', ports: { inference: port, health: 0 } };
     try {
       const refused = await send('r-refused');
       assert.equal(refused.status, 502);

@@ -5,7 +5,7 @@ import { after, test } from 'node:test';
 import { createLogger } from '../../src/logger.ts';
 import { Invocation, type StoredResult } from '../../src/invocation/invocation.ts';
 import { createInvocationsRepo } from '../../src/invocation/repo.ts';
-import { DurableResults, RESTARTED, ResultCollector } from '../../src/invocation/results.ts';
+import { DurableResults, KEEPER_GONE, REPLICA_GONE, RESTARTED, ResultCollector } from '../../src/invocation/results.ts';
 import { openDatabase } from '../../src/database.ts';
 import { createDatabase } from '../helpers/databases.ts';
 
@@ -45,6 +45,37 @@ test('after a restart: queued ones wait again, a running one ends 502 (never run
 
   const again = new Map((await results.recover()).map((invocation) => [invocation.id, invocation]));
   assert.equal(again.get(running.id)!.result?.status, 502, 'the 502 was stored: a second restart finds it as a result');
+});
+
+test('a dead replica\'s running request a node keeps: left to the node while it lives, stored only as that node\'s, ended 502 once the node is gone or lost it', async () => {
+  const results = new DurableResults({ repo: createInvocationsRepo(store.db), log: createLogger('silent'), now: () => new Date() });
+  const [kept, keptElsewhere, notKept, queued, lost] = [0, 1, 2, 3, 4].map((i) => request(`00000000-0000-4000-8000-0000000001${i}0`));
+  for (const invocation of [kept, keptElsewhere, notKept, queued, lost]) await results.persist(invocation, 'replica-dead');
+  for (const invocation of [kept, keptElsewhere, notKept, lost]) assert.equal(await results.claim(invocation), true);
+
+  assert.equal(await results.keep(kept.id, 'node-1'), true);
+  assert.equal(await results.keep(kept.id, 'node-1'), true, 'asked again by the same node');
+  assert.equal(await results.keep(kept.id, 'node-2'), false, 'another node cannot take it over');
+  assert.equal(await results.keep(keptElsewhere.id, 'node-2'), true);
+  assert.equal(await results.keep(lost.id, 'node-1'), true);
+  assert.equal(await results.keep(queued.id, 'node-1'), false, 'a queued request never reached an instance');
+
+  const { ended, adopted } = await results.takeOverFrom('replica-self', async () => false, async (nodeId) => nodeId === 'node-1');
+  assert.deepEqual(ended.sort(), [keptElsewhere.id, notKept.id].sort());
+  assert.deepEqual(adopted.map((invocation) => invocation.id), [queued.id]);
+  const detail = async (id: string) => JSON.parse((await results.find(id))!.result!.body.toString()).detail;
+  assert.equal(await detail(notKept.id), REPLICA_GONE);
+  assert.equal(await detail(keptElsewhere.id), KEEPER_GONE);
+  assert.equal((await results.find(kept.id))!.state, 'running', 'left to its node');
+
+  const answer: StoredResult = { status: 200, headers: { 'content-type': 'text/plain' }, body: Buffer.from('the instance\'s answer') };
+  assert.equal(await results.storeKept(kept.id, 'node-2', answer), false, 'not node-2\'s to finish');
+  assert.equal(await results.storeKept(kept.id, 'node-1', answer), true);
+  assert.deepEqual((await results.find(kept.id))!.result, answer);
+  assert.equal(await results.storeKept(kept.id, 'node-1', answer), false, 'stored once');
+
+  assert.deepEqual(await results.lostBy('node-1', new Set([kept.id])), [lost.id], 'node-1 linked again holding only what it had finished');
+  assert.equal(await detail(lost.id), KEEPER_GONE);
 });
 
 test('a response nobody waits for is kept whole up to the limit, else it becomes a 502', () => {
