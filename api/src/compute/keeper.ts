@@ -11,7 +11,6 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { pipeline } from 'node:stream';
 import { forbidden, Problem, PROBLEM_CONTENT_TYPE } from '../domain/problem.ts';
 import type { Logger } from '../logger.ts';
 import type { Endpoint } from './protocol.ts';
@@ -20,6 +19,8 @@ import type { Endpoint } from './protocol.ts';
 export const KEEPER_HEADERS = { instance: 'svc-keeper-instance', token: 'svc-keeper-token', unreachable: 'svc-keeper-unreachable' } as const;
 /** The most a kept answer may hold: it goes over the agent link in one message (base64, under the link's 16 MiB). */
 export const MAX_KEPT_BYTES = 8 * 1024 * 1024;
+/** Answer bytes held at once over every exchange: past it an answer is relayed but not kept. */
+const MAX_HELD_BYTES = 256 * 1024 * 1024;
 /** How long an answer sent to a replica stays here in case the replica dies before it has stored it. */
 const REMEMBER_MS = 2_000;
 /** How long an orphaned exchange waits for the control plane to say whether to keep it. */
@@ -48,9 +49,9 @@ export interface KeeperLink {
 
 /** One exchange whose replica went away: kept once the verdict says so and the answer has ended. */
 interface Orphan {
+  exchange: Exchange;
   keep?: boolean;
   result?: KeptResult;
-  abort(): void;
   timer: NodeJS.Timeout;
 }
 
@@ -60,8 +61,9 @@ export class ResultKeeper {
   readonly #server = http.createServer((req, res) => this.#relay(req, res));
   readonly #upstream = new http.Agent({ keepAlive: true });
   readonly #orphans = new Map<string, Orphan>();
-  /** Answers sent on each replica connection in the last REMEMBER_MS. */
-  readonly #recent = new WeakMap<Socket, Set<KeptResult>>();
+  /** Exchanges whose answers went on each replica connection in the last REMEMBER_MS. */
+  readonly #recent = new WeakMap<Socket, Set<Exchange>>();
+  readonly #held = new HeldBytes(MAX_HELD_BYTES);
   /** Kept answers the link could not carry yet. */
   #unsent: KeptResult[] = [];
   #key: string | undefined;
@@ -134,15 +136,20 @@ export class ResultKeeper {
     const upstream = http.request({
       host: endpoint.host, port: endpoint.ports.inference, method: req.method, path: req.url, headers, agent: this.#upstream,
     });
-    const exchange = new Exchange(ids.requestId, res, upstream, Number(req.headers['svc-max-response-size-bytes']) || MAX_KEPT_BYTES);
-    pipeline(req, upstream, () => {}); // a request body cut short ends the exchange with the instance too
+    const limit = Number(req.headers['svc-max-response-size-bytes']) || MAX_KEPT_BYTES;
+    const exchange = new Exchange(ids.requestId, res, upstream, limit, this.#held);
+    req.pipe(upstream);
+    req.on('close', () => {
+      if (!req.complete) upstream.destroy(); // a request body cut short ends the exchange with the instance too
+    });
     upstream.on('response', (answer) => exchange.answered(answer));
     upstream.on('error', (error: Error & { code?: string }) => exchange.failed(error));
     res.on('close', () => {
-      if (!res.writableFinished && !exchange.over) this.#orphan(ids.requestId, () => exchange.abort(), (done) => exchange.whenDone(done));
+      if (!res.writableFinished && !exchange.over) this.#orphan(exchange);
     });
     exchange.whenDone((result) => {
-      if (result.answer && !res.destroyed) this.#remember(req.socket, result);
+      if (result.answer && !res.destroyed) this.#remember(req.socket, exchange);
+      else if (!this.#orphans.has(exchange.requestId)) exchange.release();
     });
   }
 
@@ -150,25 +157,29 @@ export class ResultKeeper {
    * An answer the replica was sent stays here a moment: a replica that dies having read it but before it
    * stored it closes this connection, and the answer is offered as if the replica had gone mid-answer.
    */
-  #remember(socket: Socket, result: KeptResult) {
+  #remember(socket: Socket, exchange: Exchange) {
     let recent = this.#recent.get(socket);
     if (!recent) {
-      const answers = recent = new Set<KeptResult>();
-      this.#recent.set(socket, answers);
+      const exchanges = recent = new Set<Exchange>();
+      this.#recent.set(socket, exchanges);
       socket.once('close', () => {
-        for (const answer of answers) this.#orphan(answer.requestId, () => {}, (done) => done(answer));
+        for (const one of exchanges) this.#orphan(one);
       });
     }
-    recent.add(result);
-    setTimeout(() => recent.delete(result), REMEMBER_MS).unref();
+    recent.add(exchange);
+    setTimeout(() => {
+      recent.delete(exchange);
+      if (!this.#orphans.has(exchange.requestId)) exchange.release();
+    }, REMEMBER_MS).unref();
   }
 
   /** The replica went away before it had the answer safe: keep it if the control plane says so. */
-  #orphan(requestId: string, abort: () => void, whenDone: (done: (result: KeptResult) => void) => void) {
-    if (!this.#link || this.#closed || this.#orphans.has(requestId)) return abort();
-    const orphan: Orphan = { abort, timer: setTimeout(() => this.#drop(requestId, orphan), VERDICT_TIMEOUT_MS).unref() };
+  #orphan(exchange: Exchange) {
+    const { requestId } = exchange;
+    if (!this.#link || this.#closed || this.#orphans.has(requestId)) return exchange.abort();
+    const orphan: Orphan = { exchange, timer: setTimeout(() => this.#drop(requestId, orphan), VERDICT_TIMEOUT_MS).unref() };
     this.#orphans.set(requestId, orphan);
-    whenDone((result) => {
+    exchange.whenDone((result) => {
       orphan.result = result;
       if (orphan.keep) this.#done(requestId, orphan);
     });
@@ -179,13 +190,15 @@ export class ResultKeeper {
   #done(requestId: string, orphan: Orphan) {
     clearTimeout(orphan.timer);
     this.#orphans.delete(requestId);
+    orphan.exchange.release();
     this.#report(orphan.result!);
   }
 
   #drop(requestId: string, orphan: Orphan) {
     clearTimeout(orphan.timer);
     this.#orphans.delete(requestId);
-    orphan.abort();
+    orphan.exchange.abort();
+    orphan.exchange.release();
   }
 
   #report(result: KeptResult) {
@@ -200,19 +213,22 @@ class Exchange {
   readonly #res: ServerResponse;
   readonly #upstream: http.ClientRequest;
   readonly #limit: number;
+  readonly #held: HeldBytes;
   #status = 502;
   #headers: Record<string, string | string[]> = {};
   #chunks: Buffer[] | undefined = [];
+  /** Bytes of the answer held, counted in #held until released. */
   #size = 0;
   #result: KeptResult | undefined;
   readonly #onDone: ((result: KeptResult) => void)[] = [];
   over = false;
 
-  constructor(requestId: string, res: ServerResponse, upstream: http.ClientRequest, limit: number) {
+  constructor(requestId: string, res: ServerResponse, upstream: http.ClientRequest, limit: number, held: HeldBytes) {
     this.requestId = requestId;
     this.#res = res;
     this.#upstream = upstream;
     this.#limit = Math.min(limit, MAX_KEPT_BYTES);
+    this.#held = held;
   }
 
   answered(answer: IncomingMessage) {
@@ -233,9 +249,11 @@ class Exchange {
     });
     answer.on('end', () => {
       this.#res.end();
-      this.#finish(this.#chunks
-        ? { requestId: this.requestId, answer: { status: this.#status, headers: this.#headers, body: Buffer.concat(this.#chunks) } }
-        : { requestId: this.requestId, error: `The answer was larger than the ${this.#limit} bytes a node keeps for a request whose API replica stopped` });
+      const body = this.#chunks && Buffer.concat(this.#chunks);
+      this.#chunks = undefined;
+      this.#finish(body
+        ? { requestId: this.requestId, answer: { status: this.#status, headers: this.#headers, body } }
+        : { requestId: this.requestId, error: `The answer was larger than a node keeps (${this.#limit} bytes, and what it holds for other requests) for a request whose API replica stopped` });
     });
     answer.on('error', (error) => this.failed(error));
   }
@@ -256,15 +274,26 @@ class Exchange {
     else this.#onDone.push(done);
   }
 
+  /** Ends the exchange with the instance, unless it is over (its connection may serve another request by then). */
   abort() {
-    this.#upstream.destroy();
+    if (!this.over) this.#upstream.destroy();
+  }
+
+  /** The held answer is reported, dropped or safe with its replica: its bytes count no more. */
+  release() {
+    this.#held.give(this.#size);
+    this.#size = 0;
   }
 
   #hold(chunk: Buffer) {
     if (!this.#chunks) return;
-    this.#size += chunk.length;
-    if (this.#size <= this.#limit) return void this.#chunks.push(chunk);
+    if (this.#size + chunk.length <= this.#limit && this.#held.take(chunk.length)) {
+      this.#size += chunk.length;
+      this.#chunks.push(chunk);
+      return;
+    }
     this.#chunks = undefined;
+    this.release();
     // Past the limit an answer can no longer be kept: once its replica has gone, there is no one to read it.
     if (this.#res.destroyed) this.abort();
   }
@@ -282,4 +311,23 @@ function refuse(req: IncomingMessage | undefined, res: ServerResponse, problem: 
   const requestId = String(req?.headers['svc-reqid'] ?? '');
   res.writeHead(problem.status, { 'content-type': PROBLEM_CONTENT_TYPE, ...(unreachable ? { [KEEPER_HEADERS.unreachable]: '1' } : {}) });
   res.end(JSON.stringify(problem.toBody(req?.url ?? '', requestId)));
+}
+
+/** Bytes counted against a ceiling. */
+class HeldBytes {
+  #free: number;
+
+  constructor(max: number) {
+    this.#free = max;
+  }
+
+  take(bytes: number): boolean {
+    if (bytes > this.#free) return false;
+    this.#free -= bytes;
+    return true;
+  }
+
+  give(bytes: number) {
+    this.#free += bytes;
+  }
 }

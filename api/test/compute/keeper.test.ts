@@ -61,7 +61,7 @@ describe('the result keeper', () => {
   });
 
   /** A request as a replica sends it; `onFirst` sees the response once its first bytes came. */
-  const send = (id: string, options: { path?: string; token?: string; instanceId?: string; agent?: http.Agent; onFirst?: (req: http.ClientRequest) => void } = {}) =>
+  const send = (id: string, options: { path?: string; token?: string; instanceId?: string; agent?: http.Agent; limit?: number; onFirst?: (req: http.ClientRequest) => void } = {}) =>
     new Promise<Reply>((resolve, reject) => {
       const instanceId = options.instanceId ?? 'instance-1';
       const req = http.request(`${origin}${options.path ?? '/work'}`, {
@@ -69,6 +69,7 @@ describe('the result keeper', () => {
         headers: {
           'svc-reqid': id, 'content-type': 'application/json', [KEEPER_HEADERS.instance]: instanceId,
           [KEEPER_HEADERS.token]: options.token ?? keeperToken(KEY, instanceId, id),
+          ...(options.limit ? { 'svc-max-response-size-bytes': String(options.limit) } : {}),
         },
       }, (res) => {
         let body = '';
@@ -148,6 +149,17 @@ describe('the result keeper', () => {
     await until('the instance to see its client go', async () => seen.get('r-drop')!.closed === true);
     held.get('r-drop')!();
     assert.equal(kept.some((result) => result.requestId === 'r-drop'), false);
+  });
+
+  test('an answer larger than the request\'s response size limit is relayed but not kept: kept, it is why there is none', async () => {
+    await assert.rejects(send('r-big', { path: '/slow', limit: 10, agent: new http.Agent(), onFirst: (req) => req.destroy() }));
+    await until('the keeper to ask about r-big', async () => orphaned.includes('r-big'));
+    keeper.verdict('r-big', true);
+    held.get('r-big')!();
+    await until('r-big to be reported', async () => kept.some((result) => result.requestId === 'r-big'));
+    const result = kept.find((one) => one.requestId === 'r-big')!;
+    assert.equal(result.answer, undefined);
+    assert.match(result.error ?? '', /larger than a node keeps \(10 bytes/);
   });
 
   test('the replica had the whole answer but its connection closes a moment later (it died before storing it): the answer is offered too', async () => {
