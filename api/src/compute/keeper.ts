@@ -22,7 +22,7 @@ export const MAX_KEPT_BYTES = 8 * 1024 * 1024;
 /** Answer bytes held at once over every exchange: past it an answer is relayed but not kept. */
 const MAX_HELD_BYTES = 256 * 1024 * 1024;
 /** How long an answer sent to a replica stays here in case the replica dies before it has stored it. */
-const REMEMBER_MS = 2_000;
+const REMEMBER_MS = 3_000;
 /** How long an orphaned exchange waits for the control plane to say whether to keep it. */
 const VERDICT_TIMEOUT_MS = 30_000;
 /** Connect failures: the request never reached the instance, so the replica may send it to another. */

@@ -131,10 +131,14 @@ export function createInvocationsRepo(db: Kysely<Database>) {
     async storeResult(requestId: string, result: StoredResult, at: string): Promise<void> {
       await finishing(requestId, result, at).execute();
     },
-    /** The result of a record node `nodeId` keeps, only while it runs and is still that node's: true if stored. */
-    async storeKept(requestId: string, nodeId: string, result: StoredResult, at: string): Promise<boolean> {
+    /**
+     * The result of a running record, only while it runs and is still node `keeper`'s to finish (undefined:
+     * still no node's): true if stored.
+     */
+    async storeRunning(requestId: string, keeper: string | undefined, result: StoredResult, at: string): Promise<boolean> {
+      const kept = '%"keeper":';
       const stored = await finishing(requestId, result, at).where('state', '=', 'running')
-        .where('request', 'like', `%"keeper":${JSON.stringify(nodeId)}%`).executeTakeFirst();
+        .where('request', keeper === undefined ? 'not like' : 'like', keeper === undefined ? `${kept}%` : `${kept}${JSON.stringify(keeper)}%`).executeTakeFirst();
       return stored.numUpdatedRows === 1n;
     },
     async delete(requestId: string): Promise<void> {

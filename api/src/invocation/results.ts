@@ -13,6 +13,8 @@ export class DurableResults {
   readonly #repo: InvocationsRepo;
   readonly #log: Logger;
   readonly #now: () => Date;
+  /** Running requests of replicas found gone at the last look that no node's keeper had taken. */
+  #goneRunning = new Set<string>();
 
   constructor(options: { repo: InvocationsRepo; log: Logger; now: () => Date }) {
     this.#repo = options.repo;
@@ -58,12 +60,14 @@ export class DurableResults {
   }
 
   /**
-   * Requests of replicas no longer alive: running ones end 502 (they are never run twice), unless a node's
-   * result keeper finishes them and its node is `live`; queued ones are handed to `self`, which queues
-   * them again (a conditional update: one replica gets each).
+   * Requests of replicas no longer alive: queued ones are handed to `self`, which queues them again (a
+   * conditional update: one replica gets each); running ones are left to the node whose result keeper
+   * finishes them while that node is `live`, and those no node took by the next look end 502 (they are
+   * never run twice).
    */
   async takeOverFrom(self: string, alive: (replica: string) => Promise<boolean>, live: (nodeId: string) => Promise<boolean>): Promise<{ ended: string[]; adopted: Invocation[] }> {
     const out = { ended: [] as string[], adopted: [] as Invocation[] };
+    const unkept = new Set<string>();
     const verdicts = new Map<string, Promise<boolean>>();
     const judged = (id: string, judge: (id: string) => Promise<boolean>) => {
       if (!verdicts.has(id)) verdicts.set(id, judge(id));
@@ -76,13 +80,15 @@ export class DurableResults {
         continue;
       }
       if (!replica || replica === self || await judged(replica, alive)) continue;
-      if (record.state === 'running') {
-        await this.#finish(this.#revive(record), problemResult(502, 'bad-gateway', REPLICA_GONE));
+      if (record.state !== 'running') {
+        if (await this.#repo.reassign(record.requestId, replica, self)) out.adopted.push(this.#revive(record));
+      } else if (!this.#goneRunning.has(record.requestId)) {
+        unkept.add(record.requestId); // its node's keeper may be about to take it: ended at the next look if not
+      } else if (await this.#repo.storeRunning(record.requestId, undefined, problemResult(502, 'bad-gateway', REPLICA_GONE), this.#at())) {
         out.ended.push(record.requestId);
-      } else if (await this.#repo.reassign(record.requestId, replica, self)) {
-        out.adopted.push(this.#revive(record));
       }
     }
+    this.#goneRunning = unkept;
     return out;
   }
 
@@ -93,7 +99,7 @@ export class DurableResults {
 
   /** The answer a node kept; false when the request is no longer that node's to finish. */
   storeKept(requestId: string, nodeId: string, result: StoredResult): Promise<boolean> {
-    return this.#repo.storeKept(requestId, nodeId, result, this.#at());
+    return this.#repo.storeRunning(requestId, nodeId, result, this.#at());
   }
 
   /** A node linked again: the requests it was to finish and no longer holds end 502; their ids. */

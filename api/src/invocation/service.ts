@@ -383,8 +383,9 @@ export class InvocationService {
   }
 
   /**
-   * Stored requests of a replica that died: running ones end 502 (but those a node's result keeper
-   * finishes, while that node lives), queued ones queue again here (the store hands each to one replica).
+   * Stored requests of a replica that died: queued ones queue again here (the store hands each to one
+   * replica); running ones are finished by the node whose result keeper took them, or end 502 if none has
+   * by the next look.
    */
   async #takeOver(queue: SharedQueue) {
     const { ended, adopted } = await this.#results.takeOverFrom(queue.replicaId, (replica) => queue.alive(replica), this.#options.nodeLive);

@@ -47,11 +47,11 @@ test('after a restart: queued ones wait again, a running one ends 502 (never run
   assert.equal(again.get(running.id)!.result?.status, 502, 'the 502 was stored: a second restart finds it as a result');
 });
 
-test('a dead replica\'s running request a node keeps: left to the node while it lives, stored only as that node\'s, ended 502 once the node is gone or lost it', async () => {
+test('a dead replica\'s running request a node keeps: left to the node while it lives, stored only as that node\'s, ended 502 once the node is gone or lost it; one no node took ends at the next look', async () => {
   const results = new DurableResults({ repo: createInvocationsRepo(store.db), log: createLogger('silent'), now: () => new Date() });
-  const [kept, keptElsewhere, notKept, queued, lost] = [0, 1, 2, 3, 4].map((i) => request(`00000000-0000-4000-8000-0000000001${i}0`));
-  for (const invocation of [kept, keptElsewhere, notKept, queued, lost]) await results.persist(invocation, 'replica-dead');
-  for (const invocation of [kept, keptElsewhere, notKept, lost]) assert.equal(await results.claim(invocation), true);
+  const [kept, keptElsewhere, notKept, queued, lost, keptLate] = [0, 1, 2, 3, 4, 5].map((i) => request(`00000000-0000-4000-8000-0000000001${i}0`));
+  for (const invocation of [kept, keptElsewhere, notKept, queued, lost, keptLate]) await results.persist(invocation, 'replica-dead');
+  for (const invocation of [kept, keptElsewhere, notKept, lost, keptLate]) assert.equal(await results.claim(invocation), true);
 
   assert.equal(await results.keep(kept.id, 'node-1'), true);
   assert.equal(await results.keep(kept.id, 'node-1'), true, 'asked again by the same node');
@@ -60,13 +60,19 @@ test('a dead replica\'s running request a node keeps: left to the node while it 
   assert.equal(await results.keep(lost.id, 'node-1'), true);
   assert.equal(await results.keep(queued.id, 'node-1'), false, 'a queued request never reached an instance');
 
-  const { ended, adopted } = await results.takeOverFrom('replica-self', async () => false, async (nodeId) => nodeId === 'node-1');
-  assert.deepEqual(ended.sort(), [keptElsewhere.id, notKept.id].sort());
-  assert.deepEqual(adopted.map((invocation) => invocation.id), [queued.id]);
+  const look = () => results.takeOverFrom('replica-self', async () => false, async (nodeId) => nodeId === 'node-1');
+  const first = await look();
+  assert.deepEqual(first.ended, [keptElsewhere.id], 'the one whose node is gone');
+  assert.deepEqual(first.adopted.map((invocation) => invocation.id), [queued.id]);
   const detail = async (id: string) => JSON.parse((await results.find(id))!.result!.body.toString()).detail;
-  assert.equal(await detail(notKept.id), REPLICA_GONE);
   assert.equal(await detail(keptElsewhere.id), KEEPER_GONE);
-  assert.equal((await results.find(kept.id))!.state, 'running', 'left to its node');
+  for (const invocation of [kept, notKept, keptLate]) assert.equal((await results.find(invocation.id))!.state, 'running', `${invocation.id} waits`);
+  // Between two looks a node's keeper takes one of those no node had taken.
+  assert.equal(await results.keep(keptLate.id, 'node-1'), true);
+  assert.deepEqual((await look()).ended, [notKept.id], 'no node took it by the next look');
+  assert.equal(await detail(notKept.id), REPLICA_GONE);
+  assert.equal(await results.keep(notKept.id, 'node-1'), false, 'too late for a node to take it');
+  for (const invocation of [kept, keptLate]) assert.equal((await results.find(invocation.id))!.state, 'running', `${invocation.id} is left to its node`);
 
   const answer: StoredResult = { status: 200, headers: { 'content-type': 'text/plain' }, body: Buffer.from('the instance\'s answer') };
   assert.equal(await results.storeKept(kept.id, 'node-2', answer), false, 'not node-2\'s to finish');
@@ -74,7 +80,7 @@ test('a dead replica\'s running request a node keeps: left to the node while it 
   assert.deepEqual((await results.find(kept.id))!.result, answer);
   assert.equal(await results.storeKept(kept.id, 'node-1', answer), false, 'stored once');
 
-  assert.deepEqual(await results.lostBy('node-1', new Set([kept.id])), [lost.id], 'node-1 linked again holding only what it had finished');
+  assert.deepEqual((await results.lostBy('node-1', new Set([kept.id, keptLate.id]))), [lost.id], 'node-1 linked again without it');
   assert.equal(await detail(lost.id), KEEPER_GONE);
 });
 
