@@ -254,6 +254,8 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
     if (expiryDue) lastExpiryScan = at.getTime();
     const queued = await repo.listQueued(options.batch ?? 1000);
     const offerings = new Map<string, ClusterRow[]>();
+    /** Specifications that found no room this pass: their later tasks wait too (a GPU freed meanwhile prompts another pass). */
+    const full = new Set<string>();
     for (const row of queued) {
       if (!expiryDue && !hasRoom()) break;
       const document = documentOf(row);
@@ -267,13 +269,17 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
       }
       const spec = document.gpuSpecification;
       const key = JSON.stringify([row.nca_id, spec.gpu, spec.instanceType, spec.backend, spec.clusters]);
+      if (full.has(key)) continue;
       let offering = offerings.get(key);
       if (!offering) {
         offering = (await clusters.offering(row.nca_id, spec)).filter(linked);
         offerings.set(key, offering);
       }
       const target = targetOf(offering, spec.gpu);
-      if (!target) continue;
+      if (!target) {
+        full.add(key);
+        continue;
+      }
       const { cluster, nodeId } = target;
       const launchedAt = at.toISOString();
       const placed = await repo.transition(row.id, ['QUEUED'], {
