@@ -7,7 +7,7 @@ import { assetsMigration } from './control/assets/migration.ts';
 import { versionDrainsMigration } from './control/deployments/drains.ts';
 import { placementLeaseMigration } from './control/placement/migration.ts';
 import { statsMigration } from './control/stats/migration.ts';
-import { tasksMigration } from './control/tasks/migration.ts';
+import { taskNodesMigration, tasksMigration } from './control/tasks/migration.ts';
 import { telemetriesMigration } from './control/telemetries/migration.ts';
 import { foundationMigrations } from './store/migrations.ts';
 import { streamingSessionsMigration } from './streaming/session-records.ts';
@@ -21,6 +21,7 @@ export function platformMigrations(dialect: Dialect) {
     '0013_placement_lease': placementLeaseMigration(dialect),
     '0014_version_drains': versionDrainsMigration(),
     '0015_streaming_sessions': streamingSessionsMigration(),
+    '0016_task_nodes': taskNodesMigration(),
   };
 }
 

@@ -188,10 +188,10 @@ async function startWork(root: Root, control: ControlPlane, { metrics, telemetry
   metrics.watchLoad(() => invocationPlane.invocation.load());
   const tasks = createTasksPlane({
     db: store.db, box: control.box, accounts: control.accounts, clusters, log, now, dataDir: config.store.dataDir, registry: control.registry,
-    settings: config.tasks, capacityInUse: { of: instances.instancesOn }, checkTelemetries: control.telemetries.checkReferences,
+    settings: config.tasks, hosts: instances, checkTelemetries: control.telemetries.checkReferences,
     onOutput: (taskId, instanceId, lines) => telemetryExport?.exportLogLines(taskId, lines.map((text) => ({ text, instanceId }))),
   });
-  instances.countTasks(tasks.scheduler.tasksOn);
+  instances.countTasks(tasks.scheduler);
   const agentHub = createAgentHub({ clusters, instances, log, tasks: tasks.scheduler, epoch: () => election?.lastEpoch, kept: invocationPlane.kept });
   return { autoscaler, election, instances, invocationPlane, health, tasks, agentHub };
 }

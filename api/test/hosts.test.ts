@@ -3,8 +3,8 @@
 // and its instances lets its lease lapse, and its instances are replaced on the other node; an agent that
 // was away (SIGSTOP) longer than its lease comes back to a newer generation and stops its old instances;
 // cluster status follows the live links; a cluster whose only agent dies reads DISCONNECTED at once and
-// its instances move to another cluster; a cluster's tasks move to another node once the node holding
-// them has lost its lease. The lease is short here (compute.agentLeaseMs).
+// its instances move to another cluster. A cluster's tasks spread over its nodes, one per free GPU, and a
+// node's death ends only the tasks it ran. The lease is short here (compute.agentLeaseMs).
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, writeFileSync } from 'node:fs';
@@ -26,10 +26,10 @@ const health = { protocol: 'HTTP', uri: '/health', port: 8000, timeout: 'PT2S', 
 const echo = () => echoBody({ name: undefined, containerImage: 'local/echo:1', health });
 const GPU = { gpu: 'L40S', instanceType: 'LOCAL.GPU.L40S_1x', clusters: ['hosts'] };
 
-/** A directory with an nvidia-smi that lists two L40S: each agent is a host with two GPUs. */
-function twoGpuHost(): string {
+/** A directory with an nvidia-smi that lists `count` L40S: an agent with it on its PATH is a host with that many GPUs. */
+function gpuHost(count: number): string {
   const dir = tempDir('svc-gpus-');
-  writeFileSync(path.join(dir, 'nvidia-smi'), '#!/bin/sh\nprintf "NVIDIA L40S, 46068 MiB\\nNVIDIA L40S, 46068 MiB\\n"\n');
+  writeFileSync(path.join(dir, 'nvidia-smi'), `#!/bin/sh\nprintf "${'NVIDIA L40S, 46068 MiB\\n'.repeat(count)}"\n`);
   chmodSync(path.join(dir, 'nvidia-smi'), 0o755);
   return dir;
 }
@@ -49,7 +49,7 @@ describe('hosts: nodes of a cluster, leases, fencing', () => {
   let key: string;
   let clusterId: string;
   let credential: string;
-  const gpuPath = twoGpuHost();
+  const gpuPath = gpuHost(2);
   const agents = new Map<string, AgentProcess>();
 
   function startAgent(name: string, udpRange: string, stateDir = tempDir(`svc-agent-${name}-`)): AgentProcess {
@@ -192,49 +192,62 @@ describe('hosts: nodes of a cluster, leases, fencing', () => {
   });
 });
 
-describe('hosts: the tasks of a cluster of two nodes', () => {
+describe('hosts: the tasks of a cluster of two nodes of one GPU each', () => {
   let svc: TestPlatform;
+  let token: string;
   let key: string;
+  let clusterId: string;
   let credential: string;
-  const children: ChildProcess[] = [];
-  const stateDirs: string[] = [];
-  const remote = { gpu: 'REMOTE', instanceType: 'REMOTE_1x' };
+  const gpuPath = gpuHost(1);
+  const agents = new Map<string, AgentProcess>();
+  const gpu = { gpu: 'L40S', instanceType: 'LOCAL.GPU.L40S_1x' };
+  /** Long enough to outlast the test (1000 steps of 50 ms); canceled at its end. */
+  const long = (name: string) => taskBody({ name, gpuSpecification: gpu }, { TASK_STEPS: '1000', TASK_STEP_MS: '50' });
 
-  function startAgent(name: string): ChildProcess {
+  const udpRanges = ['48850-48899', '48900-48949', '48950-48999'];
+
+  function startAgent(name: string): AgentProcess {
     const stateDir = tempDir(`svc-agent-${name}-`);
-    stateDirs.push(stateDir);
     const child = spawn(process.execPath, [svcBin, 'agent'], {
       env: {
-        ...process.env, SVC_AGENT_SERVER: svc.url, SVC_AGENT_CREDENTIAL: credential, SVC_AGENT_NODE_NAME: name, SVC_AGENT_STATE_DIR: stateDir,
-        SVC_DATA_DIR: stateDir, SVC_AGENT_IMAGE_CATALOG: SAMPLES_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_AGENT_SANDBOX: 'off',
-        SVC_AGENT_TASK_PROGRESS_INTERVAL_MS: '100',
+        ...process.env, PATH: `${gpuPath}:${process.env.PATH}`, SVC_AGENT_SERVER: svc.url, SVC_AGENT_CREDENTIAL: credential, SVC_AGENT_NODE_NAME: name,
+        SVC_AGENT_STATE_DIR: stateDir, SVC_DATA_DIR: stateDir, SVC_AGENT_IMAGE_CATALOG: TEST_CATALOG, SVC_LOG_LEVEL: 'warn', SVC_AGENT_SANDBOX: 'off',
+        SVC_AGENT_TASK_PROGRESS_INTERVAL_MS: '100', SVC_AGENT_UDP_PORT_RANGE: udpRanges[agents.size],
       },
       stdio: 'ignore',
     });
-    children.push(child);
-    return child;
+    const agent = { name, child, stateDir, output: [] };
+    agents.set(name, agent);
+    return agent;
   }
+
+  const launch = async (body: object) => {
+    const launched = await svc.api('POST', '/v1/svct/tasks', { bearer: key, body });
+    assert.equal(launched.status, 200);
+    return launched.body.task.id as string;
+  };
+  /** The node whose agent runs the task's process. */
+  const nodeOf = (task: any) => [...agents.values()].find((agent) => instancesOf(agent).has(task.instances[0].instanceId))?.name;
 
   before(async () => {
     svc = await startTestPlatform({ config: { compute: { agentLeaseMs: LEASE_MS }, tasks: { schedulerIntervalMs: 100 } } });
-    const token = await svc.token();
+    token = await svc.token();
     key = await svc.apiKey(token, TASK_KEY_SCOPES, { task: true });
     const registered = await svc.api('POST', '/v1/accounts/svc-default/clusters', {
-      bearer: token, body: { clusterName: 'task-hosts', clusterGroupName: 'task-hosts-group', gpus: [{ name: 'REMOTE', capacity: 4, instanceTypes: [{ name: 'REMOTE_1x' }] }] },
+      bearer: token, body: { clusterName: 'task-hosts', clusterGroupName: 'task-hosts-group', gpus: [{ name: 'L40S', capacity: 8, instanceTypes: [{ name: 'LOCAL.GPU.L40S_1x' }] }] },
     });
-    credential = registered.body.agentCredential;
-    const linked = async (name: string) => {
-      const record = (await svc.api('GET', `/v1/accounts/svc-default/clusters/${registered.body.clusterId}`, { bearer: token })).body;
-      return record.nodes?.some((node: any) => node.name === name && node.status === 'CONNECTED');
-    };
+    ({ clusterId, agentCredential: credential } = registered.body);
     startAgent('first');
-    await until('the first node linked', () => linked('first'), boundMs(30_000));
     startAgent('second');
-    await until('the second node linked', () => linked('second'), boundMs(30_000));
+    const linked = await until('both nodes linked', async () => {
+      const record = (await svc.api('GET', `/v1/accounts/svc-default/clusters/${clusterId}`, { bearer: token })).body;
+      return record.nodes?.filter((node: any) => node.status === 'CONNECTED').length === 2 && record;
+    }, boundMs(30_000));
+    assert.deepEqual(linked.gpus.map((offer: any) => [offer.name, offer.capacity]), [['L40S', 2]], 'the nodes\' GPUs, not the registration\'s 8');
   });
 
   after(async () => {
-    for (const child of children) {
+    for (const { child } of agents.values()) {
       if (child.exitCode !== null || child.signalCode !== null) continue;
       const exited = new Promise((resolve) => child.once('exit', resolve));
       child.kill('SIGTERM');
@@ -243,24 +256,80 @@ describe('hosts: the tasks of a cluster of two nodes', () => {
     await svc.close();
   });
 
-  test('the first node holds them; after a kill -9 of it and its lease lapsing, the task it ran ends and the next runs on the other node', async () => {
-    const running = (await svc.api('POST', '/v1/svct/tasks', {
-      bearer: key, body: taskBody({ name: 'on-first', gpuSpecification: remote }, { TASK_STEPS: '1000', TASK_STEP_MS: '50' }),
-    })).body.task;
-    await waitForTask(svc.api, key, running.id, (task) => task.status === 'RUNNING', boundMs(30_000));
-    process.kill(children[0].pid!, 'SIGKILL');
-    const orphans = await until('the task\'s process on the first node', async () => {
-      const pids = [...instancesOf({ name: 'first', child: children[0], stateDir: stateDirs[0], output: [] }).values()];
-      return pids.length > 0 && pids;
-    }, boundMs(10_000));
+  let running: any[] = [];
+  let waiting: string;
+
+  test('two tasks run at once, one on each node; a third waits for a free GPU', async () => {
+    const ids = [await launch(long('one')), await launch(long('two'))];
+    waiting = await launch(taskBody({ name: 'three', gpuSpecification: gpu }, { TASK_STEPS: '40', TASK_STEP_MS: '50' }));
+    running = await Promise.all(ids.map((id) => waitForTask(svc.api, key, id, hasStatus('RUNNING'), boundMs(30_000))));
+    const nodes = await Promise.all(running.map((task) => until(`the node running ${task.name}`, async () => nodeOf(task), boundMs(10_000))));
+    assert.deepEqual(nodes.sort(), ['first', 'second'], 'spread: one task on each node');
+    assert.deepEqual([...agents.values()].map((agent) => instancesOf(agent).size), [1, 1], 'no node runs more than its one GPU');
+    assert.equal((await waitForTask(svc.api, key, waiting, () => true)).status, 'QUEUED', 'both GPUs are taken: the third waits');
+  });
+
+  test('kill -9 of a node and its task: once its lease lapses only its own task ends; the other node\'s runs on', async () => {
+    const [lost, kept] = running;
+    const doomed = agents.get(nodeOf(lost)!)!;
+    const survivor = agents.get(nodeOf(kept)!)!;
+    const keptPid = instancesOf(survivor).get(kept.instances[0].instanceId)!;
+    const orphans = [...instancesOf(doomed).values()];
+    process.kill(doomed.child.pid!, 'SIGKILL');
     for (const pid of orphans) process.kill(-pid, 'SIGKILL');
 
-    const lost = await waitForTask(svc.api, key, running.id, hasStatus('ERRORED', 'COMPLETED'), boundMs(30_000));
-    assert.equal(lost.status, 'ERRORED');
-    assert.match(lost.healthInfo.error, /no longer runs this task/);
-    assert.ok(svc.logs.some((line) => line.includes('node lease lapsed') && line.includes('"first"')), 'moved when the lease lapsed');
-    const next = (await svc.api('POST', '/v1/svct/tasks', { bearer: key, body: taskBody({ name: 'on-second', gpuSpecification: remote }) })).body.task;
-    assert.equal((await waitForTask(svc.api, key, next.id, hasStatus('COMPLETED', 'ERRORED'), boundMs(30_000))).status, 'COMPLETED');
+    const ended = await waitForTask(svc.api, key, lost.id, hasStatus('ERRORED', 'COMPLETED'), boundMs(30_000));
+    assert.equal(ended.status, 'ERRORED');
+    assert.match(ended.healthInfo.error, new RegExp(`its node '${doomed.name}' lost its lease`));
+    assert.ok(svc.logs.some((line) => line.includes('node lease lapsed') && line.includes(`"${doomed.name}"`)), 'ended when the lease lapsed');
+
+    const alive = (await waitForTask(svc.api, key, kept.id, () => true));
+    assert.equal(alive.status, 'RUNNING', 'the other node\'s task is not touched');
+    assert.ok(isAlive(keptPid), 'its process runs on');
+    assert.equal((await waitForTask(svc.api, key, waiting, () => true)).status, 'QUEUED', 'the lost node\'s GPU is not offered any more');
+
+    // The survivor's GPU freed: the waiting task runs there.
+    assert.equal((await svc.api('POST', `/v1/svct/tasks/${kept.id}/cancel`, { bearer: key })).status, 200);
+    const third = await waitForTask(svc.api, key, waiting, hasStatus('RUNNING', 'COMPLETED', 'ERRORED'), boundMs(30_000));
+    assert.equal(third.status, 'RUNNING');
+    assert.equal(await until('the node running the third task', async () => nodeOf(third), boundMs(10_000)), survivor.name);
+    assert.equal((await waitForTask(svc.api, key, waiting, hasStatus('COMPLETED', 'ERRORED'), boundMs(30_000))).status, 'COMPLETED');
+  });
+
+  test('a node away longer than its lease comes back and stops the task it held: it ended ERRORED and runs nowhere twice', async () => {
+    const node = [...agents.values()].find((agent) => agent.child.exitCode === null && agent.child.signalCode === null)!;
+    const id = await launch(long('cut-off'));
+    const task = await waitForTask(svc.api, key, id, hasStatus('RUNNING'), boundMs(30_000));
+    const pid = await until('the task\'s process', async () => instancesOf(node).get(task.instances[0].instanceId), boundMs(10_000));
+
+    node.child.kill('SIGSTOP');
+    const ended = await waitForTask(svc.api, key, id, hasStatus('ERRORED', 'COMPLETED'), boundMs(30_000));
+    assert.match(ended.healthInfo.error, /lost its lease/);
+    assert.ok(isAlive(pid), 'cut off, the node still runs it');
+    node.child.kill('SIGCONT');
+
+    await until('the returning node stopped the task', async () => !isAlive(pid), boundMs(30_000));
+    const after = await waitForTask(svc.api, key, id, () => true);
+    assert.equal(after.status, 'ERRORED', 'its end stays as it was');
+    assert.equal(after.instances[0].instanceState, 'TERMINATED', 'the agent\'s report of its stop is recorded');
+  });
+
+  test('functions and tasks share a node\'s GPUs: an instance goes to the node a task leaves free', async () => {
+    const [live] = [...agents.values()].filter((agent) => agent.child.exitCode === null && agent.child.signalCode === null);
+    const added = startAgent('third');
+    await until('the third node linked', async () => {
+      const record = (await svc.api('GET', `/v1/accounts/svc-default/clusters/${clusterId}`, { bearer: token })).body;
+      return record.nodes?.some((node: any) => node.name === 'third' && node.status === 'CONNECTED');
+    }, boundMs(30_000));
+    const task = await waitForTask(svc.api, key, await launch(long('beside')), hasStatus('RUNNING'), boundMs(30_000));
+    const taskNode = await until('the node running the task', async () => nodeOf(task), boundMs(10_000));
+    const free = taskNode === live.name ? added : live;
+
+    const functionKey = await svc.apiKey(token, ['invoke_function', 'list_functions']);
+    const fn = await deploy(svc, token, echo(), { ...gpu, clusters: ['task-hosts'], minInstances: 1, maxInstances: 1 });
+    const record = await waitFor(svc, functionKey, fn, (current) => current.activeInstances.some((instance: any) => instance.instanceStatus === 'RUNNING'), boundMs(60_000));
+    assert.ok(instancesOf(free).has(record.activeInstances[0].instanceId), `the instance runs on ${free.name}, the node without the task`);
+    assert.equal(instancesOf(agents.get(taskNode)!).size, 1, 'the task\'s node holds the task alone');
   });
 });
 
@@ -268,7 +337,7 @@ describe('hosts: a cluster whose only agent dies', () => {
   let svc: TestPlatform;
   let token: string;
   let key: string;
-  const gpuPath = twoGpuHost();
+  const gpuPath = gpuHost(2);
   const children = new Map<string, AgentProcess>();
 
   async function register(name: string) {

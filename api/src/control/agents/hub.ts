@@ -3,8 +3,8 @@
 // it its node's desired set, and feeds its reports to placement. Agents sharing a credential are each a
 // node; a newer link of the same node replaces an older one. Every answer over the link (a pong, any
 // message) renews the node's lease; the hub pings a few times per lease and drops a link that stops
-// answering. Tasks ride the same link, one node per cluster at a time (task-nodes.ts): hello's task
-// reports, `tasks` desired sets and `task` reports go to the task scheduler when one is given. Logs are
+// answering. Tasks ride the same link, each on one node (task-nodes.ts): hello's task reports, each
+// node's `tasks` desired set and its `task` reports go to the task scheduler when one is given. Logs are
 // asked of the agents of a cluster's nodes through `logs` (logs.ts: LogRelay).
 // A link is a LinkSocket: the agent's WebSocket itself, or (compute.placement 'elected') one that another
 // replica accepted and relays over NATS (relay.ts). Every message to an agent carries placement's term
@@ -41,7 +41,7 @@ export interface KeptAnswers {
 }
 
 /** What the hub needs of the task plane. */
-export type TaskAgents = Pick<TaskScheduler, 'agentConnected' | 'agentDisconnected' | 'report'>;
+export type TaskAgents = Pick<TaskScheduler, 'agentConnected' | 'agentDisconnected' | 'nodeLapsed' | 'report'>;
 
 const HELLO_TIMEOUT_MS = 10_000;
 /** Pings per lease period: a link that misses one answer is dropped, the lease still has two to go. */
@@ -90,7 +90,7 @@ export function createAgentHub({ clusters, instances, log, tasks, epoch, kept }:
   const staging = new AssetStaging();
   const taskNodes = tasks && new TaskNodes(tasks);
   instances.onNodeLapsed((node) => {
-    void taskNodes?.lapsed(node.cluster_id, node.id).catch((error) => log.error({ clusterId: node.cluster_id, err: error }, 'could not hand the cluster\'s tasks to another node'));
+    void taskNodes?.lapsed(node).catch((error) => log.error({ clusterId: node.cluster_id, nodeId: node.id, err: error }, 'could not end the tasks of a lapsed node'));
   });
   const logs = new LogRelay();
 
@@ -170,7 +170,7 @@ export function createAgentHub({ clusters, instances, log, tasks, epoch, kept }:
       } else if (message.type === 'progress') {
         instances.progress(clusterId, message.progress);
       } else if (message.type === 'task') {
-        if (taskLink && taskNodes?.holds(taskLink)) await tasks?.report(clusterId, message.report);
+        if (taskLink) await taskNodes?.reported(taskLink, message.report);
       } else if (message.type === 'staged') {
         staging.staged(message.requestId, message.error);
       } else if (message.type === 'log-lines') {

@@ -40,6 +40,12 @@ export interface DesiredCounts {
   wake(version: { versionId: string; ncaId: string; functionId: string }, gpuSpecId: string, at: string): Promise<void>;
 }
 
+/** GPUs running tasks hold (the task scheduler's counts). */
+export interface TaskCounts {
+  tasksOn(clusterId: string, gpu: string): number;
+  tasksOnNode(nodeId: string, gpu?: string): number;
+}
+
 /** What an agent's hello says, as placement needs it. */
 export interface AgentHello {
   /** Node name; absent: DEFAULT_NODE_NAME. */
@@ -112,8 +118,8 @@ export class InstancesService {
   readonly #rounds: Counter;
   /** clusterId → its cluster group (the reference's backend), as of the last round. */
   #backends = new Map<string, string>();
-  /** GPUs running tasks hold (the task scheduler's count, once wired). */
-  #tasksOn: (clusterId: string, gpu: string) => number = () => 0;
+  /** GPUs running tasks hold, per cluster and per node (the task scheduler's counts, once wired). */
+  #tasks: TaskCounts = { tasksOn: () => 0, tasksOnNode: () => 0 };
   /** Instances holding a streaming session (the session broker's), stopped last when scaling down. */
   #inSession: (instanceId: string) => boolean = () => false;
   #timer: NodeJS.Timeout | undefined;
@@ -123,14 +129,14 @@ export class InstancesService {
   #runningAnywhere: (versionId: string) => number = () => 0;
   /** What choosing a cluster needs to know of the clusters' use: instances and tasks on them, their links. */
   readonly #use: ClusterUse = {
-    held: (clusterId, gpu) => this.#placed.countOn(clusterId, gpu) + this.#tasksOn(clusterId, gpu),
+    held: (clusterId, gpu) => this.#placed.countOn(clusterId, gpu) + this.#tasks.tasksOn(clusterId, gpu),
     load: (clusterId) => this.#placed.countOn(clusterId),
     connected: (clusterId) => this.#leases.linkedIn(clusterId).length > 0,
     capacity: (cluster, gpu) => this.#leases.capacity(cluster, gpu),
   };
   readonly #nodeUse: NodeUse = {
     linked: (clusterId) => this.#leases.linkedIn(clusterId),
-    countOn: (nodeId, gpu) => this.#placed.countOnNode(nodeId, gpu),
+    countOn: (nodeId, gpu) => this.#placed.countOnNode(nodeId, gpu) + this.#tasks.tasksOnNode(nodeId, gpu),
   };
 
   constructor(options: InstancesOptions) {
@@ -149,6 +155,15 @@ export class InstancesService {
 
   /** GPUs of a cluster that desired instances hold (the task scheduler leaves room for them). */
   readonly instancesOn = (clusterId: string, gpu: string): number => this.#placed.countOn(clusterId, gpu);
+
+  /** Desired instances on a node, of one GPU when given (the task scheduler leaves room for them). */
+  readonly instancesOnNode = (nodeId: string, gpu?: string): number => this.#placed.countOnNode(nodeId, gpu);
+
+  /** GPUs of this kind the cluster offers: its leased nodes' sum, else its registration (leases.ts). */
+  readonly capacity = (cluster: ClusterRow, gpu: string): number => this.#leases.capacity(cluster, gpu);
+
+  /** Nodes of the cluster whose agent is linked now, oldest first. */
+  readonly linkedNodes = (clusterId: string): NodeRow[] => this.#leases.linkedIn(clusterId);
 
   /** The management API's view: instances of versions, and why a version is not (fully) running. */
   readonly activeInstances: ActiveInstances = {
@@ -227,9 +242,9 @@ export class InstancesService {
     return instanceCounts(this.#placed.desired());
   }
 
-  /** Functions and tasks share GPUs: placement leaves room for what tasks hold. */
-  countTasks(count: (clusterId: string, gpu: string) => number): void {
-    this.#tasksOn = count;
+  /** Functions and tasks share GPUs: placement leaves room for what tasks hold, on clusters and on nodes. */
+  countTasks(tasks: TaskCounts): void {
+    this.#tasks = tasks;
   }
 
   /** Scaling down spares instances in a streaming session while idle ones can go. */

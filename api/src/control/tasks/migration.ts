@@ -1,6 +1,6 @@
-// The tasks tables: the migration api/src/database.ts registers as '0004_tasks', and their row types (the
-// plane reaches them with db.withTables<TasksDatabase>()). Idempotent (if not exists), so a store that ran
-// it before it was registered runs it again harmlessly.
+// The tasks tables: the migrations api/src/database.ts registers as '0004_tasks' and '0016_task_nodes', and
+// their row types (the plane reaches them with db.withTables<TasksDatabase>()). The first is idempotent (if
+// not exists), so a store that ran it before it was registered runs it again harmlessly.
 import type { Generated, Kysely } from 'kysely';
 import type { Migration } from 'kysely/migration';
 
@@ -21,6 +21,8 @@ export interface TasksTable {
   secrets_revision: number;
   /** Placement, once launched. */
   cluster_id: string | null;
+  /** The node of the cluster the task was launched onto (nodes.id); null on rows launched before nodes. */
+  node_id: string | null;
   backend: string | null;
   location: string | null;
   instance_id: string | null;
@@ -115,6 +117,15 @@ export function tasksMigration(dialect: 'sqlite' | 'postgres'): Migration {
         .addColumn('created_at', 'text', (c) => c.notNull())
         .addUniqueConstraint('task_results_name_per_task', ['task_id', 'name'])
         .execute();
+    },
+  };
+}
+
+/** Each task runs on one node of its cluster. Tasks launched before have none: the first node of their cluster that links takes them. */
+export function taskNodesMigration(): Migration {
+  return {
+    async up(db: Kysely<any>) {
+      await db.schema.alterTable('tasks').addColumn('node_id', 'text').execute();
     },
   };
 }

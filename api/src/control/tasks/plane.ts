@@ -11,7 +11,7 @@ import type { TasksDatabase } from './migration.ts';
 import { createTasksRepo } from './repo.ts';
 import { createLocalBlobStore, type BlobStore } from '../../store/blobs.ts';
 import { taskRoutes } from './routes.ts';
-import { createTaskScheduler, type CapacityInUse, type RegistrySecrets } from './scheduler.ts';
+import { createTaskScheduler, type RegistrySecrets, type TaskHosts } from './scheduler.ts';
 import { createTasksService } from './service.ts';
 import type { TasksSettings } from './settings.ts';
 import type { TelemetryReferenceCheck } from '../telemetries/service.ts';
@@ -26,7 +26,8 @@ export interface TasksPlaneOptions {
   /** store.dataDir: the results directory defaults to <dataDir>/task-results. */
   dataDir: string;
   now?: () => Date;
-  capacityInUse?: CapacityInUse;
+  /** The nodes of clusters and what function instances hold on them (placement's instances). */
+  hosts: TaskHosts;
   registry?: RegistrySecrets;
   results?: BlobStore;
   checkTelemetries?: TelemetryReferenceCheck;
@@ -40,7 +41,7 @@ export function createTasksPlane(options: TasksPlaneOptions) {
   const repo = createTasksRepo(options.db.withTables<TasksDatabase>());
   const results = options.results ?? createLocalBlobStore(path.resolve(settings.resultsDir ?? path.join(options.dataDir, 'task-results')));
   const scheduler = createTaskScheduler({
-    repo, clusters: options.clusters, box: options.box, log, now: options.now, capacityInUse: options.capacityInUse,
+    repo, clusters: options.clusters, box: options.box, log, now: options.now, hosts: options.hosts,
     registry: options.registry, intervalMs: settings.schedulerIntervalMs, agentLostAfterMs: settings.agentLostAfterSeconds * 1000,
     onOutput: options.onOutput,
   });

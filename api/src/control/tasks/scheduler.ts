@@ -1,6 +1,6 @@
 // The task queue and its dispatch: tasks wait QUEUED until a cluster that offers their GPU and instance
-// type has capacity and its agent is connected; then they are LAUNCHED onto it (the agent is handed the
-// task in its desired set, protocol.ts `tasks`), RUNNING once the agent has started them, and end as the
+// type has a linked node with room; then they are LAUNCHED onto that node (its agent is handed the task
+// in its desired set, protocol.ts `tasks`), RUNNING once the agent has started them, and end as the
 // agent reports. Status changes and their events are written by repo.transition, guarded by the status a
 // change may come from, so a user's cancel and an agent's report never both win.
 //
@@ -9,23 +9,32 @@
 //     └── still queued after maxQueuedDuration ──► EXCEEDED_MAX_QUEUED_DURATION
 //   QUEUED | LAUNCHED | RUNNING ── cancel ──► CANCELED (the agent stops it: SIGTERM, kill after the grace period)
 //
-// Capacity: a cluster's GPU capacity (cluster registration; none = unbounded) minus the tasks it holds
-// (dispatched or still stopping) minus what `capacityInUse` says function instances take.
-// Restarts: dispatched tasks are reloaded; when a cluster's agent says hello, a task it no longer holds
-// although it had acknowledged it is ERRORED (the agent restarted and lost it); one it never
-// acknowledged is sent again. A cluster whose agent stays away longer than agentLostAfterMs has its
-// dispatched tasks ERRORED.
+// Capacity, counted as placement counts it for function instances (instances/choose.ts): the cluster's
+// (its leased nodes' sum, else its registration) minus what instances and tasks (dispatched or still
+// stopping) hold there, and the node's (what its agent detected; unbounded when it says no count) minus
+// what they hold on it. Of the clusters with room the least loaded is taken, then its node with the most
+// room (chooseNode), so a cluster's tasks spread over its nodes.
+// Nodes: a task stays with its node while the node's lease runs (a dropped link costs no task: its agent
+// gets it again when it links again). When the lease lapses, the tasks the node held end ERRORED and are
+// not run again (the node may still run them, cut off). An agent is sent only its node's tasks, so one
+// that links holding others stops them (fencing); until they have ended they hold their GPUs there.
+// Restarts: dispatched tasks are reloaded with their node; when a node's agent says hello, a task it no
+// longer holds although it had acknowledged it is ERRORED (the agent restarted and lost it); one it never
+// acknowledged is sent again. A node whose agent stays away longer than agentLostAfterMs has its
+// dispatched tasks ERRORED (a backstop: its lease lapses long before).
 import { randomUUID } from 'node:crypto';
 import type { Resources, TaskReport, TaskSpec } from '../../compute/protocol.ts';
 import { coalesce } from '../../coalesce.ts';
 import { parseDuration } from '../../duration.ts';
 import { withoutSecrets, type Logger } from '../../logger.ts';
 import type { SecretBox } from '../../store/encryption.ts';
+import type { NodeRow } from '../clusters/nodes.ts';
 import type { ClusterRow } from '../clusters/repo.ts';
 import { resourcesOf } from '../clusters/resources.ts';
 import type { ClustersService } from '../clusters/service.ts';
+import { chooseNode, type NodeUse } from '../instances/choose.ts';
 import type { PullAuth, RegistryService } from '../registry/service.ts';
-import { documentOf, secretsOf, type TaskRow, type TasksRepo } from './repo.ts';
+import { documentOf, gpuSpecificationOf, secretsOf, type TaskRow, type TasksRepo } from './repo.ts';
 import type { TaskDocument, TaskStatus } from './schema.ts';
 
 /** The control plane's end of one agent link, for tasks. */
@@ -33,9 +42,16 @@ export interface TaskAgentChannel {
   sendTasks(desired: string[], specs: TaskSpec[]): void;
 }
 
-/** GPUs of a cluster that function instances hold (from the instances service, when wired). */
-export interface CapacityInUse {
-  of(clusterId: string, gpu: string): number;
+/** The clusters' nodes and what function instances hold on them: placement's (instances/service.ts). */
+export interface TaskHosts {
+  /** GPUs of this kind desired instances hold on the cluster. */
+  instancesOn(clusterId: string, gpu: string): number;
+  /** Desired instances on the node, of one GPU when given. */
+  instancesOnNode(nodeId: string, gpu?: string): number;
+  /** GPUs of this kind the cluster offers: its leased nodes' sum, else its registration. */
+  capacity(cluster: ClusterRow, gpu: string): number;
+  /** Nodes of the cluster whose agent is linked now, with what they offer. */
+  linkedNodes(clusterId: string): NodeRow[];
 }
 
 export type RegistrySecrets = Pick<RegistryService, 'pullAuthFor'>;
@@ -46,11 +62,11 @@ export interface TaskSchedulerOptions {
   box: SecretBox;
   log: Logger;
   now?: () => Date;
-  capacityInUse?: CapacityInUse;
+  hosts: TaskHosts;
   registry?: RegistrySecrets;
   /** How often the queue is looked at even when nothing prompts it (queued-duration expiry). */
   intervalMs?: number;
-  /** A cluster's agent away this long has its dispatched tasks ERRORED. */
+  /** A node's agent away this long has its dispatched tasks ERRORED. */
   agentLostAfterMs?: number;
   /** Queued tasks looked at per pass. */
   batch?: number;
@@ -58,11 +74,17 @@ export interface TaskSchedulerOptions {
   onOutput?: (taskId: string, instanceId: string, lines: string[]) => void;
 }
 
-interface Flight {
+/** A GPU a task holds: where. */
+interface Held {
+  clusterId: string;
+  /** Null: launched before nodes; the first node of its cluster that links takes it. */
+  nodeId: string | null;
+  gpu: string;
+}
+
+interface Flight extends Held {
   taskId: string;
   ncaId: string;
-  clusterId: string;
-  gpu: string;
   /** The spec as dispatched, secrets sealed until sent. */
   document: TaskDocument;
   instanceId: string;
@@ -76,6 +98,7 @@ interface Flight {
   resources?: Resources;
 }
 
+/** A node's agent link. */
 interface AgentState {
   channel: TaskAgentChannel;
   /** taskId → revision sent on this link. */
@@ -87,19 +110,23 @@ const AGENT_FINAL: Record<string, TaskStatus> = {
   COMPLETED: 'COMPLETED', ERRORED: 'ERRORED', EXCEEDED_MAX_RUNTIME_DURATION: 'EXCEEDED_MAX_RUNTIME_DURATION',
 };
 const LOG_TAIL_LINES = 20;
+/** Reports of a task still holding its GPU. */
+const LIVE = new Set(['STARTING', 'RUNNING']);
 
 export const statusEvent = (from: string, to: string, error?: string) =>
   error ? `Changing status from '${from}' to '${to}' with error '${error}'` : `Changing status from '${from}' to '${to}'`;
 
 export function createTaskScheduler(options: TaskSchedulerOptions) {
-  const { repo, clusters, box, log } = options;
+  const { repo, clusters, box, log, hosts } = options;
   const now = options.now ?? (() => new Date());
   const agentLostAfterMs = options.agentLostAfterMs ?? 300_000;
   const flights = new Map<string, Flight>();
-  /** Canceled or deleted while dispatched: the agent is stopping them; they still hold capacity. */
-  const stopping = new Map<string, { clusterId: string; gpu: string }>();
+  /** Canceled or deleted while dispatched, or fenced: the agent is stopping them; they still hold capacity. */
+  const stopping = new Map<string, Held>();
+  /** nodeId → its agent's link. */
   const agents = new Map<string, AgentState>();
-  const awaySince = new Map<string, number>();
+  /** nodeId → when its link closed. */
+  const awaySince = new Map<string | null, number>();
   /** One report at a time per task, in arrival order. */
   const chains = new Map<string, Promise<void>>();
   let timer: NodeJS.Timeout | undefined;
@@ -128,7 +155,7 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
     const cluster = await clusters.findById(row.cluster_id!);
     const resources = cluster && resourcesOf(cluster.gpus, document.gpuSpecification.gpu, document.gpuSpecification.instanceType);
     return {
-      taskId: row.id, ncaId: row.nca_id, clusterId: row.cluster_id!, gpu: document.gpuSpecification.gpu, document,
+      taskId: row.id, ncaId: row.nca_id, clusterId: row.cluster_id!, nodeId: row.node_id, gpu: document.gpuSpecification.gpu, document,
       instanceId: row.instance_id!, backend: row.backend ?? '', sealedSecrets: row.secrets, revision: row.secrets_revision,
       acknowledged: row.instance_state !== null,
       ...(registryAuth ? { registryAuth } : {}),
@@ -136,14 +163,14 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
     };
   }
 
-  /** Sends a cluster's agent its desired set: every id, and the specs this link has not had yet. */
-  function push(clusterId: string): void {
-    const agent = agents.get(clusterId);
+  /** Sends a node's agent its desired set: every id of its tasks, and the specs this link has not had yet. */
+  function push(nodeId: string | null): void {
+    const agent = nodeId === null ? undefined : agents.get(nodeId);
     if (!agent) return;
     const desired: string[] = [];
     const specs: TaskSpec[] = [];
     for (const flight of flights.values()) {
-      if (flight.clusterId !== clusterId) continue;
+      if (flight.nodeId !== nodeId) continue;
       desired.push(flight.taskId);
       if (agent.sent.get(flight.taskId) !== flight.revision) {
         specs.push(specOf(flight));
@@ -155,21 +182,38 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
     agent.channel.sendTasks(desired, specs);
   }
 
-  function tasksOn(clusterId: string, gpu: string): number {
+  /** GPUs that tasks (dispatched or still stopping) hold where `at` says. */
+  function countHeld(at: (held: Held) => boolean): number {
     let count = 0;
-    for (const flight of flights.values()) if (flight.clusterId === clusterId && flight.gpu === gpu) count++;
-    for (const stop of stopping.values()) if (stop.clusterId === clusterId && stop.gpu === gpu) count++;
+    for (const flight of flights.values()) if (at(flight)) count++;
+    for (const stop of stopping.values()) if (at(stop)) count++;
     return count;
   }
 
-  function held(clusterId: string, gpu: string): number {
-    return (options.capacityInUse?.of(clusterId, gpu) ?? 0) + tasksOn(clusterId, gpu);
+  const tasksOn = (clusterId: string, gpu: string) => countHeld((held) => held.clusterId === clusterId && held.gpu === gpu);
+  const tasksOnNode = (nodeId: string, gpu?: string) => countHeld((held) => held.nodeId === nodeId && (gpu === undefined || held.gpu === gpu));
+  const held = (clusterId: string, gpu: string) => hosts.instancesOn(clusterId, gpu) + tasksOn(clusterId, gpu);
+
+  /** The nodes a task may go to (their agent's link is open here) and what instances and tasks hold on them. */
+  const nodeUse: NodeUse = {
+    linked: (clusterId) => hosts.linkedNodes(clusterId).filter((node) => agents.has(node.id)),
+    countOn: (nodeId, gpu) => hosts.instancesOnNode(nodeId, gpu) + tasksOnNode(nodeId, gpu),
+  };
+
+  /** The node of the cluster one more task of `gpu` goes to now; null when the cluster or every linked node of it is full. */
+  function nodeFor(cluster: ClusterRow, gpu: string): string | null {
+    if (hosts.capacity(cluster, gpu) - held(cluster.id, gpu) <= 0) return null;
+    return chooseNode(cluster.id, gpu, nodeUse);
   }
 
-  function capacityLeft(cluster: ClusterRow, gpu: string): number {
-    const offered = cluster.gpus.find((candidate) => candidate.name === gpu);
-    if (offered?.capacity === undefined) return Number.POSITIVE_INFINITY;
-    return offered.capacity - held(cluster.id, gpu);
+  /** Where one more task of `gpu` goes: the least loaded of the clusters with room, onto its node with the most. */
+  function targetOf(offering: ClusterRow[], gpu: string): { cluster: ClusterRow; nodeId: string } | undefined {
+    const load = (cluster: ClusterRow) => held(cluster.id, gpu);
+    for (const cluster of [...offering].sort((a, b) => load(a) - load(b))) {
+      const nodeId = nodeFor(cluster, gpu);
+      if (nodeId) return { cluster, nodeId };
+    }
+    return undefined;
   }
 
   /** Redacts the task's secret values from text that came from the task (its log lines). */
@@ -194,21 +238,24 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
 
     // Agents gone too long: their tasks cannot be followed any more.
     for (const flight of [...flights.values()]) {
-      const since = agents.has(flight.clusterId) ? undefined : awaySince.get(flight.clusterId) ?? startedAt;
+      const since = flight.nodeId !== null && agents.has(flight.nodeId) ? undefined : awaySince.get(flight.nodeId) ?? startedAt;
       if (since === undefined || at.getTime() - since < agentLostAfterMs) continue;
       flights.delete(flight.taskId);
-      await end(flight, DISPATCHED, 'ERRORED', `the agent of its cluster has not been connected for ${Math.round(agentLostAfterMs / 1000)} s`);
+      await end(flight, DISPATCHED, 'ERRORED', `the agent of its node has not been connected for ${Math.round(agentLostAfterMs / 1000)} s`);
     }
 
-    // Reading the queue is the costly part of a pass: do it when some connected cluster has room, and
-    // otherwise only once per interval, for the queued-duration expiry.
-    const connected = (await clusters.all()).filter((cluster) => agents.has(cluster.id));
-    const hasRoom = () => connected.some((cluster) => cluster.gpus.some((gpu) => capacityLeft(cluster, gpu.name) > 0));
+    // Reading the queue is the costly part of a pass: do it when some node has room, and otherwise only
+    // once per interval, for the queued-duration expiry.
+    const linked = (cluster: ClusterRow) => nodeUse.linked(cluster.id).length > 0;
+    const connected = (await clusters.all()).filter(linked);
+    const hasRoom = () => connected.some((cluster) => cluster.gpus.some((gpu) => nodeFor(cluster, gpu.name) !== null));
     const expiryDue = at.getTime() - lastExpiryScan >= (options.intervalMs ?? 1000);
     if (!expiryDue && !hasRoom()) return;
     if (expiryDue) lastExpiryScan = at.getTime();
     const queued = await repo.listQueued(options.batch ?? 1000);
     const offerings = new Map<string, ClusterRow[]>();
+    /** Specifications that found no room this pass: their later tasks wait too (a GPU freed meanwhile prompts another pass). */
+    const full = new Set<string>();
     for (const row of queued) {
       if (!expiryDue && !hasRoom()) break;
       const document = documentOf(row);
@@ -222,24 +269,28 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
       }
       const spec = document.gpuSpecification;
       const key = JSON.stringify([row.nca_id, spec.gpu, spec.instanceType, spec.backend, spec.clusters]);
+      if (full.has(key)) continue;
       let offering = offerings.get(key);
       if (!offering) {
-        offering = (await clusters.offering(row.nca_id, spec)).filter((cluster) => agents.has(cluster.id));
+        offering = (await clusters.offering(row.nca_id, spec)).filter(linked);
         offerings.set(key, offering);
       }
-      const load = (cluster: ClusterRow) => held(cluster.id, spec.gpu);
-      const cluster = offering.filter((candidate) => capacityLeft(candidate, spec.gpu) > 0).sort((a, b) => load(a) - load(b))[0];
-      if (!cluster) continue;
+      const target = targetOf(offering, spec.gpu);
+      if (!target) {
+        full.add(key);
+        continue;
+      }
+      const { cluster, nodeId } = target;
       const launchedAt = at.toISOString();
       const placed = await repo.transition(row.id, ['QUEUED'], {
-        status: 'LAUNCHED', cluster_id: cluster.id, backend: cluster.group_name, location: cluster.name, instance_id: randomUUID(),
+        status: 'LAUNCHED', cluster_id: cluster.id, node_id: nodeId, backend: cluster.group_name, location: cluster.name, instance_id: randomUUID(),
         instance_state: null, instance_created_at: launchedAt, launched_at: launchedAt, updated_at: launchedAt,
       }, [statusEvent('QUEUED', 'LAUNCHED')]);
       if (!placed) continue; // canceled meanwhile
       flights.set(row.id, await flightOf(placed));
-      touched.add(cluster.id);
+      touched.add(nodeId);
     }
-    for (const clusterId of touched) push(clusterId);
+    for (const nodeId of touched) push(nodeId);
   }
 
   /** Runs a pass now, or right after the one in progress; never two at once. */
@@ -256,13 +307,13 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
     return next;
   }
 
-  /** Folds one agent report into its task. */
-  async function apply(clusterId: string, report: TaskReport): Promise<void> {
+  /** Folds one report of a node's agent into its task. */
+  async function apply(nodeId: string, report: TaskReport): Promise<void> {
     const flight = flights.get(report.taskId);
-    if (!flight || flight.clusterId !== clusterId || flight.instanceId !== report.instanceId) {
-      // A task this plane stopped wanting: the agent is stopping it, or has.
+    if (!flight || flight.nodeId !== nodeId || flight.instanceId !== report.instanceId) {
+      // A task this plane stopped wanting there: the agent is stopping it, or has.
       const stop = stopping.get(report.taskId);
-      if (stop?.clusterId === clusterId && report.state !== 'STARTING' && report.state !== 'RUNNING') {
+      if (stop?.nodeId === nodeId && !LIVE.has(report.state)) {
         stopping.delete(report.taskId);
         await repo.update(report.taskId, { instance_state: report.state, updated_at: now().toISOString() });
         void schedule();
@@ -294,8 +345,26 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
     const error = status === 'COMPLETED' ? undefined
       : report.state === 'STOPPED' ? 'stopped by its agent (the agent is shutting down)' : report.message ?? `ended ${report.state}`;
     await end(flight, DISPATCHED, status, error, { instance_state: report.state, ...progress }, status === 'COMPLETED' ? undefined : report.logTail);
-    push(clusterId);
+    push(nodeId);
     void schedule();
+  }
+
+  /** Tasks launched before nodes (no node_id) go to the first node of their cluster that links. */
+  async function claimUnplaced(clusterId: string, nodeId: string): Promise<void> {
+    for (const flight of flights.values()) {
+      if (flight.clusterId !== clusterId || flight.nodeId !== null) continue;
+      flight.nodeId = nodeId;
+      await repo.update(flight.taskId, { node_id: nodeId });
+    }
+  }
+
+  /** Tasks a linking agent still runs that are not its node's (any more): it stops them; until then they hold GPUs there. */
+  async function holdFenced(clusterId: string, nodeId: string, reports: TaskReport[]): Promise<void> {
+    for (const report of reports) {
+      if (flights.has(report.taskId) || stopping.has(report.taskId) || !LIVE.has(report.state)) continue;
+      const row = await repo.findById(report.taskId);
+      if (row) stopping.set(report.taskId, { clusterId, nodeId, gpu: gpuSpecificationOf(row).gpu });
+    }
   }
 
   return {
@@ -317,34 +386,52 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
       await Promise.all([...chains.values()]);
     },
 
-    /** A cluster's agent said hello with the tasks it holds. */
-    async agentConnected(cluster: ClusterRow, channel: TaskAgentChannel, reports: TaskReport[]) {
-      agents.set(cluster.id, { channel, sent: new Map() });
-      awaySince.delete(cluster.id);
+    /** A node's agent said hello with the tasks it holds; a newer link of the node replaces the older one. */
+    async agentConnected(nodeId: string, cluster: ClusterRow, channel: TaskAgentChannel, reports: TaskReport[]) {
+      agents.set(nodeId, { channel, sent: new Map() });
+      awaySince.delete(nodeId);
+      await claimUnplaced(cluster.id, nodeId);
       const held = new Map(reports.map((report) => [report.taskId, report]));
-      for (const report of reports) await serially(report.taskId, () => apply(cluster.id, report));
+      for (const report of reports) await serially(report.taskId, () => apply(nodeId, report));
       for (const flight of [...flights.values()]) {
-        if (flight.clusterId !== cluster.id || held.has(flight.taskId)) continue;
+        if (flight.nodeId !== nodeId || held.has(flight.taskId)) continue;
         if (!flight.acknowledged) continue; // never reached the agent: it is sent (again) below
         flights.delete(flight.taskId);
         await serially(flight.taskId, () => end(flight, DISPATCHED, 'ERRORED',
           `the agent of cluster '${cluster.name}' no longer runs this task (the agent restarted)`, { instance_state: 'STOPPED' }));
       }
       for (const [taskId, stop] of [...stopping]) {
-        if (stop.clusterId === cluster.id && !held.has(taskId)) stopping.delete(taskId);
+        if (stop.nodeId === nodeId && !held.has(taskId)) stopping.delete(taskId);
       }
-      push(cluster.id);
+      await holdFenced(cluster.id, nodeId, reports);
+      push(nodeId);
       await schedule();
     },
 
-    agentDisconnected(clusterId: string, channel: TaskAgentChannel) {
-      if (agents.get(clusterId)?.channel !== channel) return;
-      agents.delete(clusterId);
-      awaySince.set(clusterId, now().getTime());
+    agentDisconnected(nodeId: string, channel: TaskAgentChannel) {
+      if (agents.get(nodeId)?.channel !== channel) return;
+      agents.delete(nodeId);
+      awaySince.set(nodeId, now().getTime());
     },
 
-    report(clusterId: string, report: TaskReport): Promise<void> {
-      return serially(report.taskId, () => apply(clusterId, report));
+    /**
+     * A node's lease lapsed: the tasks it held end ERRORED and are not run again (its agent may still run
+     * them, cut off; when it links again it is told to stop them). Its GPUs no longer count.
+     */
+    async nodeLapsed(node: Pick<NodeRow, 'id' | 'name'>) {
+      agents.delete(node.id);
+      for (const [taskId, stop] of [...stopping]) if (stop.nodeId === node.id) stopping.delete(taskId);
+      for (const flight of [...flights.values()]) {
+        if (flight.nodeId !== node.id) continue;
+        flights.delete(flight.taskId);
+        await serially(flight.taskId, () => end(flight, DISPATCHED, 'ERRORED',
+          `its node '${node.name}' lost its lease (the agent stopped answering); the task is not run again elsewhere`));
+      }
+      await schedule();
+    },
+
+    report(nodeId: string, report: TaskReport): Promise<void> {
+      return serially(report.taskId, () => apply(nodeId, report));
     },
 
     /** The task left QUEUED/LAUNCHED/RUNNING by a user's hand (cancel, delete): its agent stops it. */
@@ -352,8 +439,8 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
       const flight = flights.get(taskId);
       if (!flight) return;
       flights.delete(taskId);
-      stopping.set(taskId, { clusterId: flight.clusterId, gpu: flight.gpu });
-      push(flight.clusterId);
+      stopping.set(taskId, { clusterId: flight.clusterId, nodeId: flight.nodeId, gpu: flight.gpu });
+      push(flight.nodeId);
     },
 
     /** New secrets for a task: a dispatched one gets its spec again (the agent refreshes the secrets file). */
@@ -362,11 +449,14 @@ export function createTaskScheduler(options: TaskSchedulerOptions) {
       if (!flight) return;
       flight.sealedSecrets = sealed;
       flight.revision = revision;
-      push(flight.clusterId);
+      push(flight.nodeId);
     },
 
     /** GPUs of `gpu` that tasks hold on a cluster (dispatched or still stopping), for function placement. */
     tasksOn,
+
+    /** Tasks on a node (dispatched or still stopping), of one GPU when given, for function placement. */
+    tasksOnNode,
 
     /** Whether `clusterId` runs the task now (result uploads are taken only from there). */
     runsOn(taskId: string, clusterId: string): boolean {

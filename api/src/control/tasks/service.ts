@@ -128,7 +128,7 @@ export function createTasksService(options: TasksServiceOptions) {
       const row: TaskRow = {
         id, nca_id: principal.ncaId, name: body.name, status: 'QUEUED', document: JSON.stringify(document),
         secrets: body.secrets?.length ? box.encrypt(JSON.stringify(body.secrets)) : null, secrets_revision: 1,
-        cluster_id: null, backend: null, location: null, instance_id: null, instance_state: null, instance_created_at: null,
+        cluster_id: null, node_id: null, backend: null, location: null, instance_id: null, instance_state: null, instance_created_at: null,
         percent_complete: null, last_heartbeat_at: null, error: null, created_at: createdAt, launched_at: null, updated_at: createdAt,
       };
       const { gpu, instanceType } = body.gpuSpecification;

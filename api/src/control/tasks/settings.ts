@@ -7,7 +7,7 @@ export const tasksSettingsSchema = z.object({
   resultsDir: z.string().optional(),
   /** Largest single result file an agent may upload. */
   maxResultBytes: z.coerce.number().int().min(1).default(1024 * 1024 * 1024),
-  /** A cluster whose agent stays away this long has its launched and running tasks ERRORED. */
+  /** A node whose agent stays away this long has its launched and running tasks ERRORED (its lease lapses sooner). */
   agentLostAfterSeconds: z.coerce.number().int().min(1).default(300),
   /** How often the queue is looked at when nothing prompts it (queued-duration expiry, reconnects). */
   schedulerIntervalMs: z.coerce.number().int().min(50).default(1000),
