@@ -93,6 +93,12 @@ export const configSchema = z.object({
     maxQueueDepth: z.coerce.number().int().min(1).default(10_000),
     /** How long an uncollected result of a 202'd request is kept. */
     resultRetentionSeconds: z.coerce.number().int().min(1).default(3600),
+    /**
+     * With several replicas, requests pass the result keeper of their instance's node, which finishes a
+     * 202'd request whose replica died (docs/scale-out.md); false sends them straight to the instance: one
+     * hop less, and such a request ends 502.
+     */
+    resultKeepers: z.preprocess((value) => ({ true: true, false: false }[String(value)] ?? value), z.boolean({ error: 'must be true or false' })).default(true),
     /** The NATS server several API replicas share: URL, prefix, credentials, TLS (invocation/settings.ts). */
     ...natsSettingsSchema.shape,
   }).superRefine(checkNatsSettings).prefault({}),
@@ -214,6 +220,7 @@ export const envSettings: Record<string, string> = {
   SVC_PLACEMENT_LEASE_MS: 'compute.placementLeaseMs',
   SVC_AGENT_LEASE_MS: 'compute.agentLeaseMs',
   ...Object.fromEntries(Object.entries(natsEnvSettings).map(([name, setting]) => [name, `invocation.${setting}`])),
+  SVC_RESULT_KEEPERS: 'invocation.resultKeepers',
   SVC_ASSET_MAX_BYTES: 'assets.maxBytes',
   SVC_ASSET_URL_SECONDS: 'assets.urlSeconds',
   SVC_BLOB_DIR: 'assets.dir',

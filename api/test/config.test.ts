@@ -77,6 +77,9 @@ describe('configuration errors', () => {
     assert.deepEqual([elected.placement, elected.placementLeaseMs], ['elected', 5000]);
     assert.equal(configError({ SVC_PLACEMENT: 'elcted' }), 'invalid setting compute.placement (SVC_PLACEMENT): must be true, false or elected');
     assert.match(configError({ SVC_PLACEMENT_LEASE_MS: '10' }), /^invalid setting compute\.placementLeaseMs \(SVC_PLACEMENT_LEASE_MS\): /);
+    assert.equal(configError({ SVC_RESULT_KEEPERS: 'off' }), 'invalid setting invocation.resultKeepers (SVC_RESULT_KEEPERS): must be true or false');
+    assert.equal(loadConfig({ SVC_RESULT_KEEPERS: 'false' }).invocation.resultKeepers, false);
+    assert.equal(loadConfig({}).invocation.resultKeepers, true);
   });
 
   test('a store sealed with another key: the line names the key that was used, SVC_SECRETS_KEY only when it was set', async () => {

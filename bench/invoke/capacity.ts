@@ -5,7 +5,9 @@
 // and two replicas on them behind a round-robin client. Two tables: an echo that answers at once (what
 // bounds it is the CPU the processes spend per request, on a machine that also runs the callers), and one
 // that answers BENCH_DELAY_MS later (what bounds it is the slots and how soon each passes to the next
-// request). CPU per request counts the API processes and, on the NATS rows, nats-server.
+// request). CPU per request counts the API processes and, on the NATS rows, nats-server. The replicas on
+// NATS send through the instance's node's result keeper (in the first replica's agent), but for the last
+// row's (SVC_RESULT_KEEPERS=false), which shows what that hop costs.
 // Target (issue 27): at capacity, two replicas reach ≥ 0.8× one process's req/s per slot.
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
@@ -41,18 +43,26 @@ try {
   const single = await serve({});
   const shared = { ...nats.env, SVC_DATABASE_URL: database.databaseUrl, SVC_SECRETS_KEY: randomBytes(32).toString('base64') };
   const first = await serve(shared);
-  const second = await serve({ ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' }, true);
+  const others = { ...shared, SVC_PLACEMENT: 'false', SVC_LOCAL_CLUSTER: 'false' };
+  const second = await serve(others, true);
+  // Two more that send straight to the instance, not through its node's result keeper.
+  const straight = [await serve({ ...others, SVC_RESULT_KEEPERS: 'false' }, true), await serve({ ...others, SVC_RESULT_KEEPERS: 'false' }, true)];
   const [singleCredentials, firstCredentials] = [await single.credentials(['invoke_function']), await first.credentials(['invoke_function'])];
+  const originOf = (platform: ServedPlatform) => platform.url.replace('localhost', '127.0.0.1');
   for (const delayMs of [0, DELAY_MS]) {
     const { target: alone } = await deployEcho(single.url, singleCredentials, SLOTS, delayMs);
     const { target: onNats } = await deployEcho(first.url, firstCredentials, SLOTS, delayMs);
-    const both = { ...onNats, origin: [onNats.origin as string, second.url.replace('localhost', '127.0.0.1')] };
-    // The second replica learns the instance from the first over NATS.
-    while ((await load({ ...onNats, origin: both.origin[1] }, 1, 0.2)).errors > 0) await new Promise((resolve) => setTimeout(resolve, 200));
+    const both = { ...onNats, origin: [onNats.origin as string, originOf(second)] };
+    const direct = { ...onNats, origin: straight.map(originOf) };
+    // The other replicas learn the instance from the first over NATS.
+    for (const origin of [...both.origin, ...direct.origin]) {
+      while ((await load({ ...onNats, origin }, 1, 0.2)).errors > 0) await new Promise((resolve) => setTimeout(resolve, 200));
+    }
     await measure(delayMs, {
       'one process (embedded store)': { target: alone, pids: [single.process.pid!] },
       'one replica on PostgreSQL and NATS': { target: onNats, pids: [first.process.pid!, nats.pid] },
       'two replicas on PostgreSQL and NATS': { target: both, pids: [first.process.pid!, second.process.pid!, nats.pid] },
+      'two replicas, no result keeper': { target: direct, pids: [first.process.pid!, ...straight.map((platform) => platform.process.pid!), nats.pid] },
     });
   }
   console.log('target: two replicas ≥ 0.8× one process per slot');

@@ -56,14 +56,14 @@ export async function createInvocationPlane(parts: InvocationPlaneParts) {
   const largeResults = new LargeResults({ blobs: parts.blobs, signer: parts.signer, maxBytes: settings.maxLargeResultBytes, retentionSeconds: settings.resultRetentionSeconds });
   const resolver = createVersionResolver(parts.functionsRepo);
   const results = new DurableResults({ repo: createInvocationsRepo(parts.db), log, now });
-  // With replicas, requests go through the nodes' result keepers, which finish a 202'd one whose replica went away.
+  // Every replica on NATS can answer the agents' keepers (placement runs on any); this one sends through them unless told not to.
   const kept = queue instanceof JetStreamQueue && replicasKey !== undefined ? new KeptAnswers({
     results, replicasKey, log, completed: (requestId) => queue.completed(requestId),
     holdsVersionOn: (nodeId, versionId) => instances.holdsVersionOn(nodeId, versionId),
   }) : undefined;
   const invocation: InvocationService = new InvocationService({
     queue,
-    dispatcher: new Dispatcher({ maxResultBytes: settings.maxResultBytes, keeper: kept }),
+    dispatcher: new Dispatcher({ maxResultBytes: settings.maxResultBytes, keeper: settings.resultKeepers ? kept : undefined }),
     results, nodeLive: parts.nodeLive,
     resolver, demand: instances, log, now, largeResults,
     stageAssets: stage && ((request, instance) => stage({
