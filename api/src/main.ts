@@ -121,6 +121,7 @@ export async function startPlatform(config: Config, options: PlatformOptions = {
     const { gateway, placementRole } = await startServing(root, { control, observed, work, logFeed, streaming, routes, invocationOptions });
     const { port, scheme } = await listen(root, gateway, work.autoscaler, placementRole);
     const worker = await startLocalAgent(root, control, { scheme, port, apiHost: `${gateway.hosts.api}:${port}` });
+    if (worker?.keeperOrigin) work.invocationPlane.agentInProcess(worker.keeperOrigin);
     const { samples, streamingDemo } = options.samples ? await deployLocalSamples(root, control) : { samples: [], streamingDemo: undefined };
     return {
       url: `${scheme}://localhost:${port}`,

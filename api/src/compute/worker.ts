@@ -45,6 +45,8 @@ export interface Worker {
   outputs: OutputLogs;
   gpus: GpuOffer[];
   link?: AgentLink;
+  /** Where its result keeper listens (a linked worker's). */
+  keeperOrigin?: string;
   isolation: Isolation;
   /** Closes the link, then stops every instance and task. */
   close(): Promise<void>;
@@ -107,6 +109,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     outputs,
     gpus: discovery.gpus,
     link,
+    keeperOrigin: keeper?.origin,
     isolation,
     async close() {
       await link?.close();

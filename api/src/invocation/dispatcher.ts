@@ -3,8 +3,8 @@
 // BodyWriter. With several replicas (`keeper` given), a request goes through the result keeper of the
 // instance's node instead (compute/keeper.ts), which finishes a 202'd request whose replica went away.
 import type { ReadyInstance } from '../control/instances/service.ts';
-import { containerHeaders } from './headers.ts';
 import { KEEPER_HEADERS } from '../compute/keeper.ts';
+import { containerHeaders } from './headers.ts';
 import type { BodyWriter, Invocation, ResponseHeaders } from './invocation.ts';
 import { originOf } from './slots.ts';
 import { UpstreamPool, type ExchangeControl, type ResponseHandler } from './upstream.ts';
@@ -85,6 +85,8 @@ export class Dispatcher {
   readonly #busy = new Map<string, number>();
   readonly #maxResultBytes: number;
   readonly #keeper: KeeperTokens | undefined;
+  /** The keeper of this process's own agent, if it runs one. */
+  #ownKeeper: string | undefined;
 
   constructor(options: { maxResultBytes: number; keeper?: KeeperTokens }) {
     this.#maxResultBytes = options.maxResultBytes;
@@ -137,9 +139,19 @@ export class Dispatcher {
     this.#pools.clear();
   }
 
-  /** The keeper a request to `instance` goes through, when this replica uses keepers and its node has one. */
+  /**
+   * This process runs an agent whose keeper is at `origin`: requests to that agent's instances go to them
+   * directly, since this process's death ends them too (there would be no answer to keep). Said before the
+   * agent links, so before any of its instances is announced.
+   */
+  keeperInProcess(origin: string) {
+    this.#ownKeeper = origin;
+  }
+
+  /** The keeper a request to `instance` goes through, when this replica uses keepers and its node has one of another process. */
   #keeperOf(instance: ReadyInstance): string | undefined {
-    return this.#keeper && instance.nodeId ? instance.endpoint.keeper : undefined;
+    const keeper = this.#keeper && instance.nodeId ? instance.endpoint.keeper : undefined;
+    return keeper === this.#ownKeeper ? undefined : keeper;
   }
 
   #pool(origin: string): UpstreamPool {

@@ -61,9 +61,9 @@ export async function createInvocationPlane(parts: InvocationPlaneParts) {
     results, replicasKey, log, completed: (requestId) => queue.completed(requestId),
     holdsVersionOn: (nodeId, versionId) => instances.holdsVersionOn(nodeId, versionId),
   }) : undefined;
+  const dispatcher = new Dispatcher({ maxResultBytes: settings.maxResultBytes, keeper: settings.resultKeepers ? kept : undefined });
   const invocation: InvocationService = new InvocationService({
-    queue,
-    dispatcher: new Dispatcher({ maxResultBytes: settings.maxResultBytes, keeper: settings.resultKeepers ? kept : undefined }),
+    queue, dispatcher,
     results, nodeLive: parts.nodeLive,
     resolver, demand: instances, log, now, largeResults,
     stageAssets: stage && ((request, instance) => stage({
@@ -85,6 +85,8 @@ export async function createInvocationPlane(parts: InvocationPlaneParts) {
   const health: HealthComponent[] = queue instanceof JetStreamQueue ? [{ name: 'nats_client', probe: () => queue.connection.flush() }] : [];
   return {
     invocation, resolver, largeResults, links, health, kept,
+    /** This process runs an agent (compute/worker.ts) whose keeper is at `origin`. */
+    agentInProcess: (origin: string) => dispatcher.keeperInProcess(origin),
     admit: rateLimits.admit,
     async close() {
       await rateLimits.close();

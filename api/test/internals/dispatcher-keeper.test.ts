@@ -1,7 +1,8 @@
 // The dispatcher (invocation/dispatcher.ts) with and without the nodes' result keepers: a replica that uses
 // them sends a request to the keeper of the instance's node (compute/keeper.ts, real, in front of a real
-// HTTP server as the instance), with a token it takes; one that does not sends to the instance itself. A
-// keeper that cannot reach the instance makes the exchange `unreachable` (the request waits for another).
+// HTTP server as the instance), with a token it takes; one that does not, or whose own process runs the
+// keeper, sends to the instance itself. A keeper that cannot reach the instance makes the exchange
+// `unreachable` (the request waits for another).
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import http from 'node:http';
@@ -108,6 +109,18 @@ test('a keeper that cannot reach the instance: the exchange is unreachable, so t
     const answer = await send(dispatcher, announced(instancePort), 'r-unreachable');
     assert.equal(answer.outcome, 'unreachable');
     assert.equal(answer.status, undefined, 'nothing started for the client');
+  } finally {
+    keeperSees = instancePort;
+    dispatcher.close();
+  }
+});
+
+test('the keeper of this process\'s own agent is skipped: its instances die with this process, so there is no answer to keep', async () => {
+  const dispatcher = new Dispatcher({ maxResultBytes: 1024, keeper: tokens });
+  dispatcher.keeperInProcess(keeperOrigin);
+  keeperSees = closedPort; // the keeper could not have carried it
+  try {
+    assert.deepEqual(await send(dispatcher, announced(instancePort), 'r-own'), { outcome: 'done', status: 200, body: 'answered r-own' });
   } finally {
     keeperSees = instancePort;
     dispatcher.close();
