@@ -136,9 +136,10 @@ export function createInvocationsRepo(db: Kysely<Database>) {
      * still no node's): true if stored.
      */
     async storeRunning(requestId: string, keeper: string | undefined, result: StoredResult, at: string): Promise<boolean> {
-      const kept = '%"keeper":';
-      const stored = await finishing(requestId, result, at).where('state', '=', 'running')
-        .where('request', keeper === undefined ? 'not like' : 'like', keeper === undefined ? `${kept}%` : `${kept}${JSON.stringify(keeper)}%`).executeTakeFirst();
+      const row = await db.selectFrom('invocations').select(['request_id', 'request']).where('request_id', '=', requestId).where('state', '=', 'running').executeTakeFirst();
+      if (!row || requestOf(row).keeper !== keeper) return false;
+      // Unchanged since read: a node's mark made meanwhile wins.
+      const stored = await finishing(requestId, result, at).where('state', '=', 'running').where('request', '=', row.request).executeTakeFirst();
       return stored.numUpdatedRows === 1n;
     },
     async delete(requestId: string): Promise<void> {

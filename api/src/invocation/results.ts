@@ -76,7 +76,7 @@ export class DurableResults {
     for (const record of await this.#repo.listHeld()) {
       const { replica, keeper } = record.request;
       if (keeper !== undefined) {
-        if (!await judged(keeper, live)) out.ended.push(await this.#endKept(record, KEEPER_GONE));
+        if (!await judged(keeper, live)) out.ended.push(await this.#endKept(record));
         continue;
       }
       if (!replica || replica === self || await judged(replica, alive)) continue;
@@ -106,13 +106,14 @@ export class DurableResults {
   async lostBy(nodeId: string, keeping: ReadonlySet<string>): Promise<string[]> {
     const ended: string[] = [];
     for (const record of await this.#repo.listHeld()) {
-      if (record.request.keeper === nodeId && !keeping.has(record.requestId)) ended.push(await this.#endKept(record, KEEPER_GONE));
+      if (record.request.keeper === nodeId && !keeping.has(record.requestId)) ended.push(await this.#endKept(record));
     }
     return ended;
   }
 
-  async #endKept(record: DurableRecord, detail: string): Promise<string> {
-    await this.storeKept(record.requestId, record.request.keeper!, problemResult(502, 'bad-gateway', detail));
+  /** A request its node was to finish ends 502: the node is gone, or lost it. */
+  async #endKept(record: DurableRecord): Promise<string> {
+    await this.storeKept(record.requestId, record.request.keeper!, problemResult(502, 'bad-gateway', KEEPER_GONE));
     return record.requestId;
   }
 

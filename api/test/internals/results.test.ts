@@ -50,6 +50,8 @@ test('after a restart: queued ones wait again, a running one ends 502 (never run
 test('a dead replica\'s running request a node keeps: left to the node while it lives, stored only as that node\'s, ended 502 once the node is gone or lost it; one no node took ends at the next look', async () => {
   const results = new DurableResults({ repo: createInvocationsRepo(store.db), log: createLogger('silent'), now: () => new Date() });
   const [kept, keptElsewhere, notKept, queued, lost, keptLate] = [0, 1, 2, 3, 4, 5].map((i) => request(`00000000-0000-4000-8000-0000000001${i}0`));
+  // A client's header named like the mark is no mark.
+  notKept.request.headers.keeper = 'node-1';
   for (const invocation of [kept, keptElsewhere, notKept, queued, lost, keptLate]) await results.persist(invocation, 'replica-dead');
   for (const invocation of [kept, keptElsewhere, notKept, lost, keptLate]) assert.equal(await results.claim(invocation), true);
 
@@ -67,6 +69,7 @@ test('a dead replica\'s running request a node keeps: left to the node while it 
   const detail = async (id: string) => JSON.parse((await results.find(id))!.result!.body.toString()).detail;
   assert.equal(await detail(keptElsewhere.id), KEEPER_GONE);
   for (const invocation of [kept, notKept, keptLate]) assert.equal((await results.find(invocation.id))!.state, 'running', `${invocation.id} waits`);
+  assert.equal(await results.storeKept(notKept.id, 'node-1', { status: 200, headers: {}, body: Buffer.from('forged') }), false, 'a header makes no node its keeper');
   // Between two looks a node's keeper takes one of those no node had taken.
   assert.equal(await results.keep(keptLate.id, 'node-1'), true);
   assert.deepEqual((await look()).ended, [notKept.id], 'no node took it by the next look');
