@@ -309,7 +309,13 @@ export class RtpVideoSender {
     if (from === 'transport' && packet instanceof RtcpTransportLayerFeedback && packet.feedback instanceof TransportWideCC) {
       const results = transportFeedbackResults(packet.feedback);
       estimator.feedback(results, performance.now());
-      const media = results.filter((r) => !this.#fecShares.fecReported(r.sequenceNumber & 0xffff, r.received));
+      const owed: number[] = [];
+      const media = results.filter((r) => {
+        const owedByFec = this.#fecShares.fecReported(r.sequenceNumber & 0xffff, r.received);
+        owed.push(...owedByFec ?? []);
+        return owedByFec === undefined;
+      });
+      this.#resendOwed(owed);
       this.#resendUnasked(media.filter((r) => !r.received).map((r) => this.#byTransportSeq[r.sequenceNumber & 0xffff] - 1).filter((seq) => seq >= 0));
     } else if (from === 'sender' && packet instanceof RtcpPayloadSpecificFeedback && packet.feedback instanceof ReceiverEstimatedMaxBitrate) {
       estimator.remb(Number(packet.feedback.bitrate));
@@ -366,15 +372,16 @@ export class RtpVideoSender {
         verdicts.push(`${seq} gone`);
         continue;
       }
-      this.#fecShares.lost(seq);
+      this.#resendOwed(this.#fecShares.lost(seq));
       const verdict = this.retransmissions.decide(entry.packet.payload.length + 40, entry.lastSentMs, now, this.estimator?.queueDelayMs ?? 0, this.targetKbps);
       verdicts.push(`${seq} ${verdict} ${Math.round(now - entry.sentMs)}ms`);
       if (verdict === 'over budget') unrepairable = 'retransmission budget spent';
       if (verdict !== 'send') continue;
       entry.lastSentMs = now;
       this.#resend(entry.packet);
-      // The second copy insures against a lost first one; FEC insures it already.
+      // The second copy insures against a lost first one; FEC insures it already (until it turns out not to).
       if (this.#fecShares.rebuilds(seq)) {
+        this.#fecShares.leftOut(seq);
         this.leftToFec++;
         continue;
       }
@@ -391,7 +398,7 @@ export class RtpVideoSender {
   /** Lost packets (by RTP sequence number) that no NACK asks for within UNASKED_WAIT_MS go again, through the gate. */
   #resendUnasked(lost: number[]): void {
     if (lost.length === 0) return;
-    for (const seq of lost) this.#fecShares.lost(seq);
+    for (const seq of lost) this.#resendOwed(this.#fecShares.lost(seq));
     setTimeout(() => {
       if (!this.#unsubscribe) return;
       const now = performance.now();
@@ -399,6 +406,7 @@ export class RtpVideoSender {
         const entry = this.#history.get(seq);
         if (!entry || entry.lastSentMs !== entry.sentMs) continue; // gone, or a NACK came
         if (this.#fecShares.rebuilds(seq, true)) {
+          this.#fecShares.leftOut(seq);
           this.leftToFec++;
           continue;
         }
@@ -408,6 +416,18 @@ export class RtpVideoSender {
         this.#resend(entry.packet);
       }
     }, UNASKED_WAIT_MS);
+  }
+
+  /** Copies left to FEC whose share turned out not to rebuild them (fec-shares.ts), within the retransmission budget. */
+  #resendOwed(owed: number[]): void {
+    const now = performance.now();
+    for (const seq of owed) {
+      const entry = this.#history.get(seq);
+      if (!entry || !this.retransmissions.secondCopy(entry.packet.payload.length + 40, now, this.estimator?.queueDelayMs ?? 0, this.targetKbps, this.estimator?.lossFraction(now) ?? 0)) continue;
+      entry.lastSentMs = now;
+      this.leftToFec--;
+      this.#resend(entry.packet);
+    }
   }
 
   /** One retransmission, over RTX when negotiated. */
