@@ -102,7 +102,7 @@ export class RtpVideoSender {
   resentUnasked = 0;
   /** Which lost packets FEC rebuilds: no second copy for them, nor a resend unasked. */
   readonly #fecShares = new FecShares();
-  /** Retransmissions (second copies, unasked resends) left out because FEC rebuilds the packet. */
+  /** Retransmissions (second copies, unasked resends) left out because FEC rebuilds the packet, less those owed again and sent. */
   leftToFec = 0;
   #lastEncoderKbps: number;
   #loggedKbps: number;

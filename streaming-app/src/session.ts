@@ -315,7 +315,7 @@ export class StreamingSession {
         onState: (state) => { if (peer === this.#peer) this.#peerState(peer, state); },
         onInput: (raw) => { if (peer === this.#peer) this.#input(raw); },
         onKeyframeRequest: () => {
-          this.#log.debug({}, 'pli received');
+          this.#log.debug('pli received');
           if (peer === this.#peer) encoder.requestKeyframe('pli');
         },
         onInputChannelOpen: () => { if (peer === this.#peer) this.#sendStats(); },
