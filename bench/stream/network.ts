@@ -9,7 +9,7 @@
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
 //
 //   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,loss10,rtt100loss5,3mbit,drop,drop05]
-//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--fec true,false] [--audio] [--app-logs DIR] [--size 1280x720 --fps 60]
+//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--fec true,false] [--audio] [--app-logs DIR] [--trace DIR] [--size 1280x720 --fps 60]
 //
 // Profiles: clean (20 Mbit/s), rtt60 (RTT 60 ms, ± 5 ms jitter each way), rtt40loss1 (RTT 40 ms, 1 % loss
 // each way), loss5 (5 % loss each way), loss10 (10 % loss each way), rtt100loss5 (RTT 100 ms, 5 % loss
@@ -59,8 +59,8 @@ if (args.help) {
   --audio        svc's app also plays a tone (needs pulseaudio): its Opus losses, concealment and mode changes under each table
   --app-logs DIR svc's app logs at debug level (the estimator's every rate decision), one JSON-lines file per row in DIR
   --size WxH     the picture both send (default 640x360); --fps its frame rate (default 30)
-  --trace DIR    per peer and profile, every gap of 150 ms or more between presented frames, with what the sender
-                 (svc's debug log) and the receiving Chromium (its WebRTC log) said around it, in DIR`);
+  --trace DIR    per peer and profile, each of Chrome's freezes and each gap of 150 ms or more between presented frames,
+                 with what the sender (svc's debug log) and the receiving Chromium (its WebRTC log) said around it, in DIR`);
   process.exit(0);
 }
 const SECONDS = Number(args.seconds);
