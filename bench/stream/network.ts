@@ -9,7 +9,7 @@
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
 //
 //   flock /tmp/svc-bench.lock node bench/stream/network.ts [--seconds 30] [--only clean,rtt60,rtt40loss1,loss5,loss10,rtt100loss5,3mbit,drop,drop05]
-//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--fec true,false] [--audio] [--app-logs DIR] [--size 1280x720 --fps 60]
+//     [--degradation balanced,maintain-framerate,maintain-resolution,disabled] [--fec true,false] [--audio] [--app-logs DIR] [--trace DIR] [--size 1280x720 --fps 60]
 //
 // Profiles: clean (20 Mbit/s), rtt60 (RTT 60 ms, ± 5 ms jitter each way), rtt40loss1 (RTT 40 ms, 1 % loss
 // each way), loss5 (5 % loss each way), loss10 (10 % loss each way), rtt100loss5 (RTT 100 ms, 5 % loss
@@ -31,7 +31,7 @@
 // next frame, the libwebrtc sender page draws it on its canvas with the same code), and the receiver
 // reads it from each presented frame: input sent → the expected display time of the first frame that
 // shows it (the client's FrameMeter for svc, the same rule in the page for libwebrtc).
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -46,7 +46,7 @@ const { values: args } = parseArgs({
   options: {
     seconds: { type: 'string', default: '30' }, only: { type: 'string' }, degradation: { type: 'string', default: 'balanced' }, fec: { type: 'string', default: 'true' },
     audio: { type: 'boolean', default: false }, 'app-logs': { type: 'string' }, size: { type: 'string', default: '640x360' },
-    fps: { type: 'string', default: '30' }, help: { type: 'boolean' },
+    fps: { type: 'string', default: '30' }, trace: { type: 'string' }, help: { type: 'boolean' },
   },
 });
 if (args.help) {
@@ -58,7 +58,9 @@ if (args.help) {
   --fec          svc's STREAMING_VIDEO_FEC, comma-separated for a row each (true: FEC while the link is lossy; false: never)
   --audio        svc's app also plays a tone (needs pulseaudio): its Opus losses, concealment and mode changes under each table
   --app-logs DIR svc's app logs at debug level (the estimator's every rate decision), one JSON-lines file per row in DIR
-  --size WxH     the picture both send (default 640x360); --fps its frame rate (default 30)`);
+  --size WxH     the picture both send (default 640x360); --fps its frame rate (default 30)
+  --trace DIR    per peer and profile, each of Chrome's freezes and each gap of 150 ms or more between presented frames,
+                 with what the sender (svc's debug log) and the receiving Chromium (its WebRTC log) said around it, in DIR`);
   process.exit(0);
 }
 const SECONDS = Number(args.seconds);
@@ -78,6 +80,76 @@ if (!FECS.every((f) => f === 'true' || f === 'false')) {
 
 type Phase = { seconds: number; rateKbit: number };
 type Profile = { name: string; phases: Phase[]; impairment?: { down: Impairment; up: Impairment }; about?: string };
+/**
+ * Page script (--trace): every gap of GAP_MS or more between two presented frames, in wall-clock ms (the
+ * app's log and Chromium's use the same clock), with the RTP timestamps on either side.
+ */
+const GAP_MS = 150;
+const RECORD_GAPS = `(() => {
+  window.gaps = [];
+  const watch = (video) => {
+    let last;
+    const step = (now, meta) => {
+      const at = performance.timeOrigin + now;
+      const wall = (t) => (t === undefined ? undefined : Math.round(performance.timeOrigin + t - at));
+      // Relative to the callback: when the frame's last packet came, when the sender captured it (both < 0).
+      const frame = { at, rtp: meta.rtpTimestamp, presented: meta.presentedFrames, receivedMs: wall(meta.receiveTime), capturedMs: wall(meta.captureTime) };
+      if (last && at - last.at >= ${GAP_MS}) window.gaps.push({ fromMs: last.at, toMs: at, before: last, after: frame });
+      last = frame;
+      video.requestVideoFrameCallback(step);
+    };
+    video.requestVideoFrameCallback(step);
+  };
+  const find = () => { const v = document.querySelector('video'); if (v) watch(v); else setTimeout(find, 100); };
+  find();
+})()`;
+type GapFrame = { rtp?: number; presented?: number; receivedMs?: number; capturedMs?: number };
+type Gap = { fromMs: number; toMs: number; before: GapFrame; after: GapFrame };
+/** The receiving Chromium's WebRTC log (--trace): what its receiver says about NACK, FEC, keyframes and frames. */
+const CHROMIUM_TRACE_LOG = ['--enable-logging=stderr', '--v=0',
+  '--vmodule=*/rtp_rtcp/source/flexfec_receiver*=2,*/video/rtp_video_stream_receiver2*=2,*/video/video_receive_stream2*=2,*/modules/video_coding/*=2,*/video/video_stream_buffer_controller*=2,*/video/receive_statistics_proxy*=1'];
+let chromiumLogPath = '';
+/** Chromium's log lines from `fromMs` to `toMs` (its prefix carries MMDD/HHMMSS.micros in local time, UTC here). */
+async function chromiumLines(fromMs: number, toMs: number): Promise<string[]> {
+  const text = await readFile(chromiumLogPath, 'utf8').catch(() => '');
+  const year = new Date().getUTCFullYear();
+  return text.split('\n').filter((line) => {
+    const m = /:(\d\d)(\d\d)\/(\d\d)(\d\d)(\d\d)\.(\d{6}):/.exec(line);
+    if (!m) return false;
+    const at = Date.UTC(year, Number(m[1]) - 1, Number(m[2]), Number(m[3]), Number(m[4]), Number(m[5])) + Number(m[6]) / 1000;
+    return at >= fromMs && at <= toMs;
+  });
+}
+/**
+ * Writes each of Chrome's freezes (as its counters rose between two samples: the freeze ended in that
+ * half second), then each gap, with the sender's and the receiver's lines from before it to its end.
+ */
+async function writeTrace(name: string, samples: Sample[], gaps: Gap[], appLogs: AppLogLine[] | undefined): Promise<void> {
+  if (!args.trace) return;
+  const out: string[] = [];
+  const appLines = (fromMs: number, toMs: number): string[] => (appLogs ?? []).filter((l) => Number(l.time) >= fromMs && Number(l.time) <= toMs && l.msg !== 'video rate')
+    .map((l) => `app ${new Date(Number(l.time)).toISOString()} ${l.msg} ${JSON.stringify({ ...l, time: undefined, msg: undefined, level: undefined, pid: undefined, hostname: undefined, name: undefined, sessionId: undefined })}`);
+  for (const [i, sample] of samples.entries()) {
+    const previous = samples[i - 1];
+    if (!previous || !(delta(previous, sample, 'freezeCount') > 0)) continue;
+    const frozenMs = delta(previous, sample, 'totalFreezesDuration') * 1000;
+    out.push(`\n=== freeze: ${delta(previous, sample, 'freezeCount')} ending ${new Date(previous.wallMs).toISOString()}-${new Date(sample.wallMs).toISOString()}, ${Math.round(frozenMs)} ms; `
+      + `in that half second ${delta(previous, sample, 'framesDropped')} frames dropped, ${delta(previous, sample, 'keyFramesDecoded')} keyframes, ${delta(previous, sample, 'pliCount')} PLIs, ${delta(previous, sample, 'nackCount')} NACKs`);
+    out.push(...appLines(previous.wallMs - frozenMs - 300, sample.wallMs));
+  }
+  out.push(`\n${gaps.length} gaps of ${GAP_MS} ms or more between presented frames (several presented: the page's callbacks were late, not the frames)`);
+  for (const gap of gaps) {
+    const { before, after } = gap;
+    const mediaMs = before.rtp !== undefined && after.rtp !== undefined ? Math.round(((after.rtp - before.rtp) >>> 0) / 90) : '?';
+    out.push(`\n=== gap ${Math.round(gap.toMs - gap.fromMs)} ms from ${new Date(gap.fromMs).toISOString()}: ${mediaMs} ms of media, `
+      + `${(after.presented ?? 0) - (before.presented ?? 0)} presented; the frame after: received ${after.receivedMs} ms, captured ${after.capturedMs} ms before (before: ${before.receivedMs}, ${before.capturedMs})`);
+    out.push(...appLines(gap.fromMs - 400, gap.toMs));
+    for (const line of await chromiumLines(gap.fromMs - 400, gap.toMs)) out.push(`rx ${line}`);
+  }
+  await writeFile(join(args.trace, `${name}.txt`), out.join('\n'));
+}
+type AppLogLine = Record<string, unknown>;
+
 /** The emulator's seed for every run: svc and libwebrtc see the same draws. */
 const SEED = 26;
 const PROFILES: Profile[] = [
@@ -94,10 +166,10 @@ const PROFILES: Profile[] = [
 
 type Stats = {
   framesDecoded?: number; freezeCount?: number; totalFreezesDuration?: number; keyFramesDecoded?: number; pliCount?: number;
-  nackCount?: number; packetsLost?: number; bytesReceived?: number; jitterBufferDelay?: number; jitterBufferEmittedCount?: number;
+  nackCount?: number; packetsLost?: number; bytesReceived?: number; jitterBufferDelay?: number; jitterBufferEmittedCount?: number; framesDropped?: number;
   frameWidth?: number; frameHeight?: number;
 };
-type Sample = { atMs: number; phase: number; stats: Stats };
+type Sample = { atMs: number; wallMs: number; phase: number; stats: Stats };
 
 const RECEIVER_STATS = `(async (pc) => {
   const report = await pc.getStats();
@@ -114,7 +186,7 @@ async function measure(link: ShapedLink, profile: Profile, read: () => Promise<S
     const end = performance.now() + phase.seconds * 1000;
     while (performance.now() < end) {
       const stats: Stats = await read().catch(() => ({}));
-      samples.push({ atMs: performance.now(), phase: index, stats });
+      samples.push({ atMs: performance.now(), wallMs: Date.now(), phase: index, stats });
       await new Promise((r) => setTimeout(r, 500));
     }
   }
@@ -232,7 +304,7 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
   const app: AppProcess = await startApp({
     STREAMING_DEGRADATION: degradation, STREAMING_VIDEO_FEC: fec, STREAMING_AUDIO: String(args.audio),
     STREAMING_BIND_ADDRESS: link.hostAddress, STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_VIDEO_FPS: String(FPS),
-    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: args['app-logs'] ? 'debug' : 'info', STREAMING_FRAME_BARCODE: 'true',
+    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: args['app-logs'] || args.trace ? 'debug' : 'info', STREAMING_FRAME_BARCODE: 'true',
     STREAMING_APP_COMMAND: args.audio ? `${TONE} & ${video}` : video,
   });
   const page = await receiver.newPage();
@@ -241,8 +313,10 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
     await page.goto(`http://${link.hostAddress}:${app.streamingPort}/client/?autostart=1&signal=${encodeURIComponent(signal)}`);
     const read = async (): Promise<Stats> => ((await page.evaluate('svcStream.receiverStats()')) ?? {}) as Stats;
     await page.evaluate(START_INPUTS('svcStream.sendPointer(Math.random(), Math.random())'));
+    if (args.trace) await page.evaluate(RECORD_GAPS);
     const samples = await measure(link, profile, read);
     await page.evaluate('window.stopInputs()');
+    if (args.trace) await writeTrace(`${profile.name}-svc-${degradation}-fec-${fec}`, samples, await page.evaluate('window.gaps') as Gap[], app.logs);
     // First frame: the client's new WebSocket to the first frame presented (the page's own load over the
     // link is left out, as the libwebrtc pages are not loaded over it).
     const { inputToPhotonMs, setupMs } = await page.evaluate('svcStream.snapshot()') as { inputToPhotonMs: number[]; setupMs?: number };
@@ -260,7 +334,7 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
     const fecChanges = app.logs.filter((l) => l.msg === 'video fec').map((l) => `${l.ratio} at ${(((l.time as number) - (startedAt ?? 0)) / 1000).toFixed(1)} s (loss ${l.loss})`);
     const fecNote = `; FEC ${fec === 'true' ? `${video?.fecPackets} packets (${(100 * Number(video?.fecPackets) / Math.max(1, Number(video?.mediaPackets))).toFixed(1)} % of media), ratio ${fecChanges.join(', ') || 'never on'}` : 'off'}`;
     svcRateControl = video ? `svc rate control: ${video.overuses} delay decreases, ${video.lossBackoffs} loss backoffs, ${video.retransmitted} retransmitted, `
-      + `${video.resentUnasked} resent unasked, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s${steps}${fecNote}` : '';
+      + `${video.resentUnasked} resent unasked, ${video.leftToFec ?? 0} left to FEC, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s${steps}${fecNote}` : '';
     await app.stop();
     if (args['app-logs']) await writeFile(join(args['app-logs'], `${profile.name}-${degradation}-fec-${fec}.jsonl`), app.logs.map((l) => JSON.stringify(l)).join('\n'));
   }
@@ -382,8 +456,10 @@ async function libwebrtcRun(link: ShapedLink, sender: BrowserContext, receiver: 
     await send.evaluate(`window.pc.setRemoteDescription({ type: 'answer', sdp: ${JSON.stringify(answer)} })`);
     const read = async (): Promise<Stats> => (await receive.evaluate(`${RECEIVER_STATS}(window.pc)`)) as Stats;
     await receive.evaluate(START_INPUTS('window.sendInput()'));
+    if (args.trace) await receive.evaluate(RECORD_GAPS);
     const samples = await measure(link, profile, read);
     await receive.evaluate('window.stopInputs()');
+    if (args.trace) await writeTrace(`${profile.name}-libwebrtc`, samples, await receive.evaluate('window.gaps') as Gap[], undefined);
     const inputToPhotonMs = await receive.evaluate('window.inputToPhotonMs') as number[];
     // First frame: the sender's offer started to the first frame presented (wall clock: two pages).
     const startedAt = await send.evaluate('window.setupStartedAt') as number;
@@ -405,10 +481,13 @@ async function main(): Promise<void> {
   const dirs = [await mkdtemp(join(tmpdir(), 'svc-bench-rx-')), await mkdtemp(join(tmpdir(), 'svc-bench-tx-'))];
   // Host candidates as addresses, not mDNS names (the receiver's namespace has no multicast DNS), and on
   // every interface: without camera permission Chrome offers only the default route's, not the veth's.
-  const args = [...CHROMIUM_ARGS, '--disable-features=WebRtcHideLocalIpsWithMdns', '--force-webrtc-ip-handling-policy=default',
+  const browserArgs = [...CHROMIUM_ARGS, '--disable-features=WebRtcHideLocalIpsWithMdns', '--force-webrtc-ip-handling-policy=default',
     '--autoplay-policy=no-user-gesture-required'];
-  const receiver = await chromium.launchPersistentContext(dirs[0], { executablePath: await link.wrapper(CHROMIUM.path), args, headless: true });
-  const sender = await chromium.launchPersistentContext(dirs[1], { executablePath: CHROMIUM.path, args, headless: true });
+  chromiumLogPath = args.trace ? join(args.trace, 'chromium-receiver.log') : '';
+  const receiver = await chromium.launchPersistentContext(dirs[0], {
+    executablePath: await link.wrapper(CHROMIUM.path, chromiumLogPath || undefined), args: [...browserArgs, ...(chromiumLogPath ? CHROMIUM_TRACE_LOG : [])], headless: true,
+  });
+  const sender = await chromium.launchPersistentContext(dirs[1], { executablePath: CHROMIUM.path, args: browserArgs, headless: true });
   try {
     console.log(`${WIDTH}x${HEIGHT}@${FPS}, H.264, max ${MAX_KBPS} kbit/s, ${SECONDS} s per profile (drop: 10 + 15 + 15 s); load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
     for (const profile of PROFILES) {

@@ -22,6 +22,15 @@ const MIN_RATIO = 0.1;
 const MAX_RATIO = 0.5;
 /** The ratio follows the worst second of the last this many (loss comes and goes in spells). */
 const PEAK_SECONDS = 5;
+/**
+ * A keyframe is the costliest frame to lose: the picture waits for it, and the frames after it need it.
+ * While the link loses packets it gets this many times the other frames' ratio (at most MAX_RATIO), and
+ * FEC already in the first seconds of loss, before it is switched on for the others (a repair keyframe
+ * sent unprotected at 10 % loss lost packets of its own, which cost another keyframe 500 ms later).
+ */
+const KEYFRAME_FACTOR = 2;
+/** Fewer packets than this in the last second say nothing of the loss to a keyframe. */
+const KEYFRAME_MIN_PACKETS = 20;
 
 export class FecPolicy {
   #on = false;
@@ -51,9 +60,23 @@ export class FecPolicy {
   }
 
   get ratio(): number {
-    if (!this.#on) return 0;
-    const peak = Math.max(...this.#recentLoss);
-    // In steps of 5 %: the encoder's target follows the ratio, and need not move for every second's noise.
-    return Math.round(Math.min(MAX_RATIO, Math.max(MIN_RATIO, RATIO_PER_LOSS * peak)) * 20) / 20;
+    return this.#on ? ratioFor(Math.max(...this.#recentLoss)) : 0;
   }
+
+  /**
+   * The ratio for a keyframe, given the last second's counts (0 on a clean link): KEYFRAME_FACTOR times
+   * the ratio, or times what the loss would call for while FEC is not on yet. Unless the bottleneck's
+   * queue built in that second (`congested`): more bytes would only add to its overflow.
+   */
+  keyframeRatio(lost: number, packets: number, congested = false): number {
+    if (congested) return this.ratio;
+    const loss = packets >= KEYFRAME_MIN_PACKETS ? lost / packets : 0;
+    const ratio = this.#on ? this.ratio : loss >= CLEAN ? ratioFor(loss) : 0;
+    return Math.min(MAX_RATIO, KEYFRAME_FACTOR * ratio);
+  }
+}
+
+/** RATIO_PER_LOSS times the loss, between MIN_RATIO and MAX_RATIO, in steps of 5 % (the encoder's target follows the ratio, and need not move for every second's noise). */
+function ratioFor(loss: number): number {
+  return Math.round(Math.min(MAX_RATIO, Math.max(MIN_RATIO, RATIO_PER_LOSS * loss)) * 20) / 20;
 }

@@ -13,6 +13,7 @@ import type { EncodedFrame, VideoCodec } from './encoder.ts';
 import type { Logger } from './logger.ts';
 import { BandwidthEstimator, type CongestionSettings } from './congestion.ts';
 import { FecPolicy } from './fec-policy.ts';
+import { FecShares, type FecShare } from './fec-shares.ts';
 import { reportCaptureTime, RtpClock } from './media-clock.ts';
 import { nackedSequenceNumbers } from './nack.ts';
 import { PACING_FACTOR, PacketPacer } from './pacer.ts';
@@ -44,6 +45,8 @@ const UNASKED_WAIT_MS = 20;
 const SECOND_COPY_DELAY_MS = 5;
 /** How often the FEC policy is given the last second's loss. */
 const FEC_CHECK_MS = 1000;
+/** A frame that reaches the sender this long after its capture, or finds the pacer this far behind, is logged (debug). */
+const LATE_FRAME_MS = 50;
 /** A FEC packet's bytes beyond the largest media packet it protects: its RTP header and extension, FlexFEC's header. */
 const FEC_PACKET_OVERHEAD = 12 + 8 + 32;
 
@@ -54,7 +57,7 @@ export type VideoFec = { payloadType: number; ssrc: number };
  * A frame's packets while FEC protects them: each media packet as the receiver takes it into its FEC
  * decoder (recorded as it leaves), and which of them each FEC packet protects.
  */
-type FecGroup = { plan: number[][]; wires: (Buffer | undefined)[]; timestamp: number; maxPayload: number };
+type FecGroup = { plan: number[][]; shares: FecShare[]; wires: (Buffer | undefined)[]; timestamp: number; maxPayload: number };
 /** What the pacer sends: a media packet, or one of a frame's FEC packets (after the frame's media). */
 type Outgoing =
   | { kind: 'media'; packet: RtpPacket; group?: FecGroup; index: number }
@@ -97,6 +100,10 @@ export class RtpVideoSender {
   readonly #byTransportSeq = new Int32Array(1 << 16);
   /** Lost packets resent without a NACK (#resendUnasked). */
   resentUnasked = 0;
+  /** Which lost packets FEC rebuilds: no second copy for them, nor a resend unasked. */
+  readonly #fecShares = new FecShares();
+  /** Retransmissions (second copies, unasked resends) left out because FEC rebuilds the packet, less those owed again and sent. */
+  leftToFec = 0;
   #lastEncoderKbps: number;
   #loggedKbps: number;
   readonly #fec: { stream: VideoFec; policy: FecPolicy; ratio: number; checkedMs: number; nextSequence: number } | undefined;
@@ -161,6 +168,14 @@ export class RtpVideoSender {
     return this.#fec?.ratio ?? 0;
   }
 
+  /** A keyframe's FEC ratio: more than other frames' while the link loses packets (fec-policy.ts). */
+  #keyframeFecRatio(): number {
+    if (!this.#fec || !this.estimator) return 0;
+    const now = performance.now();
+    const { lost, packets } = this.estimator.recentLoss(now);
+    return this.#fec.policy.keyframeRatio(lost, packets, this.estimator.queueBuiltWithin(now, FEC_CHECK_MS));
+  }
+
   get pacer(): PacketPacer<Outgoing> {
     return this.#pacer;
   }
@@ -173,7 +188,14 @@ export class RtpVideoSender {
     const extensionId = this.#playoutDelayExtensionId;
     // Every packet carries it, so that a receiver joining mid-stream or losing packets still sees it.
     if (extensionId !== undefined) for (const packet of packets) packet.header.extensions.push({ id: extensionId, payload: ZERO_PLAYOUT_DELAY });
-    this.#pacer.enqueue(this.#withFec(packets, timestamp));
+    const lateMs = performance.now() - frame.captureMs;
+    // For bench/stream/network.ts --trace: where a frame's time went when it leaves late.
+    if (lateMs > LATE_FRAME_MS || this.#pacer.queuedMs > LATE_FRAME_MS) {
+      this.#log.debug({ lateMs: Math.round(lateMs), encodeMs: Math.round(frame.encodeMs), pacerQueueMs: Math.round(this.#pacer.queuedMs) }, 'frame late');
+    }
+    const ratio = frame.keyframe ? this.#keyframeFecRatio() : this.fecRatio;
+    if (frame.keyframe) this.#log.debug({ packets: packets.length, bytes: frame.data.length, fecRatio: ratio }, 'keyframe sent');
+    this.#pacer.enqueue(this.#withFec(packets, timestamp, ratio));
     reportCaptureTime(this.#sender, frame.captureMs, timestamp);
     this.framesSent++;
   }
@@ -182,11 +204,11 @@ export class RtpVideoSender {
    * A frame's packets for the pacer, followed by its FEC packets while the link is lossy. A FEC packet is
    * built when its turn comes, from the media packets as they left: the pacer keeps the order.
    */
-  #withFec(packets: RtpPacket[], timestamp: number): Outgoing[] {
-    const ratio = this.fecRatio;
+  #withFec(packets: RtpPacket[], timestamp: number, ratio: number): Outgoing[] {
     if (ratio === 0) return packets.map((packet, index) => ({ kind: 'media', packet, index }));
     const plan = protectionPlan(packets.length, ratio);
-    const group: FecGroup = { plan, wires: [], timestamp, maxPayload: Math.max(...packets.map((p) => p.payload.length)) };
+    const shares = plan.map((members) => this.#fecShares.add(members.map((i) => packets[i].header.sequenceNumber)));
+    const group: FecGroup = { plan, shares, wires: [], timestamp, maxPayload: Math.max(...packets.map((p) => p.payload.length)) };
     return [
       ...packets.map((packet, index): Outgoing => ({ kind: 'media', packet, group, index })),
       ...plan.map((_, index): Outgoing => ({ kind: 'fec', group, index })),
@@ -245,6 +267,7 @@ export class RtpVideoSender {
     this.fecPacketsSent++;
     this.fecBytesSent += payload.length;
     this.#byTransportSeq[transportSeq] = 0; // no media packet behind this number
+    this.#fecShares.fecSent(group.shares[index], transportSeq);
     this.estimator?.packetSent(transportSeq, payload.length + 40, now);
   }
 
@@ -276,6 +299,7 @@ export class RtpVideoSender {
     for (const [seq, entry] of this.#history) {
       if (now - entry.sentMs <= RETRANSMIT_HISTORY_MS) break;
       this.#history.delete(seq);
+      this.#fecShares.forget(seq);
     }
   }
 
@@ -285,7 +309,14 @@ export class RtpVideoSender {
     if (from === 'transport' && packet instanceof RtcpTransportLayerFeedback && packet.feedback instanceof TransportWideCC) {
       const results = transportFeedbackResults(packet.feedback);
       estimator.feedback(results, performance.now());
-      this.#resendUnasked(results.filter((r) => !r.received).map((r) => this.#byTransportSeq[r.sequenceNumber & 0xffff] - 1).filter((seq) => seq >= 0));
+      const owed: number[] = [];
+      const media = results.filter((r) => {
+        const owedByFec = this.#fecShares.fecReported(r.sequenceNumber & 0xffff, r.received);
+        owed.push(...owedByFec ?? []);
+        return owedByFec === undefined;
+      });
+      this.#resendOwed(owed);
+      this.#resendUnasked(media.filter((r) => !r.received).map((r) => this.#byTransportSeq[r.sequenceNumber & 0xffff] - 1).filter((seq) => seq >= 0));
     } else if (from === 'sender' && packet instanceof RtcpPayloadSpecificFeedback && packet.feedback instanceof ReceiverEstimatedMaxBitrate) {
       estimator.remb(Number(packet.feedback.bitrate));
     } else {
@@ -333,22 +364,33 @@ export class RtpVideoSender {
   #onNack(lost: number[]): void {
     const now = performance.now();
     let unrepairable: string | undefined;
+    const verdicts: string[] = [];
     for (const seq of lost) {
       const entry = this.#history.get(seq);
       if (!entry) {
         unrepairable = 'nacked packet no longer in history';
+        verdicts.push(`${seq} gone`);
         continue;
       }
+      this.#resendOwed(this.#fecShares.lost(seq));
       const verdict = this.retransmissions.decide(entry.packet.payload.length + 40, entry.lastSentMs, now, this.estimator?.queueDelayMs ?? 0, this.targetKbps);
+      verdicts.push(`${seq} ${verdict} ${Math.round(now - entry.sentMs)}ms`);
       if (verdict === 'over budget') unrepairable = 'retransmission budget spent';
       if (verdict !== 'send') continue;
       entry.lastSentMs = now;
       this.#resend(entry.packet);
+      // The second copy insures against a lost first one; FEC insures it already (until it turns out not to).
+      if (this.#fecShares.rebuilds(seq)) {
+        this.#fecShares.leftOut(seq);
+        this.leftToFec++;
+        continue;
+      }
       const loss = this.estimator?.lossFraction(now) ?? 0;
-      if (this.retransmissions.secondCopy(entry.packet.payload.length + 40, now, this.targetKbps, loss)) {
+      if (this.retransmissions.secondCopy(entry.packet.payload.length + 40, now, this.estimator?.queueDelayMs ?? 0, this.targetKbps, loss)) {
         setTimeout(() => { if (this.#unsubscribe) this.#resend(entry.packet); }, SECOND_COPY_DELAY_MS);
       }
     }
+    this.#log.debug({ verdicts }, 'nack');
     if (unrepairable && !this.estimator) this.#rate.onUnrepairable(unrepairable);
     else if (unrepairable) this.#recovery ??= { reason: unrepairable, sinceMs: now };
   }
@@ -356,18 +398,36 @@ export class RtpVideoSender {
   /** Lost packets (by RTP sequence number) that no NACK asks for within UNASKED_WAIT_MS go again, through the gate. */
   #resendUnasked(lost: number[]): void {
     if (lost.length === 0) return;
+    for (const seq of lost) this.#resendOwed(this.#fecShares.lost(seq));
     setTimeout(() => {
       if (!this.#unsubscribe) return;
       const now = performance.now();
       for (const seq of lost) {
         const entry = this.#history.get(seq);
         if (!entry || entry.lastSentMs !== entry.sentMs) continue; // gone, or a NACK came
+        if (this.#fecShares.rebuilds(seq, true)) {
+          this.#fecShares.leftOut(seq);
+          this.leftToFec++;
+          continue;
+        }
         if (this.retransmissions.decide(entry.packet.payload.length + 40, entry.lastSentMs, now, this.estimator?.queueDelayMs ?? 0, this.targetKbps) !== 'send') continue;
         entry.lastSentMs = now;
         this.resentUnasked++;
         this.#resend(entry.packet);
       }
     }, UNASKED_WAIT_MS);
+  }
+
+  /** Copies left to FEC whose share turned out not to rebuild them (fec-shares.ts), within the retransmission budget. */
+  #resendOwed(owed: number[]): void {
+    const now = performance.now();
+    for (const seq of owed) {
+      const entry = this.#history.get(seq);
+      if (!entry || !this.retransmissions.secondCopy(entry.packet.payload.length + 40, now, this.estimator?.queueDelayMs ?? 0, this.targetKbps, this.estimator?.lossFraction(now) ?? 0)) continue;
+      entry.lastSentMs = now;
+      this.leftToFec--;
+      this.#resend(entry.packet);
+    }
   }
 
   /** One retransmission, over RTX when negotiated. */

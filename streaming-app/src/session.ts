@@ -314,7 +314,10 @@ export class StreamingSession {
         onCandidate: (candidate) => { if (peer === this.#peer) this.#channel?.send({ type: 'candidate', candidate }); },
         onState: (state) => { if (peer === this.#peer) this.#peerState(peer, state); },
         onInput: (raw) => { if (peer === this.#peer) this.#input(raw); },
-        onKeyframeRequest: () => { if (peer === this.#peer) encoder.requestKeyframe('pli'); },
+        onKeyframeRequest: () => {
+          this.#log.debug('pli received');
+          if (peer === this.#peer) encoder.requestKeyframe('pli');
+        },
         onInputChannelOpen: () => { if (peer === this.#peer) this.#sendStats(); },
       });
       this.#peer = peer;
@@ -455,7 +458,7 @@ export class StreamingSession {
     this.#log.info({ reason, error, wasIdle, source: this.#source.kind, framesSubmitted: feed.framesSubmitted, framesSkipped: feed.framesSkipped, framesUnchanged: feed.framesUnchanged, inputDropped: this.inputDropped,
       audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 },
       video: rtp && { targetKbps: rtp.targetKbps, overuses: rtp.estimator?.overuseEvents, lossBackoffs: rtp.estimator?.lossBackoffs,
-        pacerMaxQueueMs: Math.round(rtp.pacer.maxQueueMs), retransmitted: rtp.retransmissions.resent, resentUnasked: rtp.resentUnasked,
+        pacerMaxQueueMs: Math.round(rtp.pacer.maxQueueMs), retransmitted: rtp.retransmissions.resent, resentUnasked: rtp.resentUnasked, leftToFec: rtp.leftToFec,
         fecPackets: rtp.fecPacketsSent, fecBytes: rtp.fecBytesSent, mediaPackets: rtp.packetsSent,
         retransmissionsRefused: { inFlight: rtp.retransmissions.refusedInFlight, overBudget: rtp.retransmissions.refusedOverBudget } } }, 'session ended');
     const finish = (): void => this.#options.onEnded(reason, error);

@@ -165,6 +165,20 @@ describe('the FEC switch', () => {
     assert.equal(second(policy, 0.05), 0.15, 'two seconds of loss without a queue switch it on, sized by them alone');
   });
 
+  test('a keyframe gets twice the ratio while the link loses packets, from its first lossy second on, none on a clean link', () => {
+    const policy = new FecPolicy();
+    assert.equal(policy.keyframeRatio(0, 400), 0, 'clean');
+    assert.equal(policy.keyframeRatio(2, 400), 0, 'below 1 %');
+    assert.equal(policy.keyframeRatio(40, 400), 0.5, 'FEC not on yet: twice 3 x 10 %, at most 50 %');
+    assert.equal(policy.keyframeRatio(12, 400), 0.2, 'twice 3 x 3 %, in steps of 5 %');
+    assert.equal(policy.keyframeRatio(3, 15), 0, 'too few packets to say');
+    assert.equal(policy.keyframeRatio(40, 400, true), 0, 'not while the queue overflows');
+    second(policy, 0.04);
+    assert.equal(second(policy, 0.04), 0.1);
+    assert.equal(policy.keyframeRatio(0, 400), 0.2, 'FEC on: twice its ratio, whatever the last second');
+    assert.equal(policy.keyframeRatio(40, 400, true), 0.1, 'congested: the ratio of other frames');
+  });
+
   test('seconds with few packets say nothing', () => {
     const policy = new FecPolicy();
     for (let i = 0; i < 5; i++) assert.equal(policy.update(3, 40), 0, '3 of 40 lost');
