@@ -23,7 +23,7 @@ export const MAX_KEPT_BYTES = 8 * 1024 * 1024;
 const MAX_HELD_BYTES = 256 * 1024 * 1024;
 /** How long an answer sent to a replica stays here in case the replica dies before it has stored it. */
 const REMEMBER_MS = 3_000;
-/** How long an orphaned exchange waits for the control plane to say whether to keep it. */
+/** How long an orphaned exchange waits for the control plane to say whether to keep it (not for its answer). */
 const VERDICT_TIMEOUT_MS = 30_000;
 /** Connect failures: the request never reached the instance, so the replica may send it to another. */
 const NOT_STARTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH']);
@@ -47,17 +47,16 @@ export interface KeeperLink {
   kept(result: KeptResult): boolean;
 }
 
-/** One exchange whose replica went away: kept once the verdict says so and the answer has ended. */
+/** One exchange whose replica went away, waiting for the verdict (`timer`: dropped without one). */
 interface Orphan {
   exchange: Exchange;
-  keep?: boolean;
-  result?: KeptResult;
   timer: NodeJS.Timeout;
 }
 
 export class ResultKeeper {
   readonly #endpointOf: (instanceId: string) => Endpoint | undefined;
   readonly #log: Logger;
+  readonly #verdictTimeoutMs: number;
   readonly #server = http.createServer((req, res) => this.#relay(req, res));
   readonly #upstream = new http.Agent({ keepAlive: true });
   readonly #orphans = new Map<string, Orphan>();
@@ -70,8 +69,9 @@ export class ResultKeeper {
   #link: KeeperLink | undefined;
   #closed = false;
 
-  constructor(options: { endpointOf(instanceId: string): Endpoint | undefined; log: Logger }) {
+  constructor(options: { endpointOf(instanceId: string): Endpoint | undefined; log: Logger; verdictTimeoutMs?: number }) {
     this.#endpointOf = options.endpointOf;
+    this.#verdictTimeoutMs = options.verdictTimeoutMs ?? VERDICT_TIMEOUT_MS;
     this.#log = options.log.child({ component: 'keeper' });
   }
 
@@ -98,9 +98,10 @@ export class ResultKeeper {
   verdict(requestId: string, keep: boolean) {
     const orphan = this.#orphans.get(requestId);
     if (!orphan) return;
-    orphan.keep = keep;
-    if (!keep) this.#drop(requestId, orphan);
-    else if (orphan.result) this.#done(requestId, orphan);
+    clearTimeout(orphan.timer);
+    // Kept, the answer may take as long as the request runs.
+    if (keep) orphan.exchange.whenDone((result) => this.#done(requestId, orphan, result));
+    else this.#drop(requestId, orphan);
   }
 
   /** Requests whose answers are kept here, for the hello: a record kept by this node and not named is lost. */
@@ -177,21 +178,16 @@ export class ResultKeeper {
   #orphan(exchange: Exchange) {
     const { requestId } = exchange;
     if (!this.#link || this.#closed || this.#orphans.has(requestId)) return exchange.abort();
-    const orphan: Orphan = { exchange, timer: setTimeout(() => this.#drop(requestId, orphan), VERDICT_TIMEOUT_MS).unref() };
+    const orphan: Orphan = { exchange, timer: setTimeout(() => this.#drop(requestId, orphan), this.#verdictTimeoutMs).unref() };
     this.#orphans.set(requestId, orphan);
-    exchange.whenDone((result) => {
-      orphan.result = result;
-      if (orphan.keep) this.#done(requestId, orphan);
-    });
     this.#log.info({ reqId: requestId }, 'the API replica sending a request went away; asking whether to keep its answer');
     this.#link.orphaned(requestId);
   }
 
-  #done(requestId: string, orphan: Orphan) {
-    clearTimeout(orphan.timer);
+  #done(requestId: string, orphan: Orphan, result: KeptResult) {
     this.#orphans.delete(requestId);
     orphan.exchange.release();
-    this.#report(orphan.result!);
+    this.#report(result);
   }
 
   #drop(requestId: string, orphan: Orphan) {

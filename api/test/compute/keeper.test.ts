@@ -151,6 +151,44 @@ describe('the result keeper', () => {
     assert.equal(kept.some((result) => result.requestId === 'r-drop'), false);
   });
 
+  test('a verdict not given in time drops the exchange; one given keeps it however long the answer then takes', async () => {
+    const quick = new ResultKeeper({ endpointOf: () => endpoint, log: createLogger('silent'), verdictTimeoutMs: 200 });
+    const asked: string[] = [];
+    const reported: KeptResult[] = [];
+    const quickOrigin = await quick.listen('127.0.0.1', 0);
+    quick.linked(KEY, { orphaned: (id) => void asked.push(id), kept: (result) => reported.push(result) > 0 });
+    const sendTo = (id: string) => new Promise<void>((resolve) => {
+      const req = http.request(`${quickOrigin}/slow`, {
+        method: 'POST', agent: new http.Agent(),
+        headers: { 'svc-reqid': id, [KEEPER_HEADERS.instance]: 'instance-1', [KEEPER_HEADERS.token]: keeperToken(KEY, 'instance-1', id) },
+      }, (res) => res.once('data', () => {
+        req.destroy();
+        resolve();
+      }));
+      req.on('error', () => {});
+      req.end('{}');
+    });
+    try {
+      await sendTo('r-unanswered');
+      await until('the keeper to ask about r-unanswered', async () => asked.includes('r-unanswered'));
+      await until('the unanswered exchange to be dropped', async () => seen.get('r-unanswered')?.closed === true);
+      held.get('r-unanswered')!();
+
+      await sendTo('r-long');
+      await until('the keeper to ask about r-long', async () => asked.includes('r-long'));
+      quick.verdict('r-long', true);
+      // The answer ends well after the verdict's time-out would have run out.
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      assert.equal(seen.get('r-long')!.closed, undefined, 'the kept exchange goes on');
+      held.get('r-long')!();
+      await until('r-long to be reported', async () => reported.some((result) => result.requestId === 'r-long'));
+      assert.equal(reported.find((one) => one.requestId === 'r-long')!.answer?.body.toString(), 'first half of r-long;second half');
+      assert.equal(reported.some((one) => one.requestId === 'r-unanswered'), false);
+    } finally {
+      await quick.close();
+    }
+  });
+
   test('an answer larger than the request\'s response size limit is relayed but not kept: kept, it is why there is none', async () => {
     await assert.rejects(send('r-big', { path: '/slow', limit: 10, agent: new http.Agent(), onFirst: (req) => req.destroy() }));
     await until('the keeper to ask about r-big', async () => orphaned.includes('r-big'));

@@ -60,6 +60,16 @@ const announced = (ownPort: number): ReadyInstance => ({
   endpoint: { host: '127.0.0.1', ports: { inference: ownPort, health: 0 }, keeper: keeperOrigin },
 });
 
+/** Runs `body` while the keeper finds no instance-1 to send to (it could not have carried a request). */
+async function keeperBlind<T>(body: () => Promise<T>): Promise<T> {
+  keeperSees = closedPort;
+  try {
+    return await body();
+  } finally {
+    keeperSees = instancePort;
+  }
+}
+
 /** One request through `dispatcher`: how it ended and the body it got. */
 function send(dispatcher: Dispatcher, ready: ReadyInstance, id: string): Promise<{ outcome: ExchangeOutcome; status?: number; body: string }> {
   const invocation = new Invocation(id, target, 'owner', { headers: {}, body: Buffer.from('{}'), sse: false });
@@ -93,24 +103,20 @@ test('with keepers, a request goes through its node\'s keeper (the instance\'s o
 
 test('without keepers (SVC_RESULT_KEEPERS=false, or one process), a request goes straight to the instance', async () => {
   const dispatcher = new Dispatcher({ maxResultBytes: 1024 });
-  keeperSees = closedPort; // the keeper could not have carried it
   try {
-    assert.deepEqual(await send(dispatcher, announced(instancePort), 'r-direct'), { outcome: 'done', status: 200, body: 'answered r-direct' });
+    assert.deepEqual(await keeperBlind(() => send(dispatcher, announced(instancePort), 'r-direct')), { outcome: 'done', status: 200, body: 'answered r-direct' });
   } finally {
-    keeperSees = instancePort;
     dispatcher.close();
   }
 });
 
 test('a keeper that cannot reach the instance: the exchange is unreachable, so the request may wait for another instance', async () => {
   const dispatcher = new Dispatcher({ maxResultBytes: 1024, keeper: tokens });
-  keeperSees = closedPort;
   try {
-    const answer = await send(dispatcher, announced(instancePort), 'r-unreachable');
+    const answer = await keeperBlind(() => send(dispatcher, announced(instancePort), 'r-unreachable'));
     assert.equal(answer.outcome, 'unreachable');
     assert.equal(answer.status, undefined, 'nothing started for the client');
   } finally {
-    keeperSees = instancePort;
     dispatcher.close();
   }
 });
@@ -118,11 +124,9 @@ test('a keeper that cannot reach the instance: the exchange is unreachable, so t
 test('the keeper of this process\'s own agent is skipped: its instances die with this process, so there is no answer to keep', async () => {
   const dispatcher = new Dispatcher({ maxResultBytes: 1024, keeper: tokens });
   dispatcher.keeperInProcess(keeperOrigin);
-  keeperSees = closedPort; // the keeper could not have carried it
   try {
-    assert.deepEqual(await send(dispatcher, announced(instancePort), 'r-own'), { outcome: 'done', status: 200, body: 'answered r-own' });
+    assert.deepEqual(await keeperBlind(() => send(dispatcher, announced(instancePort), 'r-own')), { outcome: 'done', status: 200, body: 'answered r-own' });
   } finally {
-    keeperSees = instancePort;
     dispatcher.close();
   }
 });
