@@ -39,7 +39,7 @@ const APP_STEPS = {
   'offer sent': (line: AppLine) => line.msg === 'offer sent',
   gathered: (line: AppLine) => line.msg === 'ice gathering complete',
   'ice connected': (line: AppLine) => line.msg === 'ice connection state' && line.iceState === 'connected',
-  'dtls done': (line: AppLine) => line.msg === 'peer connection state' && line.state === 'connected',
+  'dtls done': (line: AppLine) => line.msg === 'media transport connected',
   'frame sent': (line: AppLine) => line.msg === 'first frame sent',
 } as const;
 type AppStep = keyof typeof APP_STEPS;

@@ -31,7 +31,7 @@
 // next frame, the libwebrtc sender page draws it on its canvas with the same code), and the receiver
 // reads it from each presented frame: input sent → the expected display time of the first frame that
 // shows it (the client's FrameMeter for svc, the same rule in the page for libwebrtc).
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -71,6 +71,7 @@ if (!(WIDTH > 0 && HEIGHT > 0 && WIDTH % 2 === 0 && HEIGHT % 2 === 0 && FPS > 0)
   process.exit(2);
 }
 const MAX_KBPS = 6000;
+for (const dir of [args.trace, args['app-logs']]) if (dir) await mkdir(dir, { recursive: true });
 const DEGRADATIONS = args.degradation.split(',');
 const FECS = args.fec.split(',');
 if (!FECS.every((f) => f === 'true' || f === 'false')) {
@@ -327,7 +328,7 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
     const ended = await app.waitForLog((l) => l.msg === 'session ended', 10_000).catch(() => undefined);
     const video = ended?.video as Record<string, unknown> | undefined;
     const encoder = ended?.encoder as Record<string, unknown> | undefined;
-    const startedAt = app.logs.find((l) => l.msg === 'peer connection state' && l.state === 'connected')?.time as number | undefined;
+    const startedAt = app.logs.find((l) => l.msg === 'media transport connected')?.time as number | undefined;
     const changes = app.logs.filter((l) => l.msg === 'video operating point changed')
       .map((l) => `${l.width}x${l.height}@${l.fps} at ${(((l.time as number) - (startedAt ?? 0)) / 1000).toFixed(1)} s (${l.estimateKbps} kbit/s)`);
     const steps = changes.length ? `; ${degradation}: ${changes.join(', ')}` : '';

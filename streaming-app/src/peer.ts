@@ -4,7 +4,7 @@
 import { randomInt } from 'node:crypto';
 import {
   MediaStream, RTCPeerConnection, RTCRtpCodecParameters, RTCRtpHeaderExtensionParameters, useH264, useNACK, useOPUS, usePLI, useREMB, useTWCC, useVP8,
-  type RTCDataChannel, type RTCRtpSender, type RTCIceCandidate,
+  type RTCDataChannel, type RTCDtlsTransport, type RTCRtpSender, type RTCIceCandidate,
 } from 'werift';
 import type { IceCandidateJson } from '../client/protocol.ts';
 import { INPUT_CHANNEL_LABEL } from '../client/protocol.ts';
@@ -64,6 +64,9 @@ export function flexfecPayloadType(sdp: string): number | undefined {
   return match ? Number(match[1]) : undefined;
 }
 
+/** RFC 9260's RTO.Initial, seconds. */
+const SCTP_INITIAL_RTO_S = 1;
+
 const MDNS_CANDIDATE = /^(?:candidate:)?\S+ \d+ \S+ \d+ \S+\.local /i;
 
 export type PeerState = 'new' | 'connecting' | 'connected' | 'disconnected' | 'failed' | 'closed';
@@ -82,6 +85,12 @@ export type PeerOptions = {
   log: Logger;
   onCandidate: (candidate: IceCandidateJson | null) => void;
   onState: (state: PeerState) => void;
+  /**
+   * The media's DTLS handshake is done and SRTP keyed: video may flow. werift's connection state waits
+   * for the data channel's SCTP association too, whose first retransmission comes after 3 s (RFC 4960's
+   * initial RTO): on a lossy link the picture would wait for the input channel.
+   */
+  onMediaReady: () => void;
   onInput: (raw: string) => void;
   onKeyframeRequest: () => void;
   onInputChannelOpen: () => void;
@@ -93,6 +102,7 @@ export class PeerLink {
   readonly audioSender: RTCRtpSender | undefined;
   readonly inputChannel: RTCDataChannel;
   readonly #log: Logger;
+  readonly #onMediaReady: () => void;
   #localDescriptionApplied: Promise<unknown> = Promise.resolve();
   /** Header extension id of playout-delay if the answer accepted it. */
   playoutDelayExtensionId: number | undefined;
@@ -108,6 +118,7 @@ export class PeerLink {
 
   constructor(options: PeerOptions) {
     this.#log = options.log;
+    this.#onMediaReady = options.onMediaReady;
     this.#fecSsrc = options.videoFec ? randomInt(1, 2 ** 32) : undefined;
     this.pc = new RTCPeerConnection({
       // Exactly the platform's STUN/TURN server, or nothing: never werift's default public STUN server.
@@ -212,12 +223,31 @@ export class PeerLink {
     await this.#localDescriptionApplied;
     await this.pc.setRemoteDescription({ type: 'answer', sdp });
     for (const transport of this.pc.dtlsTransports) renumberRetransmittedFinished(transport, this.#log);
+    this.#whenMediaReady(this.videoSender.dtlsTransport);
+    this.#shortenSctpSetUpTimer();
     const extmap = new RegExp(`^a=extmap:(\\d+)(?:/\\w+)? ${PLAYOUT_DELAY_URI.replaceAll('.', '\\.')}\\s*$`, 'm').exec(sdp);
     this.playoutDelayExtensionId = extmap ? Number(extmap[1]) : undefined;
     this.transportCc = sdp.includes(TRANSPORT_CC_URI) && /^a=rtcp-fb:\S+ transport-cc/m.test(sdp);
     this.opusInbandFec = /^a=fmtp:\d+ .*useinbandfec=1/m.test(sdp);
     const fecPayloadType = flexfecPayloadType(sdp);
     this.videoFec = fecPayloadType !== undefined && this.#fecSsrc !== undefined ? { payloadType: fecPayloadType, ssrc: this.#fecSsrc } : undefined;
+  }
+
+  /**
+   * werift retransmits a lost SCTP INIT or COOKIE ECHO after 3 s (RFC 4960's initial RTO), so on a lossy
+   * link the input channel opened 3-6 s after the picture. RFC 9260 lowered the initial RTO to 1 s, which is
+   * werift's minimum; measured round trips take over from the first acknowledgement on.
+   */
+  #shortenSctpSetUpTimer(): void {
+    // Private in werift's types; a plain property at run time, read at each retransmission.
+    const association = (this.pc.sctpTransport as unknown as { sctp?: { rto: number } } | undefined)?.sctp;
+    if (association) association.rto = SCTP_INITIAL_RTO_S;
+  }
+
+  #whenMediaReady(transport: RTCDtlsTransport): void {
+    const ready = (): void => { if (!this.#closed) this.#onMediaReady(); };
+    if (transport.state === 'connected') ready();
+    else transport.onStateChange.subscribe((state) => { if (state === 'connected') ready(); });
   }
 
   async addCandidate(candidate: IceCandidateJson | null): Promise<void> {

@@ -313,6 +313,7 @@ export class StreamingSession {
         log: this.#log,
         onCandidate: (candidate) => { if (peer === this.#peer) this.#channel?.send({ type: 'candidate', candidate }); },
         onState: (state) => { if (peer === this.#peer) this.#peerState(peer, state); },
+        onMediaReady: () => { if (peer === this.#peer) this.#startMedia(peer); },
         onInput: (raw) => { if (peer === this.#peer) this.#input(raw); },
         onKeyframeRequest: () => {
           this.#log.debug('pli received');
@@ -340,22 +341,27 @@ export class StreamingSession {
     if (state === 'connected') {
       if (this.#connectTimer) clearTimeout(this.#connectTimer);
       this.#connectTimer = undefined;
-      this.#rtp?.close();
-      this.#rtp = this.#videoSender(peer);
-      // The browser may decline the audio track; the session goes on without it.
-      if (peer.audioSender?.codec) this.#rtpAudio = new RtpAudioSender(peer.audioSender, this.#log, this.#clockOriginMs);
-      const { encoder } = this.#options;
-      // A fresh encoder process (or a switch to the warm spare) makes the very first frame a keyframe.
-      if (!encoder.running) encoder.start();
-      else encoder.requestKeyframe('peer connected');
-      this.#source.start();
-      this.#statsTimer ??= setInterval(() => {
-        this.#sendStats();
-        this.#adaptAudio();
-      }, STATS_INTERVAL_MS);
     } else if (state === 'failed' || state === 'closed') {
       this.end(`peer connection ${state}`);
     }
+  }
+
+  /** The peer's media transport is up (its data channel may still be connecting): video and sound flow. */
+  #startMedia(peer: PeerLink): void {
+    this.#log.info('media transport connected');
+    this.#rtp?.close();
+    this.#rtp = this.#videoSender(peer);
+    // The browser may decline the audio track; the session goes on without it.
+    if (peer.audioSender?.codec) this.#rtpAudio = new RtpAudioSender(peer.audioSender, this.#log, this.#clockOriginMs);
+    const { encoder } = this.#options;
+    // A fresh encoder process (or a switch to the warm spare) makes the very first frame a keyframe.
+    if (!encoder.running) encoder.start();
+    else encoder.requestKeyframe('peer connected');
+    this.#source.start();
+    this.#statsTimer ??= setInterval(() => {
+      this.#sendStats();
+      this.#adaptAudio();
+    }, STATS_INTERVAL_MS);
   }
 
   /**

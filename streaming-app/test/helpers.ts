@@ -406,8 +406,14 @@ export class WeriftViewer {
   readonly channelOpen: Promise<RTCDataChannel>;
   #resolveChannel!: (channel: RTCDataChannel) => void;
 
-  constructor(url: string) {
+  /** While set, the viewer's SCTP packets are lost on the way out: the input channel cannot come up. */
+  #sctpLostUntil: Promise<void> | undefined;
+
+  /** `sctpLostUntil`: lose every SCTP packet this viewer sends until it resolves (a lossy set-up). */
+  constructor(url: string, options: { sctpLostUntil?: Promise<void> } = {}) {
     this.url = url;
+    this.#sctpLostUntil = options.sctpLostUntil;
+    void options.sctpLostUntil?.then(() => { this.#sctpLostUntil = undefined; });
     this.channelOpen = new Promise((resolve) => { this.#resolveChannel = resolve; });
     this.signaling = this.#connect();
   }
@@ -473,9 +479,18 @@ export class WeriftViewer {
       });
     });
     await pc.setRemoteDescription({ type: 'offer', sdp });
+    this.#loseSctpWhileAsked(pc);
     const answer = await pc.createAnswer();
     await pc.setLocalDescription(answer);
     this.signaling.send({ type: 'answer', sdp: pc.localDescription?.sdp ?? answer.sdp });
+  }
+
+  #loseSctpWhileAsked(pc: RTCPeerConnection): void {
+    // werift's association writes through its transport's `send`, looked up on every packet.
+    const bridge = (pc.sctpTransport as unknown as { sctp: { transport: { send: (data: Buffer) => Promise<void> } } } | undefined)?.sctp.transport;
+    if (!bridge) return;
+    const send = bridge.send;
+    bridge.send = (data) => (this.#sctpLostUntil ? Promise.resolve() : send(data));
   }
 
   /** Sends an RTCP picture loss indication, as a browser does when it cannot decode. */

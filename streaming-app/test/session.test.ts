@@ -141,6 +141,21 @@ describe('streaming session', { skip }, () => {
     });
   });
 
+  test('the picture flows as soon as DTLS is done, while the input channel is still coming up', async (t) => {
+    const app = await startApp();
+    t.after(() => app.stop());
+    let channelPathClears!: () => void;
+    const viewer = new WeriftViewer(app.signalingUrl(), { sctpLostUntil: new Promise((resolve) => { channelPathClears = resolve; }) });
+    t.after(() => viewer.close());
+    await viewer.hello();
+    await viewer.waitForFrames(10);
+    assert.notEqual(viewer.channel?.readyState, 'open', 'the frames came before the input channel');
+    assert.equal(app.logs.some((l) => l.msg === 'peer connection state' && l.state === 'connected'), false, 'werift counts the channel in its state');
+    channelPathClears();
+    assert.equal((await viewer.channelOpen).readyState, 'open', 'the channel comes up once its packets get through');
+    await app.waitForLog((l) => l.msg === 'peer connection state' && l.state === 'connected');
+  });
+
   test('without a resume within the window the session ends and the process exits 0', async (t) => {
     const app = await startApp({ STREAMING_RESUME_WINDOW_SECONDS: '1' });
     t.after(() => app.stop());
