@@ -3,7 +3,8 @@
 // bottleneck: streaming-app/test/shaped-link.ts), the same picture (640x360, 30 fps by default, testsrc2-like
 // pattern with fresh noise in every frame), H.264, a 6 Mbit/s ceiling, one profile after the other.
 //
-//   svc:       the reference streaming app, pipe source fed by ffmpeg (lavfi testsrc2 + noise).
+//   svc:       the reference streaming app, pipe source fed by input-renderer.ts (ffmpeg's lavfi testsrc2 +
+//              noise, with the newest input the renderer read from the app drawn into each frame).
 //   libwebrtc: a second Chromium in the host namespace sends canvas.captureStream() of a canvas drawn with
 //              the same kind of picture (moving bars + noise), H.264 preferred, maxBitrate 6 Mbit/s,
 //              the same receiver hints (playoutDelayHint / jitterBufferTarget 0).
@@ -27,13 +28,15 @@
 // the received rate is back at 90 % of what it was before.
 // Input-to-photon, as bench/stream/run.ts measures it: from 2 s on, the receiving page sends an input
 // every 90-150 ms over a DataChannel on the same link; the sender's picture carries the newest input it
-// has in the frame barcode (streaming-app/client/barcode.ts: svc's pipe source stamps it into the app's
-// next frame, the libwebrtc sender page draws it on its canvas with the same code), and the receiver
+// has read in the frame barcode (streaming-app/client/barcode.ts: svc's application, input-renderer.ts, reads
+// it from the app's frame socket and draws it into its next frame; the libwebrtc sender page draws it on its
+// canvas with the same code), and the receiver
 // reads it from each presented frame: input sent → the expected display time of the first frame that
 // shows it (the client's FrameMeter for svc, the same rule in the page for libwebrtc).
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS, startApp, TONE, type AppProcess } from '../../streaming-app/test/helpers.ts';
@@ -71,6 +74,8 @@ if (!(WIDTH > 0 && HEIGHT > 0 && WIDTH % 2 === 0 && HEIGHT % 2 === 0 && FPS > 0)
   process.exit(2);
 }
 const MAX_KBPS = 6000;
+/** svc's application: ffmpeg's pictures with the newest input it read drawn in (the renderer stamps the barcode). */
+const INPUT_RENDERER = fileURLToPath(new URL('./input-renderer.ts', import.meta.url));
 for (const dir of [args.trace, args['app-logs']]) if (dir) await mkdir(dir, { recursive: true });
 const DEGRADATIONS = args.degradation.split(',');
 const FECS = args.fec.split(',');
@@ -301,11 +306,11 @@ function describeAudio(stats: AudioStats, app: AppProcess): string {
 
 async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profile, degradation: string, fec: string): Promise<(string | number)[]> {
   await prepare(link, profile);
-  const video = `exec ffmpeg -hide_banner -loglevel error -re -f lavfi -i testsrc2=size=${WIDTH}x${HEIGHT}:rate=${FPS},noise=alls=12:allf=t -pix_fmt yuv420p -f rawvideo unix:$STREAMING_FRAME_PIPE`;
+  const video = `exec ${process.execPath} ${INPUT_RENDERER}`;
   const app: AppProcess = await startApp({
     STREAMING_DEGRADATION: degradation, STREAMING_VIDEO_FEC: fec, STREAMING_AUDIO: String(args.audio),
     STREAMING_BIND_ADDRESS: link.hostAddress, STREAMING_VIDEO_SIZE: `${WIDTH}x${HEIGHT}`, STREAMING_VIDEO_FPS: String(FPS),
-    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: args['app-logs'] || args.trace ? 'debug' : 'info', STREAMING_FRAME_BARCODE: 'true',
+    STREAMING_VIDEO_BITRATE_KBPS: String(MAX_KBPS), STREAMING_SOURCE: 'pipe', LOG_LEVEL: args['app-logs'] || args.trace ? 'debug' : 'info', STREAMING_FRAME_BARCODE: 'false',
     STREAMING_APP_COMMAND: args.audio ? `${TONE} & ${video}` : video,
   });
   const page = await receiver.newPage();
