@@ -37,10 +37,13 @@ pictures.stdout.on('data', (chunk: Buffer) => {
     filled += take;
     offset += take;
     if (filled < frameBytes) continue;
+    filled = 0;
+    // A frame the app has not taken yet is not queued behind: this one is dropped, as a renderer drawing
+    // at the display's rate drops a frame its compositor has no room for (queued frames are latency).
+    if (socket.writableLength > 0) continue;
     stamp(frame, ++frameNumber, newestInput);
     socket.write(frame);
     frame = Buffer.alloc(frameBytes); // the socket may still hold the last one
-    filled = 0;
   }
 });
 
