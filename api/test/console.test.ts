@@ -159,13 +159,13 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     const revocable = await svc.apiKey(token, ['list_functions']);
     const page = await signedIn(revocable);
     await page.locator('#scopes').getByText('list_functions').waitFor();
-    await page.reload();
+    await reloadConsole(page);
     await page.locator('#scopes').getByText('list_functions').waitFor();
     const { credentialId } = (await svc.api('GET', '/v2/svc/whoami', { bearer: revocable })).body;
     assert.equal((await svc.keys('DELETE', `/v1/keys/${credentialId}`, { bearer: token })).status, 204);
     // A verified key is trusted for keys.recheckMs (500 ms) before it is read again.
     await until('the revocation to take effect', async () => (await svc.api('GET', '/v2/svc/whoami', { bearer: revocable })).status === 401);
-    await page.reload();
+    await reloadConsole(page);
     assert.match(await page.locator('#sign-in-message .error').textContent() ?? '', /^Unauthorized: /);
     assert.equal(await page.evaluate('sessionStorage.length'), 0);
     await page.close();
