@@ -44,9 +44,10 @@ async function openSignIn(page: Page, baseUrl: string): Promise<void> {
 
 /**
  * Loads the page again (reloads it, unless `load` says how) and waits for the console to come up, signed in
- * or at its sign-in form; loads it again if it did not: as for openSignIn, Chromium fails the loads it sees
- * the network change under, and a console whose files did not all arrive says so instead of starting. The
- * console's own API calls do not count: it asks again itself.
+ * or at its sign-in form; reloads it if it did not: as for openSignIn, Chromium fails the loads it sees the
+ * network change under, and a console whose files did not all arrive says so instead of starting. The
+ * console's own API calls do not count (it asks again itself), nor do loads a navigation cancelled
+ * (ERR_ABORTED: the previous page's, reported late).
  */
 async function reloadConsole(page: Page, load: () => Promise<unknown> = () => page.reload()): Promise<void> {
   const up = page.getByLabel('API key or management token').or(page.getByRole('button', { name: 'Sign out' })).first();
@@ -54,7 +55,8 @@ async function reloadConsole(page: Page, load: () => Promise<unknown> = () => pa
   for (let attempt = 1; ; attempt++) {
     const lost: string[] = [];
     const onFailed = (request: Request) => {
-      if (request.resourceType() !== 'fetch') lost.push(`${request.url()} (${request.failure()?.errorText})`);
+      const why = request.failure()?.errorText;
+      if (request.resourceType() !== 'fetch' && why !== 'net::ERR_ABORTED') lost.push(`${request.url()} (${why})`);
     };
     page.on('requestfailed', onFailed);
     try {
