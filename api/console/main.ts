@@ -1,6 +1,6 @@
 // The console's entry: checks the tab's credential, then routes by the URL's hash (#/functions,
 // #/functions/{id}/{version}, #/watch/{id}/{version}, #/tasks, #/tasks/{id}, #/admin). A view that fails shows why in a sentence.
-import { get } from './api.ts';
+import { get, refusesCredential } from './api.ts';
 import { errorBox, h } from './dom.ts';
 import { credential, session, type Whoami } from './session.ts';
 import { adminView } from './views/admin.ts';
@@ -71,17 +71,20 @@ document.querySelector('.skip')!.addEventListener('click', (event) => {
   main.focus();
 });
 
-/** A credential kept from before a reload is checked again; one refused now (expired, revoked) is dropped. */
+/**
+ * A credential kept from before a reload is checked again; one the API refuses now (expired, revoked) is
+ * dropped. With no answer (the platform restarting) the tab keeps it for the next reload, and says why.
+ */
 async function start() {
-  let refused: unknown;
+  let failed: unknown;
   if (credential.get()) {
     try {
       signedIn(await get<Whoami>('/v2/svc/whoami'));
     } catch (error) {
-      credential.clear();
-      refused = error;
+      if (refusesCredential(error)) credential.clear();
+      failed = error;
     }
   }
-  await show(refused);
+  await show(failed);
 }
 void start();

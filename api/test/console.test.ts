@@ -1,16 +1,17 @@
 // The web console (/console/) in headless Chromium against the real platform: sign in with a key and see
 // its scopes, the functions and one's status; scale a deployment and see the new instance; a plot with
 // points after traffic; another account's key sees none of the first's functions; a bad key reads as a
-// sentence; the live log follows a line the instance writes; the files carry a strict CSP; and the
-// console's JavaScript and CSS stay under 200 KB gzipped. With CONSOLE_SCREENSHOTS=<dir> each view is
-// also saved there as console-<view>.png (docs/images).
+// sentence; a reload keeps the tab signed in, even when the network fails some of its loads; the live log
+// follows a line the instance writes; the files carry a strict CSP; and the console's JavaScript and CSS
+// stay under 200 KB gzipped. With CONSOLE_SCREENSHOTS=<dir> each view is also saved there as
+// console-<view>.png (docs/images).
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { chromium, type Browser, type Page, type Request } from 'playwright-core';
 import { hasStatus, TASK_KEY_SCOPES, taskBody, waitForTask } from './compute/tasks-fixtures.ts';
 import { echoBody, streamingBody } from './helpers/fixtures.ts';
 import { deploy, running, waitFor, type Deployed } from './helpers/functions.ts';
@@ -38,6 +39,37 @@ async function openSignIn(page: Page, baseUrl: string): Promise<void> {
     } catch (error) {
       if (attempt >= 4) throw error;
     }
+  }
+}
+
+/**
+ * Loads the page again (reloads it, unless `load` says how) and waits for the console to come up, signed in
+ * or at its sign-in form; reloads it if it did not: as for openSignIn, Chromium fails the loads it sees the
+ * network change under, and a console whose files did not all arrive says so instead of starting. The
+ * console's own API calls do not count (it asks again itself), nor do loads a navigation cancelled
+ * (ERR_ABORTED: the previous page's, reported late).
+ */
+async function reloadConsole(page: Page, load: () => Promise<unknown> = () => page.reload()): Promise<void> {
+  const up = page.getByLabel('API key or management token').or(page.getByRole('button', { name: 'Sign out' })).first();
+  const notLoaded = page.getByText(/^The console did not load: /);
+  for (let attempt = 1; ; attempt++) {
+    const lost: string[] = [];
+    const onFailed = (request: Request) => {
+      const why = request.failure()?.errorText;
+      if (request.resourceType() !== 'fetch' && why !== 'net::ERR_ABORTED') lost.push(`${request.url()} (${why})`);
+    };
+    page.on('requestfailed', onFailed);
+    try {
+      const loaded = await (attempt === 1 ? load() : page.reload()).then(() => true, (error: Error) => {
+        lost.push(error.message);
+        return false;
+      });
+      if (loaded && await until('the console to come up', async () =>
+        await up.isVisible() ? 'up' : lost.length || await notLoaded.isVisible() ? 'again' : undefined, boundMs(30_000)) === 'up') return;
+    } finally {
+      page.off('requestfailed', onFailed);
+    }
+    if (attempt >= 4) throw new Error(`the console did not come up in ${attempt} loads: ${lost.join('; ')}`);
   }
 }
 
@@ -129,15 +161,46 @@ describe('web console', { skip: existsSync(CHROMIUM) ? false : 'needs /usr/bin/c
     const revocable = await svc.apiKey(token, ['list_functions']);
     const page = await signedIn(revocable);
     await page.locator('#scopes').getByText('list_functions').waitFor();
-    await page.reload();
+    await reloadConsole(page);
     await page.locator('#scopes').getByText('list_functions').waitFor();
     const { credentialId } = (await svc.api('GET', '/v2/svc/whoami', { bearer: revocable })).body;
     assert.equal((await svc.keys('DELETE', `/v1/keys/${credentialId}`, { bearer: token })).status, 204);
     // A verified key is trusted for keys.recheckMs (500 ms) before it is read again.
     await until('the revocation to take effect', async () => (await svc.api('GET', '/v2/svc/whoami', { bearer: revocable })).status === 401);
-    await page.reload();
+    await reloadConsole(page);
     assert.match(await page.locator('#sign-in-message .error').textContent() ?? '', /^Unauthorized: /);
     assert.equal(await page.evaluate('sessionStorage.length'), 0);
+    await page.close();
+  });
+
+  test('a reload the network fails under: files that did not arrive are said, a check with no answer is asked again, and the tab keeps its key', async () => {
+    const page = await signedIn(key);
+    await page.locator('#scopes').getByText('deploy_function').waitFor();
+    // A module that does not arrive (Chromium's net::ERR_NETWORK_CHANGED, here an aborted load): the page
+    // says so, and loads again on request.
+    const module = '**/console/views/tasks.ts';
+    await page.route(module, (route) => route.abort('connectionreset'));
+    await page.reload();
+    await page.getByText(/^The console did not load: /).waitFor();
+    await page.unroute(module);
+    await reloadConsole(page, () => Promise.all([page.waitForEvent('load'), page.getByRole('button', { name: 'Load again' }).click()]));
+    await page.locator('#scopes').getByText('deploy_function').waitFor();
+    // The kept key's check gets no answer once: it is asked again, and the tab stays signed in.
+    let checks = 0;
+    const whoami = '**/v2/svc/whoami';
+    await page.route(whoami, (route) => (++checks === 1 ? route.abort('connectionreset') : route.continue()));
+    await reloadConsole(page);
+    await page.locator('#scopes').getByText('deploy_function').waitFor();
+    assert.ok(checks >= 2, `asked again: ${checks} checks`);
+    // No answer at all: the sign-in form says so, and the tab keeps the key for the next reload.
+    await page.unroute(whoami);
+    await page.route(whoami, (route) => route.abort('connectionrefused'));
+    await reloadConsole(page);
+    assert.match(await page.locator('#sign-in-message .error').textContent() ?? '', /^No answer: The platform could not be reached/);
+    assert.equal(await page.evaluate('sessionStorage.length'), 1);
+    await page.unroute(whoami);
+    await reloadConsole(page);
+    await page.locator('#scopes').getByText('deploy_function').waitFor();
     await page.close();
   });
 

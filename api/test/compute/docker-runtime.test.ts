@@ -1,9 +1,9 @@
 // The docker runtime against a stand-in of Docker's daemon on a unix socket (fixtures/docker-engine.ts):
 // the exact Engine API requests (pull auth, env, port bindings, labels, mounts, the sandbox's fields),
-// published ports in the endpoint, demultiplexed logs, exit, an out-of-memory kill as dockerd reports it,
-// stop, removal, cleanup, and an agent's bounded starts when the engine is gone. Fast and exact about what
-// is sent; the same runtime against a real engine (podman), account networks and their firewall included,
-// is docker-podman.test.ts.
+// published ports in the endpoint, demultiplexed logs, last lines an engine stores late, exit, an
+// out-of-memory kill as dockerd reports it, stop, removal, cleanup, and an agent's bounded starts when the
+// engine is gone. Fast and exact about what is sent; the same runtime against a real engine (podman),
+// account networks and their firewall included, is docker-podman.test.ts.
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
@@ -180,6 +180,37 @@ describe('docker runtime', () => {
       assert.equal(engine.containers.has(id), false, 'removed after');
     } finally {
       engine.logsHeld = undefined;
+    }
+  });
+
+  test('an engine that has not stored the last lines when it reports the exit: its log is read again until they are there', async () => {
+    // Neither the follow stream nor the first two reads after the exit find a line (podman at load 11, once).
+    engine.unwrittenLogReads = 3;
+    try {
+      const { instance } = await start(instanceSpec('nvcr.io/org/app:1.2', { inferencePort: 8000 }));
+      const id = [...engine.containers.keys()].at(-1)!;
+      engine.exit(id, 3);
+      assert.deepEqual(await instance.exited, { code: 3, signal: null });
+      assert.deepEqual(instance.logTail(), ['server starting', 'listening']);
+      assert.equal(engine.calls('GET', new RegExp(`^/containers/${id}/logs$`)).length, 4, 'the follow, then the stored log three times');
+    } finally {
+      engine.unwrittenLogReads = 0;
+    }
+  });
+
+  test('a stored log that stays without the lines the follow stream caught: those lines are kept', async () => {
+    const { instance } = await start(instanceSpec('nvcr.io/org/app:1.2', { inferencePort: 8000 }));
+    const id = [...engine.containers.keys()].at(-1)!;
+    await eventually(() => (instance.logTail().length === 2 ? true : undefined), 'the followed lines');
+    engine.unwrittenLogReads = 100;
+    try {
+      engine.exit(id, 3);
+      assert.deepEqual(await instance.exited, { code: 3, signal: null });
+      assert.deepEqual(instance.logTail(), ['server starting', 'listening']);
+      assert.ok(engine.calls('GET', new RegExp(`^/containers/${id}/logs$`)).length > 2, 'the stored log was asked for again');
+      assert.equal(engine.containers.has(id), false, 'removed after');
+    } finally {
+      engine.unwrittenLogReads = 0;
     }
   });
 

@@ -78,6 +78,8 @@ const DEFAULT_LIMITS: LimitDefaults = agentSettingsSchema.parse({});
 const DEFAULT_CONTROL_PORT = 8011;
 /** How long an ended container is kept for its log stream to finish before it is removed. */
 const LOGS_AFTER_EXIT_MS = 5_000;
+/** Pauses before each read of an ended container's stored log (lastLines): at once, then again while it lacks lines. */
+const STORED_LOG_READS_MS = [0, 100, 200, 400, 800];
 
 /** What the runtime reads of the engine's answers. */
 const createdAnswer = z.object({ Id: z.string() });
@@ -180,9 +182,7 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
       const status = await killedForMemory(containerId) ? { ...exit, reason: outOfMemory(limits) } : exit;
       // A container that ends at once may end before its logs were asked for: removed first, they would be lost.
       await Promise.race([logsRead, sleep(LOGS_AFTER_EXIT_MS, undefined, { ref: false })]);
-      // podman's follow can miss a line of a container that ends at once; its stored log, read once the
-      // container ended, has them all (the failure report's last lines come from it).
-      tail = await readLogs(containerId).catch(() => tail);
+      tail = await lastLines(containerId, tail);
       await api.call('DELETE', `/containers/${containerId}`, { query: { force: true } })
         .catch((error: unknown) => context.log.warn({ err: error, containerId }, 'container not removed'));
       release();
@@ -212,6 +212,30 @@ export function createDockerRuntime(options: DockerRuntimeOptions): Runtime {
       context.output?.(stream, payload);
     });
     for await (const chunk of response) demuxer.push(chunk as Buffer);
+  }
+
+  /**
+   * An ended container's last lines, for its failure report. podman's follow can miss lines of a container
+   * that ends at once, while its stored log has them all; but a loaded engine may report the exit before it
+   * has stored them (or fail the read), so a stored log with no lines, or fewer than the follow caught, is
+   * read again a few times (about 1.5 s in all) before the follow's lines are kept instead. A container
+   * removed meanwhile (cleanup) has no stored log to wait for.
+   */
+  async function lastLines(containerId: string, followed: LogTail): Promise<LogTail> {
+    const caught = followed.lines().length;
+    for (const pause of STORED_LOG_READS_MS) {
+      if (pause) await sleep(pause, undefined, { ref: false });
+      let stored: LogTail;
+      try {
+        stored = await readLogs(containerId);
+      } catch (error) {
+        if (error instanceof DockerError && error.status === 404) break;
+        continue;
+      }
+      const count = stored.lines().length;
+      if (count > 0 && count >= caught) return stored;
+    }
+    return followed;
   }
 
   async function readLogs(containerId: string): Promise<LogTail> {
