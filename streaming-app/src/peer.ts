@@ -10,6 +10,7 @@ import type { IceCandidateJson } from '../client/protocol.ts';
 import { INPUT_CHANNEL_LABEL } from '../client/protocol.ts';
 import type { IceServer } from './credentials.ts';
 import { renumberRetransmittedFinished } from './dtls-finished.ts';
+import { startDtlsAtOnce } from './dtls-start.ts';
 import type { VideoCodec } from './encoder.ts';
 import type { Logger } from './logger.ts';
 import type { PortRange } from './port-budget.ts';
@@ -222,7 +223,10 @@ export class PeerLink {
     // werift applies the local description only after gathering; the answer has to wait for it.
     await this.#localDescriptionApplied;
     await this.pc.setRemoteDescription({ type: 'answer', sdp });
-    for (const transport of this.pc.dtlsTransports) renumberRetransmittedFinished(transport, this.#log);
+    for (const transport of this.pc.dtlsTransports) {
+      renumberRetransmittedFinished(transport, this.#log);
+      startDtlsAtOnce(transport);
+    }
     this.#whenMediaReady(this.videoSender.dtlsTransport);
     this.#shortenSctpSetUpTimer();
     const extmap = new RegExp(`^a=extmap:(\\d+)(?:/\\w+)? ${PLAYOUT_DELAY_URI.replaceAll('.', '\\.')}\\s*$`, 'm').exec(sdp);
