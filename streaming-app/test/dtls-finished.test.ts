@@ -5,7 +5,8 @@
 // against Chromium at 5 % loss; network.test.ts runs that for real).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { CipherContext, DtlsClient, DtlsServer, HashAlgorithm, NamedCurveAlgorithm, SignatureAlgorithm, type Transport } from 'werift';
+import { DtlsClient, DtlsServer } from 'werift';
+import { dtlsKeys, endpoint } from './dtls-link.ts';
 import { renumberFinished } from '../src/dtls-finished.ts';
 import { createLogger } from '../src/logger.ts';
 
@@ -22,18 +23,8 @@ function recordsOf(datagram: Buffer): DtlsRecord[] {
   return records;
 }
 
-function endpoint(deliver: (data: Buffer) => void): Transport {
-  return {
-    type: 'udp', closed: false, address: { address: '127.0.0.1', port: 0, family: 'IPv4' },
-    onData: () => {},
-    send: async (data) => { setImmediate(() => deliver(data)); },
-    close: async () => {},
-  } as Transport;
-}
 
 test('a retransmitted Finished goes under a fresh record number, so a peer that lost its last flight sends it again', async () => {
-  const { certPem, keyPem, signatureHash } = await CipherContext.createSelfSignedCertificateWithKey(
-    { signature: SignatureAlgorithm.ecdsa_3, hash: HashAlgorithm.sha256_4 }, NamedCurveAlgorithm.secp256r1_23);
   const seenByServer = new Set<string>();
   const finishedNumbers: number[] = [];
   let serverFinishedLost = false;
@@ -55,7 +46,7 @@ test('a retransmitted Finished goes under a fresh record number, so a peer that 
     }
     clientSide.onData(data, ['127.0.0.1', 2]);
   });
-  const keys = { cert: certPem, key: keyPem, signatureHash, extendedMasterSecret: true };
+  const keys = await dtlsKeys();
   const server = new DtlsServer({ ...keys, transport: serverSide, certificateRequest: true });
   const client = new DtlsClient({ ...keys, transport: clientSide });
   renumberFinished(client, createLogger('silent'));

@@ -3,33 +3,24 @@
 // werift DtlsServer over an in-memory link that records the client's datagrams.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { CipherContext, DtlsClient, DtlsServer, Event, HashAlgorithm, NamedCurveAlgorithm, SignatureAlgorithm, type DtlsSocket, type Transport } from 'werift';
+import { DtlsClient, DtlsServer, Event, type DtlsSocket } from 'werift';
+import { dtlsKeys, endpoint } from './dtls-link.ts';
 import { startDtlsAtOnce } from '../src/dtls-start.ts';
 
 type DtlsState = 'new' | 'connecting' | 'connected' | 'closed' | 'failed';
 
-function endpoint(deliver: (data: Buffer) => void): Transport {
-  return {
-    type: 'udp', closed: false, address: { address: '127.0.0.1', port: 0, family: 'IPv4' },
-    onData: () => {},
-    send: async (data) => { setImmediate(() => deliver(data)); },
-    close: async () => {},
-  } as Transport;
-}
 
 /** A datagram starting with a handshake record of epoch 0 whose message is a ClientHello (type 1). */
 const isClientHello = (datagram: Buffer): boolean => datagram[0] === 22 && datagram.readUInt16BE(3) === 0 && datagram[13] === 1;
 
 test('the ClientHello leaves when the transport starts connecting, and werift\'s own later call starts no second handshake', async () => {
-  const { certPem, keyPem, signatureHash } = await CipherContext.createSelfSignedCertificateWithKey(
-    { signature: SignatureAlgorithm.ecdsa_3, hash: HashAlgorithm.sha256_4 }, NamedCurveAlgorithm.secp256r1_23);
   const fromClient: Buffer[] = [];
   const clientSide = endpoint((data) => {
     fromClient.push(data);
     serverSide.onData(data, ['127.0.0.1', 1]);
   });
   const serverSide = endpoint((data) => clientSide.onData(data, ['127.0.0.1', 2]));
-  const keys = { cert: certPem, key: keyPem, signatureHash, extendedMasterSecret: true };
+  const keys = await dtlsKeys();
   const server = new DtlsServer({ ...keys, transport: serverSide, certificateRequest: true });
   const transport: { state: DtlsState; role: 'client'; onStateChange: Event<[DtlsState]>; dtls?: DtlsSocket } = { state: 'new', role: 'client', onStateChange: new Event() };
   startDtlsAtOnce(transport);
