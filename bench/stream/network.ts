@@ -340,7 +340,7 @@ async function svcRun(link: ShapedLink, receiver: BrowserContext, profile: Profi
     const fecChanges = app.logs.filter((l) => l.msg === 'video fec').map((l) => `${l.ratio} at ${(((l.time as number) - (startedAt ?? 0)) / 1000).toFixed(1)} s (loss ${l.loss})`);
     const fecNote = `; FEC ${fec === 'true' ? `${video?.fecPackets} packets (${(100 * Number(video?.fecPackets) / Math.max(1, Number(video?.mediaPackets))).toFixed(1)} % of media), ratio ${fecChanges.join(', ') || 'never on'}` : 'off'}`;
     svcRateControl = video ? `svc rate control: ${video.overuses} delay decreases, ${video.lossBackoffs} loss backoffs, ${video.retransmitted} retransmitted, `
-      + `${video.resentUnasked} resent unasked, ${video.leftToFec ?? 0} left to FEC, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s${steps}${fecNote}` : '';
+      + `${video.resentUnasked} resent unasked, ${video.resentLost ?? 0} lost copies resent, ${video.leftToFec ?? 0} left to FEC, refused ${JSON.stringify(video.retransmissionsRefused)}, ${encoder?.keyframes} keyframes encoded, final target ${video.targetKbps} kbit/s${steps}${fecNote}` : '';
     await app.stop();
     if (args['app-logs']) await writeFile(join(args['app-logs'], `${profile.name}-${degradation}-fec-${fec}.jsonl`), app.logs.map((l) => JSON.stringify(l)).join('\n'));
   }

@@ -43,6 +43,8 @@ const RECOVERY_QUEUE_MS = 40;
 const UNASKED_WAIT_MS = 20;
 /** A second copy of a retransmission on a lossy link leaves this much after the first (loss comes in bursts). */
 const SECOND_COPY_DELAY_MS = 5;
+/** A packet whose retransmissions keep getting lost is left to the receiver's NACKs after this many resent on the feedback. */
+const MAX_LOST_COPIES_RESENT = 2;
 /** How often the FEC policy is given the last second's loss. */
 const FEC_CHECK_MS = 1000;
 /** A frame that reaches the sender this long after its capture, or finds the pacer this far behind, is logged (debug). */
@@ -92,14 +94,18 @@ export class RtpVideoSender {
   readonly #pacer: PacketPacer<Outgoing>;
   readonly #rate: VideoRate;
   readonly estimator: BandwidthEstimator | undefined;
-  readonly #history = new Map<number, { packet: RtpPacket; sentMs: number; lastSentMs: number }>();
+  readonly #history = new Map<number, { packet: RtpPacket; sentMs: number; lastSentMs: number; lostCopiesResent?: number }>();
   readonly retransmissions = new RetransmissionGate();
   #unsubscribe: (() => void) | undefined;
   #recovery: { reason: string; sinceMs: number } | undefined;
   /** RTP sequence number + 1 (0: none) of each video packet, by its transport-wide sequence number. */
   readonly #byTransportSeq = new Int32Array(1 << 16);
+  /** The same for each retransmission: the video packet it carries again. */
+  readonly #resentByTransportSeq = new Int32Array(1 << 16);
   /** Lost packets resent without a NACK (#resendUnasked). */
   resentUnasked = 0;
+  /** Retransmissions the feedback reported lost, sent again without waiting for the receiver's next NACK. */
+  resentLost = 0;
   /** Which lost packets FEC rebuilds: no second copy for them, nor a resend unasked. */
   readonly #fecShares = new FecShares();
   /** Retransmissions (second copies, unasked resends) left out because FEC rebuilds the packet, less those owed again and sent. */
@@ -247,6 +253,7 @@ export class RtpVideoSender {
   /** Bookkeeping of a packet that left: the estimator's, the transport-wide number's, the history's. */
   #sent(packet: RtpPacket, transportSeq: number, now: number): void {
     this.#byTransportSeq[transportSeq] = packet.header.sequenceNumber + 1;
+    this.#resentByTransportSeq[transportSeq] = 0;
     if (this.estimator) this.estimator.packetSent(transportSeq, packet.payload.length + 40, now);
     this.#remember(packet, now);
   }
@@ -267,6 +274,7 @@ export class RtpVideoSender {
     this.fecPacketsSent++;
     this.fecBytesSent += payload.length;
     this.#byTransportSeq[transportSeq] = 0; // no media packet behind this number
+    this.#resentByTransportSeq[transportSeq] = 0;
     this.#fecShares.fecSent(group.shares[index], transportSeq);
     this.estimator?.packetSent(transportSeq, payload.length + 40, now);
   }
@@ -316,7 +324,9 @@ export class RtpVideoSender {
         return owedByFec === undefined;
       });
       this.#resendOwed(owed);
-      this.#resendUnasked(media.filter((r) => !r.received).map((r) => this.#byTransportSeq[r.sequenceNumber & 0xffff] - 1).filter((seq) => seq >= 0));
+      const lost = media.filter((r) => !r.received).map((r) => r.sequenceNumber & 0xffff);
+      this.#resendUnasked(lost.map((t) => this.#byTransportSeq[t] - 1).filter((seq) => seq >= 0));
+      this.#resendLostCopies(lost.map((t) => this.#resentByTransportSeq[t] - 1).filter((seq) => seq >= 0), media);
     } else if (from === 'sender' && packet instanceof RtcpPayloadSpecificFeedback && packet.feedback instanceof ReceiverEstimatedMaxBitrate) {
       estimator.remb(Number(packet.feedback.bitrate));
     } else {
@@ -418,6 +428,27 @@ export class RtpVideoSender {
     }, UNASKED_WAIT_MS);
   }
 
+  /**
+   * A retransmission the feedback reports lost goes again at once (twice at most, through the gate),
+   * unless another copy of the packet is reported to have arrived. The receiver would ask again only after
+   * its own idea of the round trip: Chrome, receiving only, has none and asked again 200-350 ms later at
+   * 10 % loss, long enough for a freeze.
+   */
+  #resendLostCopies(lost: number[], results: { sequenceNumber: number; received: boolean }[]): void {
+    if (lost.length === 0) return;
+    const arrived = new Set(results.filter((r) => r.received).map((r) => this.#resentByTransportSeq[r.sequenceNumber & 0xffff] - 1));
+    const now = performance.now();
+    for (const seq of new Set(lost)) {
+      const entry = this.#history.get(seq);
+      if (!entry || arrived.has(seq) || (entry.lostCopiesResent ?? 0) >= MAX_LOST_COPIES_RESENT) continue;
+      if (this.retransmissions.decide(entry.packet.payload.length + 40, entry.lastSentMs, now, this.estimator?.queueDelayMs ?? 0, this.targetKbps) !== 'send') continue;
+      entry.lastSentMs = now;
+      entry.lostCopiesResent = (entry.lostCopiesResent ?? 0) + 1;
+      this.resentLost++;
+      this.#resend(entry.packet);
+    }
+  }
+
   /** Copies left to FEC whose share turned out not to rebuild them (fec-shares.ts), within the retransmission budget. */
   #resendOwed(owed: number[]): void {
     const now = performance.now();
@@ -430,7 +461,11 @@ export class RtpVideoSender {
     }
   }
 
-  /** One retransmission, over RTX when negotiated. */
+  /**
+   * One retransmission, over RTX when negotiated, with a transport-wide sequence number as libwebrtc gives
+   * its own, so that the feedback says whether it arrived (#resendLostCopies). The estimator does not count
+   * it: a lost copy is the same chance loss a second time, not a sign of a worse link.
+   */
   #resend(original: RtpPacket): void {
     const werift = this.#internals;
     let packet = original;
@@ -438,7 +473,9 @@ export class RtpVideoSender {
       packet = wrapRtx(packet, werift.rtxPayloadType, werift.rtxSequenceNumber, werift.rtxSsrc);
       werift.rtxSequenceNumber = (werift.rtxSequenceNumber + 1) & 0xffff;
     }
-    werift.dtlsTransport.sendRtp(packet.payload, packet.header).catch((error: unknown) => this.#log.debug({ err: error }, 'retransmission failed'));
+    const { transportSeq } = this.#sendOwn(packet.header, packet.payload);
+    this.#byTransportSeq[transportSeq] = 0;
+    this.#resentByTransportSeq[transportSeq] = original.header.sequenceNumber + 1;
   }
 
   #recoverWhenDrained(estimator: BandwidthEstimator): void {

@@ -464,7 +464,7 @@ export class StreamingSession {
     this.#log.info({ reason, error, wasIdle, source: this.#source.kind, framesSubmitted: feed.framesSubmitted, framesSkipped: feed.framesSkipped, framesUnchanged: feed.framesUnchanged, inputDropped: this.inputDropped,
       audioPackets: this.#audioCapture?.packets, encoder: { ...this.#options.encoder.stats, recentEncodeMs: undefined, encodeMsP50 },
       video: rtp && { targetKbps: rtp.targetKbps, overuses: rtp.estimator?.overuseEvents, lossBackoffs: rtp.estimator?.lossBackoffs,
-        pacerMaxQueueMs: Math.round(rtp.pacer.maxQueueMs), retransmitted: rtp.retransmissions.resent, resentUnasked: rtp.resentUnasked, leftToFec: rtp.leftToFec,
+        pacerMaxQueueMs: Math.round(rtp.pacer.maxQueueMs), retransmitted: rtp.retransmissions.resent, resentUnasked: rtp.resentUnasked, resentLost: rtp.resentLost, leftToFec: rtp.leftToFec,
         fecPackets: rtp.fecPacketsSent, fecBytes: rtp.fecBytesSent, mediaPackets: rtp.packetsSent,
         retransmissionsRefused: { inFlight: rtp.retransmissions.refusedInFlight, overBudget: rtp.retransmissions.refusedOverBudget } } }, 'session ended');
     const finish = (): void => this.#options.onEnded(reason, error);

@@ -232,6 +232,9 @@ describe('video FEC over a lossy link (Chromium in a network namespace)', { skip
     // Each NACKed packet that FEC rebuilds goes once, not twice (at 5 % loss a retransmission goes
     // twice): the sender saw which losses their FEC packets cover.
     assert.ok((ended?.leftToFec ?? 0) > 0, `second copies left to FEC: ${JSON.stringify(ended)}`);
+    // Every retransmission is lost here, and the transport-wide feedback says so: some go again before
+    // Chrome asks a second time.
+    assert.ok((ended?.resentLost ?? 0) > 0, `lost retransmissions resent on the feedback: ${JSON.stringify(ended)}`);
     // Chromium 156 has no FEC counters for video; a later one that has them must count what came.
     if (withFec.stats.fecPacketsReceived !== undefined) assert.ok(withFec.stats.fecPacketsReceived > 0);
     const withoutFec = await withoutRetransmissions(false);
