@@ -20,12 +20,21 @@ type Payload = InputMessage extends infer M ? M extends InputMessage ? Omit<M, '
 const WHEEL_MODE_PIXELS = [1, 40, 800];
 /** The app's SCTP takes messages of at most 64 KiB. */
 const MAX_MESSAGE_BYTES = 64 * 1024;
+/**
+ * Input given while the channel is not open yet (the picture comes as soon as DTLS is done, the channel
+ * after its SCTP set-up, up to a second later on a lossy link) is held, at most this much and this long:
+ * a key pressed seconds ago, or for another session, is better dropped than typed late.
+ */
+const MAX_HELD_EVENTS = 256;
+const MAX_HELD_MS = 2000;
 
 export class InputCapture {
   readonly #video: HTMLVideoElement;
   readonly #heldKeys = new Map<string, string>();
   readonly #heldButtons = new Set<number>();
   #channel: RTCDataChannel | undefined;
+  /** Input given before the channel opened; pointer moves are not held (the next one says where it is). */
+  #held: { payload: Payload; at: number }[] = [];
   #seq = 0;
   #clipboardSent: string | undefined;
   onSent?: (seq: number, at: number) => void;
@@ -73,6 +82,9 @@ export class InputCapture {
     this.#channel?.removeEventListener('message', this.#onAppMessage);
     this.#channel = channel;
     channel?.addEventListener('message', this.#onAppMessage);
+    const held = this.#held.filter((event) => performance.now() - event.at <= MAX_HELD_MS);
+    this.#held = [];
+    for (const event of held) this.#send(event.payload);
   }
 
   get ready(): boolean {
@@ -189,7 +201,10 @@ export class InputCapture {
 
   #send(payload: Payload): number | undefined {
     const channel = this.#channel;
-    if (channel?.readyState !== 'open') return undefined;
+    if (channel?.readyState !== 'open') {
+      if (payload.type !== 'pointer' && payload.type !== 'move' && this.#held.length < MAX_HELD_EVENTS) this.#held.push({ payload, at: performance.now() });
+      return undefined;
+    }
     const seq = this.#seq + 1;
     const at = performance.now();
     const message = JSON.stringify({ ...payload, seq, t: at });

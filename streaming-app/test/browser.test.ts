@@ -25,6 +25,7 @@ type Snapshot = {
   inputToPhotonMs: number[];
   metrics: { localCandidateType?: string; remoteCandidateType?: string; codec?: string; framesDecoded?: number };
   status: string;
+  inputReady: boolean;
   ended?: string;
 };
 
@@ -90,6 +91,32 @@ describe('browser client in Chromium', { skip: missingTools([FFMPEG, CHROMIUM]) 
     await page.evaluate('svcStream.bye("test done")');
     assert.deepEqual(await app.exited, { code: 0, signal: null });
     assert.deepEqual(errors, []);
+  });
+
+  test('input given before the input channel opens is held and sent once it does', async (t) => {
+    const app = await startApp();
+    t.after(() => app.stop());
+    const page = await context.newPage();
+    t.after(() => page.close());
+    // The channel's open event reaches the page only when the test says (as on a link that lost its SCTP set-up).
+    await page.addInitScript(`{
+      let release;
+      const released = new Promise((resolve) => { release = resolve; });
+      globalThis.releaseInputChannel = release;
+      const onopen = Object.getOwnPropertyDescriptor(RTCDataChannel.prototype, 'onopen');
+      Object.defineProperty(RTCDataChannel.prototype, 'onopen', {
+        set(handler) { onopen.set.call(this, (event) => void released.then(() => handler.call(this, event))); },
+        get() { return onopen.get.call(this); },
+      });
+    }`);
+    await page.goto(clientUrl(app));
+    const streaming = await waitForSnapshot(page, 'frames before the channel', (s) => s.framesDecodedFromBarcode >= 5);
+    assert.equal(streaming.inputReady, false, 'the channel is not open yet');
+    assert.equal(await page.evaluate('svcStream.sendButton(0, true)'), undefined, 'not sent yet');
+    await page.evaluate('svcStream.sendButton(0, false)');
+    await page.evaluate('releaseInputChannel()');
+    const reflected = await waitForSnapshot(page, 'the held input in a frame', (s) => (s.lastInputSeq ?? 0) >= 2);
+    assert.equal(reflected.inputReady, true);
   });
 
   test('relay only through coturn with TURN REST credentials', { skip: missingTools([COTURN]) }, async (t) => {
