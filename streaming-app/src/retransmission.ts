@@ -31,6 +31,9 @@ const SECOND_COPY_LOSS = 0.01;
 /** A queue shorter than this is the machine's and the path's jitter, not a bottleneck's backlog. */
 const MIN_QUEUE_MS = 30;
 
+/** Whether a bottleneck's queue builds: its losses are congestion, not chance. */
+export const queueBuilds = (queueMs: number): boolean => queueMs >= MIN_QUEUE_MS;
+
 export class RetransmissionGate {
   #spent: { atMs: number; bytes: number }[] = [];
   #spentBytes = 0;
@@ -43,7 +46,7 @@ export class RetransmissionGate {
    * budget. `queueMs` is how long the bottleneck's queue holds packets now (the estimator's view).
    */
   decide(bytes: number, lastSentMs: number, nowMs: number, queueMs: number, targetKbps: number): Verdict {
-    if (queueMs >= MIN_QUEUE_MS && nowMs - lastSentMs < queueMs) {
+    if (queueBuilds(queueMs) && nowMs - lastSentMs < queueMs) {
       this.refusedInFlight++;
       return 'in flight';
     }
@@ -64,7 +67,7 @@ export class RetransmissionGate {
   }
 
   #withinBudget(bytes: number, queueMs: number, targetKbps: number): boolean {
-    const share = queueMs >= MIN_QUEUE_MS ? QUEUED_BUDGET_SHARE : CLEAR_BUDGET_SHARE;
+    const share = queueBuilds(queueMs) ? QUEUED_BUDGET_SHARE : CLEAR_BUDGET_SHARE;
     return this.#spentBytes + bytes <= (share * targetKbps * BUDGET_WINDOW_MS) / 8;
   }
 

@@ -17,7 +17,7 @@ import { FecShares, type FecShare } from './fec-shares.ts';
 import { reportCaptureTime, RtpClock } from './media-clock.ts';
 import { nackedSequenceNumbers } from './nack.ts';
 import { PACING_FACTOR, PacketPacer } from './pacer.ts';
-import { RetransmissionGate } from './retransmission.ts';
+import { queueBuilds, RetransmissionGate } from './retransmission.ts';
 import { transportFeedbackResults } from './transport-feedback.ts';
 import { flexfecPayload, protectionPlan } from './flexfec.ts';
 
@@ -432,10 +432,11 @@ export class RtpVideoSender {
    * A retransmission the feedback reports lost goes again at once (twice at most, through the gate),
    * unless another copy of the packet is reported to have arrived. The receiver would ask again only after
    * its own idea of the round trip: Chrome, receiving only, has none and asked again 200-350 ms later at
-   * 10 % loss, long enough for a freeze.
+   * 10 % loss, long enough for a freeze. Not while a queue builds: that loss is the queue overflowing, and
+   * another copy would add to it (at a 20 → 2 Mbit/s drop the estimate fell below 400 kbit/s).
    */
   #resendLostCopies(lost: number[], results: { sequenceNumber: number; received: boolean }[]): void {
-    if (lost.length === 0) return;
+    if (lost.length === 0 || queueBuilds(this.estimator?.queueDelayMs ?? 0)) return;
     const arrived = new Set(results.filter((r) => r.received).map((r) => this.#resentByTransportSeq[r.sequenceNumber & 0xffff] - 1));
     const now = performance.now();
     for (const seq of new Set(lost)) {
