@@ -98,10 +98,11 @@ export class RtpVideoSender {
   readonly retransmissions = new RetransmissionGate();
   #unsubscribe: (() => void) | undefined;
   #recovery: { reason: string; sinceMs: number } | undefined;
-  /** RTP sequence number + 1 (0: none) of each video packet, by its transport-wide sequence number. */
+  /**
+   * What each transport-wide sequence number carried: a video packet's RTP sequence number + 1, a
+   * retransmission's the same negated, 0 an FEC packet.
+   */
   readonly #byTransportSeq = new Int32Array(1 << 16);
-  /** The same for each retransmission: the video packet it carries again. */
-  readonly #resentByTransportSeq = new Int32Array(1 << 16);
   /** Lost packets resent without a NACK (#resendUnasked). */
   resentUnasked = 0;
   /** Retransmissions the feedback reported lost, sent again without waiting for the receiver's next NACK. */
@@ -253,7 +254,6 @@ export class RtpVideoSender {
   /** Bookkeeping of a packet that left: the estimator's, the transport-wide number's, the history's. */
   #sent(packet: RtpPacket, transportSeq: number, now: number): void {
     this.#byTransportSeq[transportSeq] = packet.header.sequenceNumber + 1;
-    this.#resentByTransportSeq[transportSeq] = 0;
     if (this.estimator) this.estimator.packetSent(transportSeq, packet.payload.length + 40, now);
     this.#remember(packet, now);
   }
@@ -274,7 +274,6 @@ export class RtpVideoSender {
     this.fecPacketsSent++;
     this.fecBytesSent += payload.length;
     this.#byTransportSeq[transportSeq] = 0; // no media packet behind this number
-    this.#resentByTransportSeq[transportSeq] = 0;
     this.#fecShares.fecSent(group.shares[index], transportSeq);
     this.estimator?.packetSent(transportSeq, payload.length + 40, now);
   }
@@ -324,9 +323,10 @@ export class RtpVideoSender {
         return owedByFec === undefined;
       });
       this.#resendOwed(owed);
-      const lost = media.filter((r) => !r.received).map((r) => r.sequenceNumber & 0xffff);
-      this.#resendUnasked(lost.map((t) => this.#byTransportSeq[t] - 1).filter((seq) => seq >= 0));
-      this.#resendLostCopies(lost.map((t) => this.#resentByTransportSeq[t] - 1).filter((seq) => seq >= 0), media);
+      const carried = (received: boolean) => media.filter((r) => r.received === received).map((r) => this.#byTransportSeq[r.sequenceNumber & 0xffff]);
+      const lost = carried(false);
+      this.#resendUnasked(lost.filter((v) => v > 0).map((v) => v - 1));
+      this.#resendLostCopies(lost.filter((v) => v < 0).map((v) => -v - 1), carried(true).filter((v) => v < 0).map((v) => -v - 1));
     } else if (from === 'sender' && packet instanceof RtcpPayloadSpecificFeedback && packet.feedback instanceof ReceiverEstimatedMaxBitrate) {
       estimator.remb(Number(packet.feedback.bitrate));
     } else {
@@ -435,9 +435,9 @@ export class RtpVideoSender {
    * 10 % loss, long enough for a freeze. Not while a queue builds: that loss is the queue overflowing, and
    * another copy would add to it (at a 20 → 2 Mbit/s drop the estimate fell below 400 kbit/s).
    */
-  #resendLostCopies(lost: number[], results: { sequenceNumber: number; received: boolean }[]): void {
+  #resendLostCopies(lost: number[], arrivedCopies: number[]): void {
     if (lost.length === 0 || queueBuilds(this.estimator?.queueDelayMs ?? 0)) return;
-    const arrived = new Set(results.filter((r) => r.received).map((r) => this.#resentByTransportSeq[r.sequenceNumber & 0xffff] - 1));
+    const arrived = new Set(arrivedCopies);
     const now = performance.now();
     for (const seq of new Set(lost)) {
       const entry = this.#history.get(seq);
@@ -475,8 +475,7 @@ export class RtpVideoSender {
       werift.rtxSequenceNumber = (werift.rtxSequenceNumber + 1) & 0xffff;
     }
     const { transportSeq } = this.#sendOwn(packet.header, packet.payload);
-    this.#byTransportSeq[transportSeq] = 0;
-    this.#resentByTransportSeq[transportSeq] = original.header.sequenceNumber + 1;
+    this.#byTransportSeq[transportSeq] = -(original.header.sequenceNumber + 1);
   }
 
   #recoverWhenDrained(estimator: BandwidthEstimator): void {
