@@ -1,45 +1,114 @@
-// werift's DTLS client starts its handshake 100 ms after its transport announces 'connecting'; the app
-// starts it at once. A real werift DtlsClient, in the transport werift would hold it in, against a real
-// werift DtlsServer over an in-memory link that records the client's datagrams.
+// The app starts werift's DTLS client at once (werift waits 100 ms) and resends a flight the server has not
+// answered after two ICE round trips (werift waits 0.5 s). A real werift DtlsClient, in the transport werift
+// would hold it in, against a real werift DtlsServer over an in-memory link that records the client's
+// datagrams and can lose some of them. The app's resend timer runs on node:test's mock clock, werift's
+// own timers (node:timers/promises) on the real one: a resend seen on the event loop's next turn after
+// the mock clock moves is the app's.
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { DtlsClient, DtlsServer, Event, type DtlsSocket } from 'werift';
 import { dtlsKeys, endpoint } from './dtls-link.ts';
-import { startDtlsAtOnce } from '../src/dtls-start.ts';
+import { firstResendMs, startDtlsAtOnce } from '../src/dtls-start.ts';
 
 type DtlsState = 'new' | 'connecting' | 'connected' | 'closed' | 'failed';
 
+/** The handshake message type of a datagram starting with a handshake record of epoch 0, else undefined. */
+const handshakeType = (datagram: Buffer): number | undefined =>
+  datagram[0] === 22 && datagram.readUInt16BE(3) === 0 ? datagram[13] : undefined;
+const CLIENT_HELLO = 1;
+const CERTIFICATE = 11; // the first message of the client's flight 5 (the server asks for its certificate)
 
-/** A datagram starting with a handshake record of epoch 0 whose message is a ClientHello (type 1). */
-const isClientHello = (datagram: Buffer): boolean => datagram[0] === 22 && datagram.readUInt16BE(3) === 0 && datagram[13] === 1;
-
-test('the ClientHello leaves when the transport starts connecting, and werift\'s own later call starts no second handshake', async () => {
+/**
+ * A client and a server over the in-memory link, the client started as werift's RTCDtlsTransport starts
+ * it (announce 'connecting', make the client synchronously), with the app's start-up in place. The link
+ * loses the client's datagrams for which `lose` says so.
+ */
+async function handshake(options: { rttSeconds?: number; lose?: (datagram: Buffer) => boolean } = {}) {
   const fromClient: Buffer[] = [];
   const clientSide = endpoint((data) => {
     fromClient.push(data);
-    serverSide.onData(data, ['127.0.0.1', 1]);
+    if (!options.lose?.(data)) serverSide.onData(data, ['127.0.0.1', 1]);
   });
   const serverSide = endpoint((data) => clientSide.onData(data, ['127.0.0.1', 2]));
   const keys = await dtlsKeys();
   const server = new DtlsServer({ ...keys, transport: serverSide, certificateRequest: true });
-  const transport: { state: DtlsState; role: 'client'; onStateChange: Event<[DtlsState]>; dtls?: DtlsSocket } = { state: 'new', role: 'client', onStateChange: new Event() };
+  const transport: { state: DtlsState; role: 'client'; onStateChange: Event<[DtlsState]>; dtls?: DtlsSocket; iceTransport: { connection: { nominated: { rtt?: number } } } } =
+    { state: 'new', role: 'client', onStateChange: new Event(), iceTransport: { connection: { nominated: { rtt: options.rttSeconds } } } };
   startDtlsAtOnce(transport);
-
-  // As werift's RTCDtlsTransport.start does: announce 'connecting', then make the client synchronously.
   transport.state = 'connecting';
   transport.onStateChange.execute('connecting');
   const client = new DtlsClient({ ...keys, transport: clientSide });
   transport.dtls = client;
-  // Nobody else calls connect here: the handshake completes only if the app started it.
-  const connected = await new Promise<boolean>((resolve) => {
+  const connected = new Promise<boolean>((resolve) => {
     const timer = setTimeout(() => resolve(false), 10_000);
     client.onConnect.once(() => { clearTimeout(timer); resolve(true); });
   });
-  assert.ok(connected, 'the handshake ran without werift\'s own call');
-  const hellos = fromClient.filter(isClientHello).length; // werift's server asks for a cookie: two
-  await client.connect(); // werift's own call, 100 ms on
+  const sent = (type: number): number => fromClient.filter((datagram) => handshakeType(datagram) === type).length;
+  const close = (): void => { client.close(); server.close(); };
+  return { client, connected, sent, fromClient, close };
+}
+
+/** Moves the mock clock on, and lets the link deliver (and record) what that sent. */
+async function tick(t: TestContext, ms: number): Promise<void> {
+  t.mock.timers.tick(ms);
   await new Promise((resolve) => setImmediate(resolve));
-  assert.equal(fromClient.filter(isClientHello).length, hellos, 'no new ClientHello: no second handshake');
-  client.close();
-  server.close();
+}
+
+/** Lets the event loop turn until `condition` holds (the in-memory link delivers on setImmediate). */
+async function until(condition: () => boolean): Promise<void> {
+  for (let turn = 0; turn < 10_000 && !condition(); turn++) await new Promise((resolve) => setImmediate(resolve));
+  assert.ok(condition(), 'the condition held within 10,000 turns of the event loop');
+}
+
+test('the ClientHello leaves when the transport starts connecting, and werift\'s own later call starts no second handshake', async () => {
+  const link = await handshake();
+  // Nobody else calls connect here: the handshake completes only if the app started it.
+  assert.ok(await link.connected, 'the handshake ran without werift\'s own call');
+  const hellos = link.sent(CLIENT_HELLO); // werift's server asks for a cookie: two
+  await link.client.connect(); // werift's own call, 100 ms on
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(link.sent(CLIENT_HELLO), hellos, 'no new ClientHello: no second handshake');
+  link.close();
+});
+
+test('a lost ClientHello goes again after two ICE round trips, before werift\'s own timer', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  let lost = 0;
+  const link = await handshake({ rttSeconds: 0.08, lose: (datagram) => handshakeType(datagram) === CLIENT_HELLO && lost++ === 0 });
+  await until(() => link.sent(CLIENT_HELLO) === 1);
+  await tick(t, 159);
+  assert.equal(link.sent(CLIENT_HELLO), 1, 'not before two round trips');
+  await tick(t, 1);
+  assert.equal(link.sent(CLIENT_HELLO), 2, 'sent again at 160 ms');
+  await until(() => link.client.connected);
+  link.close();
+});
+
+test('a lost flight 5 goes again, and the same flight again after twice the wait while it stays unanswered', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  // The flight's first two copies are lost whole: from the first Certificate up to the third.
+  let certificates = 0;
+  const link = await handshake({ rttSeconds: 0.001, lose: (datagram) => {
+    if (handshakeType(datagram) === CERTIFICATE) certificates++;
+    return certificates === 1 || certificates === 2;
+  } });
+  await until(() => link.sent(CERTIFICATE) === 1);
+  await tick(t, firstResendMs(0.001));
+  assert.equal(link.sent(CERTIFICATE), 2, 'sent again after the shortest wait (the round trip is 1 ms)');
+  await tick(t, 2 * firstResendMs(0.001) - 1);
+  assert.equal(link.sent(CERTIFICATE), 2);
+  await tick(t, 1);
+  assert.equal(link.sent(CERTIFICATE), 3, 'and again after twice that');
+  await until(() => link.client.connected);
+  const datagrams = link.fromClient.length;
+  await tick(t, 60_000);
+  assert.equal(link.fromClient.length, datagrams, 'nothing more once the handshake is done');
+  link.close();
+});
+
+test('the wait before a resend: two round trips, at least 100 ms, at most werift\'s own 500 ms, 250 ms unmeasured', () => {
+  assert.equal(firstResendMs(0.08), 160);
+  assert.equal(firstResendMs(0.001), 100);
+  assert.equal(firstResendMs(0.4), 500);
+  assert.equal(firstResendMs(undefined), 250);
 });
