@@ -50,18 +50,19 @@ export function firstResendMs(rttSeconds: number | undefined): number {
 /**
  * Until the handshake is done, sends each of the client's flights again while the server has not
  * answered it: the datagrams werift sends while its flight number stays the same are one flight (its own
- * resends are the same buffers); an answer moves the number on (or completes the handshake).
+ * resends are the same buffers); an answer moves the number on (or completes the handshake). The resends
+ * go the way werift's own do, through `dtls-finished.ts` when it is in place (a fresh Finished each time).
  */
 function resendUnansweredFlights(socket: DtlsSocket, firstWaitMs: number): void {
-  const channel = socket.transport.socket;
-  const send = channel.send.bind(channel);
+  const channel = socket.transport;
+  const send = channel.send;
   let flight: { number: number; datagrams: Set<Buffer>; timer: NodeJS.Timeout } | undefined;
   const resendAfter = (waitMs: number, resends: number): NodeJS.Timeout => setTimeout(() => {
-    if (!flight || socket.connected || socket.dtls.flight !== flight.number || channel.closed) return;
+    if (!flight || socket.connected || socket.dtls.flight !== flight.number || channel.socket.closed) return;
     for (const datagram of flight.datagrams) send(datagram).catch(() => { /* werift's own resends go on */ });
     if (resends + 1 < MAX_RESENDS) flight.timer = resendAfter(waitMs * 2, resends + 1);
   }, waitMs).unref();
-  channel.send = (datagram, address) => {
+  const recording: typeof send = (datagram, address) => {
     const number = socket.dtls.flight;
     if (!socket.connected && number !== flight?.number) {
       if (flight) clearTimeout(flight.timer);
@@ -70,4 +71,6 @@ function resendUnansweredFlights(socket: DtlsSocket, firstWaitMs: number): void 
     if (!socket.connected) flight?.datagrams.add(datagram);
     return send(datagram, address);
   };
+  // `send` is a readonly field in werift's types; werift's flights look it up on every send.
+  Object.assign(channel, { send: recording });
 }

@@ -6,23 +6,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DtlsClient, DtlsServer } from 'werift';
-import { dtlsKeys, endpoint } from './dtls-link.ts';
+import { dtlsKeys, endpoint, recordsOf } from './dtls-link.ts';
 import { renumberFinished } from '../src/dtls-finished.ts';
 import { createLogger } from '../src/logger.ts';
-
-type DtlsRecord = { type: number; epoch: number; sequence: number; bytes: Buffer };
-
-/** The records of one datagram: type (1 byte), version (2), epoch (2), sequence number (6), length (2), body. */
-function recordsOf(datagram: Buffer): DtlsRecord[] {
-  const records: DtlsRecord[] = [];
-  for (let at = 0; at + 13 <= datagram.length;) {
-    const end = at + 13 + datagram.readUInt16BE(at + 11);
-    records.push({ type: datagram[at]!, epoch: datagram.readUInt16BE(at + 3), sequence: datagram.readUIntBE(at + 5, 6), bytes: datagram.subarray(at, end) });
-    at = end;
-  }
-  return records;
-}
-
 
 test('a retransmitted Finished goes under a fresh record number, so a peer that lost its last flight sends it again', async () => {
   const seenByServer = new Set<string>();
