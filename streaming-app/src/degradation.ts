@@ -41,11 +41,15 @@ const QP_MIN_FRAMES = 10;
  */
 const RETRY_FACTOR = 2;
 
-/** Steps as (scale of width and height, divisor of the frame rate), best first. */
+/**
+ * Steps as (scale of width and height, divisor of the frame rate), best first. `balanced` gives up size
+ * down to half before any frames, as libwebrtc's balanced mode takes resolution first while the picture is
+ * larger than VGA: at 1280x720@60 and about 1 Mbit/s that is 640x360@60 rather than 960x540@30.
+ */
 const LADDERS: Record<DegradationPreference, [scale: number, fpsDivisor: number][]> = {
   'maintain-framerate': [[1, 1], [3 / 4, 1], [1 / 2, 1], [1 / 4, 1]],
   'maintain-resolution': [[1, 1], [1, 2], [1, 3], [1, 6]],
-  balanced: [[1, 1], [3 / 4, 1], [3 / 4, 2], [1 / 2, 2], [1 / 4, 2]],
+  balanced: [[1, 1], [3 / 4, 1], [1 / 2, 1], [1 / 2, 2], [1 / 4, 2]],
   disabled: [[1, 1]],
 };
 

@@ -41,12 +41,19 @@ test('maintain-resolution: the same drop halves the frame rate and keeps the siz
   assert.equal(at(timeline, 28_000), '640x360@30');
 });
 
-test('balanced gives up size first, then frame rate; every preference goes as low as the rate needs, disabled nowhere', () => {
+test('balanced gives up size down to half first, then frame rate: at 1280x720@60 and 1 Mbit/s it keeps 60 fps', () => {
+  const hd = { width: 1280, height: 720, fps: 60 };
+  const down = (kbps: number): string[] => pointsOf(run(new DegradationPolicy('balanced', hd), 10, () => kbps).filter((t) => t.atMs < 10_000));
+  assert.deepEqual(down(1000), ['1280x720@60', '960x540@60', '640x360@60']);
+  assert.deepEqual(down(500), ['1280x720@60', '960x540@60', '640x360@60', '640x360@30']);
+});
+
+test('every preference goes as low as the rate needs, each down its own ladder, disabled nowhere', () => {
   const deep = (ms: number): number => (ms < 10_000 ? 150 : 20_000);
   const ladders: Record<Exclude<DegradationPreference, 'disabled'>, string[]> = {
     'maintain-framerate': ['640x360@30', '480x270@30', '320x180@30'],
     'maintain-resolution': ['640x360@30', '640x360@15', '640x360@10', '640x360@5'],
-    balanced: ['640x360@30', '480x270@30', '480x270@15'],
+    balanced: ['640x360@30', '480x270@30', '320x180@30'],
   };
   for (const [preference, expected] of Object.entries(ladders)) {
     const policy = new DegradationPolicy(preference as DegradationPreference, FULL);
