@@ -176,6 +176,17 @@ export class PeerLink {
       }
     });
     this.pc.iceConnectionStateChange.subscribe((state) => { if (!this.#closed) this.#log.debug({ iceState: state }, 'ice connection state'); });
+    if (!options.iceServers.some((server) => server.urls.startsWith('stun:'))) this.#askNoStunServer();
+  }
+
+  /**
+   * werift falls back to Google's public STUN server when it is given none: a session without the
+   * platform's would send binding requests there, and where nothing answers (the sandbox's network, a
+   * closed network) gathering, and so the answer, waited iceStunGatherTimeout: the demo's first frame
+   * came 2 s late. The transport exists once the transceivers do; gathering starts at the offer.
+   */
+  #askNoStunServer(): void {
+    for (const transport of this.pc.iceTransports) transport.connection.stunServer = undefined;
   }
 
   /**
