@@ -63,12 +63,14 @@ function resendUnansweredFlights(socket: DtlsSocket, firstWaitMs: number): void 
     if (resends + 1 < MAX_RESENDS) flight.timer = resendAfter(waitMs * 2, resends + 1);
   }, waitMs).unref();
   const recording: typeof send = (datagram, address) => {
-    const number = socket.dtls.flight;
-    if (!socket.connected && number !== flight?.number) {
-      if (flight) clearTimeout(flight.timer);
-      flight = { number, datagrams: new Set(), timer: resendAfter(firstWaitMs, 0) };
+    if (!socket.connected) {
+      const number = socket.dtls.flight;
+      if (number !== flight?.number) {
+        if (flight) clearTimeout(flight.timer);
+        flight = { number, datagrams: new Set(), timer: resendAfter(firstWaitMs, 0) };
+      }
+      flight.datagrams.add(datagram);
     }
-    if (!socket.connected) flight?.datagrams.add(datagram);
     return send(datagram, address);
   };
   // `send` is a readonly field in werift's types; werift's flights look it up on every send.
