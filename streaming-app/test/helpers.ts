@@ -172,10 +172,17 @@ function udpFree(port: number, address: string): Promise<boolean> {
   });
 }
 
-/** A random block of `size` consecutive free UDP ports, so parallel test files do not collide. */
+/** The platform's fixed default ports in the range drawn from: another process may hold them. */
+const PLATFORM_DEFAULTS = { min: 47_998, max: 49_100 };
+
+/**
+ * A random block of `size` consecutive free UDP ports, so parallel test files do not collide; never the
+ * platform's defaults (its streaming range 47998-48020, the demo proxy's 49100).
+ */
 export async function freeUdpRange(size: number): Promise<{ min: number; max: number }> {
   for (let attempt = 0; attempt < 100; attempt++) {
     const min = 20_000 + Math.floor(Math.random() * 30_000);
+    if (min <= PLATFORM_DEFAULTS.max && min + size - 1 >= PLATFORM_DEFAULTS.min) continue;
     let ok = true;
     for (let port = min; port < min + size && ok; port++) ok = await udpFree(port, BIND_ADDRESS) && await udpFree(port, '0.0.0.0');
     if (ok) return { min, max: min + size - 1 };

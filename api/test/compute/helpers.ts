@@ -1,6 +1,5 @@
 // Helpers for the compute tests: instance specs, a captured logger, temporary state dirs, and waiting for
 // reports. Everything runs for real (processes, sockets, files); nothing of ours is mocked.
-import dgram from 'node:dgram';
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -10,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import type { Agent } from '../../src/compute/agent.ts';
 import type { InstanceReport, InstanceSpec, InstanceState } from '../../src/compute/protocol.ts';
 import { createLogger, type Logger } from '../../src/logger.ts';
+import { freeUdpRange as freeStreamingUdpRange } from '../../../streaming-app/test/helpers.ts';
 
 export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 export const SAMPLES_CATALOG = path.join(REPO_ROOT, 'samples/images.yaml');
@@ -152,23 +152,10 @@ export function isAlive(pid: number): boolean {
   }
 }
 
-/** A random block of free UDP ports, so parallel test files (and the streaming-app tests) do not collide. */
+/** A random block of free UDP ports (never the platform's defaults), as the streaming-app tests draw theirs. */
 export async function freeUdpRange(size: number): Promise<[number, number]> {
-  for (let attempt = 0; attempt < 100; attempt++) {
-    const first = 20_000 + Math.floor(Math.random() * 30_000);
-    let free = true;
-    for (let port = first; port < first + size && free; port++) free = await udpFree(port);
-    if (free) return [first, first + size - 1];
-  }
-  throw new Error('no free UDP port range');
-}
-
-function udpFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = dgram.createSocket('udp4');
-    socket.once('error', () => { socket.close(); resolve(false); });
-    socket.bind({ port, address: '0.0.0.0', exclusive: true }, () => socket.close(() => resolve(true)));
-  });
+  const { min, max } = await freeStreamingUdpRange(size);
+  return [min, max];
 }
 
 export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers }> {
