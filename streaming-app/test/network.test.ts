@@ -124,6 +124,7 @@ describe('the stream over a shaped link (tbf bottleneck, userspace loss, Chromiu
     const fecRatio = Math.max(0, ...rateLogs(app).slice(logsAtDrop).map((l) => Number((l as { fecRatio?: number }).fecRatio ?? 0)));
     t.diagnostic(`during the drop: freezes ${freezes}, frozen ${((during.totalFreezesDuration ?? 0) - (before.totalFreezesDuration ?? 0)).toFixed(2)} s, `
       + `longest stall ${Math.round(during.longestStallMs)} ms, PLIs ${during.pliCount}, lowest target ${lowest} kbit/s, highest FEC ratio ${fecRatio}`);
+    t.diagnostic(`the rate lines of the drop: ${JSON.stringify(rateLogs(app).slice(logsAtDrop).map(({ time, targetKbps, ackedKbps, loss, usage, overuses, lossBackoffs, pacerQueueMs }) => ({ time, targetKbps, ackedKbps, loss, usage, overuses, lossBackoffs, pacerQueueMs })))}`);
     assert.ok(freezes <= 10, `${freezes} freezes during the drop (before: one freeze as long as the drop, and no frames)`);
     assert.ok(lowest < 2000, 'the estimate went below the 2 Mbit/s link');
     // Losses answered twice (by delay and again by loss, on packets sent before the first decrease) took
